@@ -1,0 +1,1 @@
+"""Simulated services (a Kubernetes API server, the Lancium Compute API) reached only over HTTP."""
