@@ -1,0 +1,1 @@
+"""Backends: one adapter per kind of remote service, all behind :class:`gahp.backends.base.Backend`."""

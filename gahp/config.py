@@ -1,0 +1,158 @@
+"""HTCondor configuration: the one module that reads knobs, and the server's own settings.
+
+Knobs come from the configuration the GAHP inherits through ``CONDOR_CONFIG`` (on a CE,
+``/etc/condor-ce/condor_config``), read with the ``htcondor2`` bindings. Every read names the knob,
+so a bad value fails with the knob, the value and the expected form. Backends build their own
+settings from a :class:`Knobs` in their own modules; nothing else calls ``htcondor2.param``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+from dataclasses import dataclass
+from typing import Callable, List, Mapping, Optional, TypeVar
+
+from gahp.errors import ConfigError
+
+T = TypeVar("T")
+
+_TRUE = {"true", "yes", "1", "t", "y", "on"}
+_FALSE = {"false", "no", "0", "f", "n", "off"}
+
+
+def _condor_param() -> Mapping[str, str]:
+    import htcondor2  # imported lazily: reading the config is the only thing we need it for
+
+    return htcondor2.param
+
+
+class Knobs:
+    """Typed reads of configuration knobs; ``source`` defaults to the inherited HTCondor config."""
+
+    def __init__(self, source: Optional[Mapping[str, str]] = None) -> None:
+        self._source = source
+
+    def _lookup(self) -> Mapping[str, str]:
+        if self._source is None:
+            self._source = _condor_param()
+        return self._source
+
+    def raw(self, name: str) -> Optional[str]:
+        """The knob's value with surrounding blanks removed; None when unset or empty."""
+        try:
+            value = self._lookup().get(name)
+        except Exception as e:  # noqa: BLE001 - the bindings raise plain exceptions on bad macros
+            raise ConfigError(f"{name}: cannot be read from the HTCondor configuration: {e}") from e
+        if value is None:
+            return None
+        value = str(value).strip()
+        return value or None
+
+    def _typed(self, name: str, default: T, convert: Callable[[str], T], form: str) -> T:
+        value = self.raw(name)
+        if value is None:
+            return default
+        try:
+            return convert(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} = {value!r} is not {form}") from None
+
+    def string(self, name: str, default: str) -> str:
+        return self._typed(name, default, str, "a string")
+
+    def optional(self, name: str) -> Optional[str]:
+        return self.raw(name)
+
+    def integer(self, name: str, default: int, minimum: Optional[int] = None,
+                maximum: Optional[int] = None) -> int:
+        value = self._typed(name, default, int, "an integer")
+        self._check_range(name, value, minimum, maximum)
+        return value
+
+    def number(self, name: str, default: float, minimum: Optional[float] = None,
+               maximum: Optional[float] = None) -> float:
+        value = self._typed(name, default, float, "a number")
+        self._check_range(name, value, minimum, maximum)
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        def convert(text: str) -> bool:
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise ValueError(text)
+
+        return self._typed(name, default, convert, "a boolean (true or false)")
+
+    def names(self, name: str, default: List[str]) -> List[str]:
+        """A list of names separated by commas and/or spaces."""
+        value = self.raw(name)
+        if value is None:
+            return list(default)
+        return [n for n in value.replace(",", " ").split() if n]
+
+    def _check_range(self, name: str, value: float, minimum: Optional[float],
+                     maximum: Optional[float]) -> None:
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{name} = {value} is below the minimum of {minimum}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(f"{name} = {value} is above the maximum of {maximum}")
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Knobs of the protocol server itself (section "server" of the podgahp config files)."""
+
+    log_file: str
+    """``PODGAHP_LOG``: log file; default ``$(LOG)/PodgahpLog.<backend>.<user>``."""
+    log_max_bytes: int
+    """``PODGAHP_LOG_MAX_BYTES``: size at which the log is rotated; default 10000000, 0 = never."""
+    log_backups: int
+    """``PODGAHP_LOG_BACKUPS``: rotated logs kept; default 2."""
+    log_level: int
+    """``PODGAHP_DEBUG``: ``INFO`` (default) or ``DEBUG`` (one more line per API call)."""
+    workers: int
+    """``PODGAHP_WORKERS``: threads serving requests; default 16."""
+    request_timeout_s: float
+    """``PODGAHP_REQUEST_TIMEOUT_SECONDS``: a request not done by then gets an error result.
+
+    Default: 60 s below ``GRIDMANAGER_GAHP_CALL_TIMEOUT`` (300), so the gridmanager always gets an
+    answer from us rather than its own "timed out"; values at or above that knob are lowered to it.
+    """
+    max_line_bytes: int
+    """``PODGAHP_MAX_LINE_BYTES``: longest request line accepted; default 16777216."""
+
+    @classmethod
+    def from_knobs(cls, knobs: Knobs, backend: str) -> ServerSettings:
+        log_dir = knobs.raw("LOG") or "/tmp"
+        call_timeout = knobs.number("GRIDMANAGER_GAHP_CALL_TIMEOUT", 300.0, minimum=1)
+        timeout = knobs.number("PODGAHP_REQUEST_TIMEOUT_SECONDS", max(call_timeout - 60, call_timeout / 2),
+                               minimum=1)
+        if timeout >= call_timeout:
+            logging.getLogger(__name__).warning(
+                "PODGAHP_REQUEST_TIMEOUT_SECONDS = %s is not below GRIDMANAGER_GAHP_CALL_TIMEOUT = %s; "
+                "using %s", timeout, call_timeout, call_timeout * 0.9)
+            timeout = call_timeout * 0.9
+        level_name = knobs.string("PODGAHP_DEBUG", "INFO").upper()
+        if level_name not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"PODGAHP_DEBUG = {level_name!r} is not one of DEBUG, INFO, WARNING, ERROR")
+        return cls(
+            log_file=knobs.string("PODGAHP_LOG",
+                                  os.path.join(log_dir, f"PodgahpLog.{backend}.{_user_name()}")),
+            log_max_bytes=knobs.integer("PODGAHP_LOG_MAX_BYTES", 10_000_000, minimum=0),
+            log_backups=knobs.integer("PODGAHP_LOG_BACKUPS", 2, minimum=0),
+            log_level=getattr(logging, level_name),
+            workers=knobs.integer("PODGAHP_WORKERS", 16, minimum=1, maximum=1024),
+            request_timeout_s=timeout,
+            max_line_bytes=knobs.integer("PODGAHP_MAX_LINE_BYTES", 16 * 1024 * 1024, minimum=4096),
+        )
