@@ -1,0 +1,71 @@
+"""The ``BLAH_*`` commands: each request's arguments turned into backend calls and result fields.
+
+Owns what a request means: parsing the submit ad into a :class:`~gahp.job.PilotJob`, calling the
+backend, and rendering success as result fields (``0 NULL <jobid>``, ``0 NULL <code> <ad>``).
+Failures are raised as :mod:`gahp.errors` and rendered by the server. Knows nothing about the wire
+format's escaping or about any particular backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Dict, List
+
+from gahp import logs, protocol
+from gahp.backends.base import Backend
+from gahp.errors import GahpError
+from gahp.job import parse_submit_ad
+
+log = logging.getLogger(__name__)
+
+OK = ["0", protocol.NULL]
+
+
+class Commands:
+    """The handlers of one GAHP process, bound to its backend."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def handlers(self) -> Dict[str, Callable[[List[str]], List[str]]]:
+        return {
+            "BLAH_PING": self.ping,
+            "BLAH_JOB_SUBMIT": self.submit,
+            "BLAH_JOB_STATUS": self.status,
+            "BLAH_JOB_CANCEL": self.cancel,
+            "BLAH_JOB_REFRESH_PROXY": self.refresh_proxy,
+        }
+
+    def ping(self, args: List[str]) -> List[str]:
+        if args and args[0].upper() != protocol.NULL:
+            log.debug("ping for batch type %s", args[0])
+        self.backend.ping()
+        return list(OK)
+
+    def submit(self, args: List[str]) -> List[str]:
+        job = parse_submit_ad(args[0])
+        logs.set_job(job.sandbox_id)
+        log.info("submitting sandbox %s: %s (%d cpus, %s MiB, queue %s)", job.sandbox_id,
+                 job.executable, job.cpus, job.memory_mb, job.queue or "default")
+        job_id = self.backend.submit(job)
+        if not job_id or any(c.isspace() for c in job_id) or job_id.upper() == protocol.NULL:
+            raise GahpError(f"backend returned an unusable job id {job_id!r}")
+        logs.set_job(job_id)
+        log.info("sandbox %s is %s", job.sandbox_id, job_id)
+        return [*OK, job_id]
+
+    def status(self, args: List[str]) -> List[str]:
+        logs.set_job(args[0])
+        state = self.backend.status(args[0])
+        log.debug("state %s", state)
+        return [*OK, str(state.blahp_status), state.status_ad()]
+
+    def cancel(self, args: List[str]) -> List[str]:
+        logs.set_job(args[0])
+        self.backend.cancel(args[0])
+        return list(OK)
+
+    def refresh_proxy(self, args: List[str]) -> List[str]:
+        logs.set_job(args[0])
+        self.backend.refresh_proxy(args[0], args[1])
+        return list(OK)

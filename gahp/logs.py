@@ -1,0 +1,86 @@
+"""Logging: the one place that attaches handlers, and the per-request context every line carries.
+
+Stdout is the protocol channel, so nothing here ever writes there. The log goes to a rotating file
+(``PODGAHP_LOG``); if that cannot be opened it goes to stderr, which the gridmanager copies into its
+own log. Each line names the request id and job id of the request being served, and credentials are
+masked before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import logging.handlers
+import os
+import re
+import sys
+import threading
+from typing import Iterator, Optional
+
+from gahp.config import ServerSettings
+
+_context = threading.local()
+
+FORMAT = "%(asctime)s %(levelname)s [%(process)d] req=%(request_id)s job=%(job_id)s %(name)s: %(message)s"
+
+# Bearer tokens, API keys, passwords in URLs or key=value text.
+_SECRETS = re.compile(
+    r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?|(?:token|api[_-]?key|password|secret)[\"']?\s*[:=]\s*[\"']?)"
+    r"([^\s\"',;]+)")
+MASK = "***"
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with anything that looks like a credential replaced by ``***``."""
+    return _SECRETS.sub(lambda m: m.group(1) + MASK, text)
+
+
+@contextlib.contextmanager
+def request_context(request_id: str, job_id: Optional[str] = None) -> Iterator[None]:
+    """Tag every log line written by this thread inside the block with the request (and job) id."""
+    saved = getattr(_context, "request_id", None), getattr(_context, "job_id", None)
+    _context.request_id, _context.job_id = request_id, job_id
+    try:
+        yield
+    finally:
+        _context.request_id, _context.job_id = saved
+
+
+def set_job(job_id: str) -> None:
+    """Name the job the current request is about, once it is known (e.g. after a submit)."""
+    _context.job_id = job_id
+
+
+class _ContextFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = getattr(_context, "request_id", None) or "-"
+        record.job_id = getattr(_context, "job_id", None) or "-"
+        return True
+
+
+class _MaskingFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_secrets(super().format(record))
+
+
+def setup(settings: ServerSettings) -> str:
+    """Send the ``gahp`` loggers to the configured file; returns where the log really goes."""
+    handler: logging.Handler
+    where = settings.log_file
+    try:
+        os.makedirs(os.path.dirname(settings.log_file) or ".", exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            settings.log_file, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups)
+    except OSError as e:
+        handler = logging.StreamHandler(sys.stderr)
+        where = f"stderr ({settings.log_file} cannot be opened: {e.strerror})"
+    handler.addFilter(_ContextFilter())
+    handler.setFormatter(_MaskingFormatter(FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    logging.getLogger("gahp").setLevel(settings.log_level)
+    logging.captureWarnings(True)
+    return where
