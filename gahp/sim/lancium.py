@@ -103,6 +103,7 @@ __all__ = [
     "LanciumSim",
     "LanciumSimSettings",
     "LoggedRequest",
+    "ROUTES",
     "serve",
 ]
 
@@ -199,7 +200,9 @@ class _Reply:
 
 _Handler = Callable[["_RequestHandler", Tuple[str, ...], Optional[bytes]], _Reply]
 
-_ROUTES: List[Tuple[str, Pattern[str], str]] = [
+ROUTES: List[Tuple[str, Pattern[str], str]] = [
+    # (method, path below /api/v1, operationId of the description; it reuses ``show_gpus`` for
+    # ``/resources/qos``, which is served here as ``show_qos``)
     (m, re.compile(p + r"\Z"), name)
     for m, p, name in [
         ("POST", r"/access_tokens", "create_access_token"),
@@ -376,7 +379,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _route(self, method: str, rel: str, under_base: bool, body: Optional[bytes]) -> _Reply:
         if not under_base:
             raise ApiError(404, ["No route matches %s %s" % (method, self.path)])
-        for route_method, pattern, name in _ROUTES:
+        for route_method, pattern, name in ROUTES:
             m = pattern.match(rel)
             if m and (route_method == method or (method == "HEAD" and route_method == "GET")):
                 if name != "create_access_token":
