@@ -32,8 +32,8 @@ _ENCODING = "utf-8"
 _ERRORS = "surrogateescape"  # bytes that are not UTF-8 pass through unchanged
 
 
-class _Stop(Exception):
-    """Raised in the main thread by SIGTERM to leave the read loop."""
+class _Stop(BaseException):
+    """Raised in the main thread by SIGTERM to leave the read loop (past any per-line handler)."""
 
 
 @dataclass
