@@ -1,0 +1,652 @@
+"""The ``batch lancium`` backend: pilots as Lancium Compute jobs (``lancium-api.md``).
+
+Owns the knobs ``PODGAHP_LANCIUM_*``, the job id ``lancium/<numeric id>``, idempotent submit per
+sandbox id (jobs are named ``podgahp:<sandbox id>``), the one table from Lancium job states to
+:class:`~gahp.job.Phase`, hold codes, writing ``stdout.txt`` / ``stderr.txt`` back to ``Out`` /
+``Err`` before completion is reported, cancel, and the clean-up of finished jobs. The HTTP client
+is :mod:`gahp.backends.lancium_client`; what a pilot becomes on Lancium is
+:mod:`gahp.backends.lancium_spec`.
+
+Status is served from one ``GET /jobs`` per cycle shared by every job (:class:`JobList`), plus a
+``GET /jobs/{id}`` only when a job's Lancium state changed (or when a process meets the job for
+the first time). Everything needed later (``Out``, ``Err``, ``Iwd``) is in the Lancium job's
+``notes``, so a fresh process with only a job id can finish the job's business.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import stat
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Mapping, Optional, Set, Tuple, Union
+
+from gahp.backends.base import Backend
+from gahp.backends.lancium_client import (
+    ClientSettings,
+    JobJSON,
+    JobSummaryJSON,
+    LanciumClient,
+    LanciumConflict,
+    LanciumHTTPError,
+    LanciumNotFound,
+    ServiceUnavailable,
+    truncate,
+)
+from gahp.backends.lancium_spec import (
+    MAX_RUN_TIME_S,
+    MIN_RUN_TIME_S,
+    QOS_LEVELS,
+    Notes,
+    SpecDefaults,
+    input_files,
+    job_fields,
+    job_name,
+    sandbox_of,
+)
+from gahp.config import Knobs
+from gahp.errors import BackendError, ConfigError, GahpError, InvalidJob, TransientError
+from gahp.job import JobState, Phase, PilotJob
+
+log = logging.getLogger(__name__)
+
+JOB_ID_PREFIX = "lancium/"
+_JOB_ID = re.compile(r"^lancium/([0-9]{1,18})$")
+
+#: Pseudo-state of a job that is absent from ``GET /jobs`` and answers 404.
+GONE = "gone"
+
+#: Every Lancium job state (``job_fields.status``) and the phase podgahp reports for it.
+STATE_TABLE: Mapping[str, Phase] = {
+    "created": Phase.IDLE,  # created, not yet submitted (inputs still uploading)
+    "submitted": Phase.IDLE,
+    "queued": Phase.IDLE,
+    "ready": Phase.IDLE,  # resources reserved, container not started yet
+    "running": Phase.RUNNING,
+    "finished": Phase.COMPLETED,  # with exit_code; reported once Out/Err are written
+    "error": Phase.HELD,  # with error_string
+    "delete pending": Phase.REMOVED,
+    GONE: Phase.REMOVED,
+}
+
+#: States in which the job still holds (or waits for) resources: submit reuses such a job.
+LIVE_STATES = frozenset({"submitted", "queued", "ready", "running"})
+#: States the clean-up may delete after ``PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS``.
+CLEANUP_STATES = frozenset({"created", "finished", "error"})
+
+
+@dataclass(frozen=True)
+class HoldCode:
+    """HoldReasonCode / HoldReasonSubCode of a Lancium hold (HTCondor ``CONDOR_HOLD_CODE`` values)."""
+
+    code: int
+    subcode: int
+    retryable: bool
+    """Whether ``condor_release`` (a fresh submit) can be expected to work without other changes."""
+
+
+#: Lancium reported ``error``: the job failed on Lancium's side (EC2ServerError: the cloud
+#: service reported a failure of the instance). Retryable.
+HOLD_REMOTE_ERROR = HoldCode(41, 1, retryable=True)
+#: Lancium reported ``error`` after the job used up its ``max_run_time`` (JobDurationExceeded).
+#: Fatal unless the route's BatchRuntime / ``PODGAHP_LANCIUM_MAX_RUN_TIME_SECONDS`` changes.
+HOLD_RUN_TIME = HoldCode(46, 1, retryable=False)
+#: ``Out`` or ``Err`` could not be written (TransferOutputError); the subcode is the errno.
+#: Retryable once the file system problem is fixed.
+HOLD_OUTPUT = HoldCode(12, 0, retryable=True)
+
+_RANK = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2, Phase.HELD: 2, Phase.REMOVED: 2}
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+
+
+@dataclass(frozen=True)
+class LanciumSettings:
+    """Every ``PODGAHP_LANCIUM_*`` knob, read once by :meth:`LanciumBackend.from_knobs`."""
+
+    client: ClientSettings
+    """HTTP: base URL, key file, timeouts, retries, back-off, token refresh margin, CA file."""
+    spec: SpecDefaults
+    """Job defaults: image, QOS, run time, GPU type, account."""
+    list_max_age_s: float = 30.0
+    """``PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS``: a ``GET /jobs`` result is reused this long."""
+    list_stale_s: float = 600.0
+    """``PODGAHP_LANCIUM_LIST_STALE_SECONDS``: after failed refreshes, last good list served this long."""
+    output_wait_s: float = 600.0
+    """``PODGAHP_LANCIUM_OUTPUT_WAIT_SECONDS``: how long a finished job's outputs are awaited."""
+    max_input_bytes: int = 100 * 1024 * 1024
+    """``PODGAHP_LANCIUM_MAX_INPUT_BYTES``: total size of the files uploaded with one pilot."""
+    upload_chunk_bytes: int = 32 * 1024 * 1024
+    """``PODGAHP_LANCIUM_UPLOAD_CHUNK_BYTES``: size of one upload ``PATCH`` (32 MB advised)."""
+    cleanup_after_s: float = 86400.0
+    """``PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS``: delete our finished/error/created jobs after this; 0 = never."""
+    cleanup_per_cycle: int = 20
+    """``PODGAHP_LANCIUM_CLEANUP_MAX_PER_CYCLE``: deletions per list refresh at most."""
+
+
+def _url(knobs: Knobs, name: str, default: str) -> str:
+    value = knobs.string(name, default)
+    if not re.match(r"^https?://[^/\s]+(/\S*)?$", value):
+        raise ConfigError(f"{name} = {value!r} is not an http:// or https:// URL "
+                          f"(expected e.g. https://portal.lancium.com/api/v1)")
+    return value.rstrip("/")
+
+
+def settings_from_knobs(knobs: Knobs) -> LanciumSettings:
+    """All Lancium knobs with their defaults; :class:`ConfigError` names a bad knob and value."""
+    ca_file = knobs.optional("PODGAHP_LANCIUM_CA_FILE")
+    verify: Union[bool, str] = True
+    if ca_file:
+        if not os.path.isfile(ca_file):
+            raise ConfigError(f"PODGAHP_LANCIUM_CA_FILE = {ca_file!r} is not a readable file "
+                              f"(expected a PEM CA bundle, or leave it unset for the system CAs)")
+        verify = ca_file
+    margin = knobs.number("PODGAHP_LANCIUM_TOKEN_REFRESH_MARGIN_SECONDS", 120.0, minimum=0, maximum=3000)
+    backoff = knobs.number("PODGAHP_LANCIUM_BACKOFF_SECONDS", 1.0, minimum=0, maximum=600)
+    client = ClientSettings(
+        base_url=_url(knobs, "PODGAHP_LANCIUM_BASE_URL", "https://portal.lancium.com/api/v1"),
+        api_key_file=os.path.expanduser(knobs.string("PODGAHP_LANCIUM_API_KEY_FILE", "~/.lancium/api_key")),
+        timeout_s=knobs.number("PODGAHP_LANCIUM_REQUEST_TIMEOUT_SECONDS", 30.0, minimum=0.1, maximum=600),
+        retries=knobs.integer("PODGAHP_LANCIUM_RETRIES", 3, minimum=0, maximum=20),
+        backoff_s=backoff,
+        backoff_max_s=knobs.number("PODGAHP_LANCIUM_BACKOFF_MAX_SECONDS", 30.0, minimum=backoff, maximum=3600),
+        token_margin_s=margin,
+        verify=verify,
+    )
+    qos = knobs.string("PODGAHP_LANCIUM_QOS", "high")
+    if qos not in QOS_LEVELS:
+        raise ConfigError(f"PODGAHP_LANCIUM_QOS = {qos!r} is not one of {', '.join(QOS_LEVELS)}")
+    image = knobs.string("PODGAHP_LANCIUM_IMAGE", "lancium/ubuntu")
+    if any(c.isspace() for c in image):
+        raise ConfigError(f"PODGAHP_LANCIUM_IMAGE = {image!r} is not an image path (no blanks allowed)")
+    spec = SpecDefaults(
+        image=image,
+        qos=qos,
+        max_run_time_s=knobs.integer("PODGAHP_LANCIUM_MAX_RUN_TIME_SECONDS", 259200,
+                                     minimum=MIN_RUN_TIME_S, maximum=MAX_RUN_TIME_S),
+        gpu_type=knobs.optional("PODGAHP_LANCIUM_GPU_TYPE"),
+        account=knobs.optional("PODGAHP_LANCIUM_ACCOUNT"),
+    )
+    max_age = knobs.number("PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS", 30.0, minimum=0, maximum=3600)
+    return LanciumSettings(
+        client=client,
+        spec=spec,
+        list_max_age_s=max_age,
+        list_stale_s=knobs.number("PODGAHP_LANCIUM_LIST_STALE_SECONDS", 600.0, minimum=max_age),
+        output_wait_s=knobs.number("PODGAHP_LANCIUM_OUTPUT_WAIT_SECONDS", 600.0, minimum=0),
+        max_input_bytes=knobs.integer("PODGAHP_LANCIUM_MAX_INPUT_BYTES", 100 * 1024 * 1024, minimum=1),
+        upload_chunk_bytes=knobs.integer("PODGAHP_LANCIUM_UPLOAD_CHUNK_BYTES", 32 * 1024 * 1024,
+                                         minimum=1024, maximum=1024 * 1024 * 1024),
+        cleanup_after_s=knobs.number("PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS", 86400.0, minimum=0),
+        cleanup_per_cycle=knobs.integer("PODGAHP_LANCIUM_CLEANUP_MAX_PER_CYCLE", 20, minimum=0),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Job ids
+
+
+def job_id_of(lancium_id: int) -> str:
+    return f"{JOB_ID_PREFIX}{lancium_id}"
+
+
+def lancium_id_of(job_id: str) -> int:
+    """The numeric Lancium id in ``lancium/<id>``; InvalidJob for anything else."""
+    match = _JOB_ID.match(job_id)
+    if not match:
+        raise InvalidJob(f"{job_id!r} is not a Lancium job id (expected lancium/<number>)")
+    return int(match.group(1))
+
+
+# --------------------------------------------------------------------------------------------
+# The shared job list
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One ``GET /jobs`` answer: every job of the account by id."""
+
+    jobs: Mapping[int, JobSummaryJSON]
+    fetched_at: float
+    """``time.time()`` just before the request was sent: jobs created later may be missing."""
+
+
+class JobList:
+    """``GET /jobs`` at most once per ``max_age`` for all callers; the last good answer on failure."""
+
+    def __init__(self, client: LanciumClient, max_age_s: float, stale_s: float) -> None:
+        self._client = client
+        self._max_age = max_age_s
+        self._stale = stale_s
+        self._lock = threading.Lock()
+        self._snapshot: Optional[Snapshot] = None
+        self._last_attempt = float("-inf")
+        self._last_error: Optional[GahpError] = None
+        self.fetches = 0
+        """Number of ``GET /jobs`` sent (for logs and tests)."""
+
+    def get(self, not_before: Optional[float] = None) -> Tuple[Snapshot, bool]:
+        """The current snapshot and whether this call fetched it; TransientError without one.
+
+        ``not_before`` (a ``time.time()``) asks for a list taken after that moment: fetched now
+        unless another caller's fetch started after it (concurrent callers share one fetch).
+        """
+        with self._lock:
+            now = time.monotonic()
+            snapshot = self._snapshot
+            if not_before is not None:
+                stale = snapshot is None or snapshot.fetched_at < not_before
+            else:
+                stale = now - self._last_attempt >= self._max_age
+            if stale:
+                self._last_attempt = now
+                started = time.time()
+                try:
+                    jobs = self._client.list_jobs()
+                except GahpError as e:
+                    self._last_error = e
+                    log.warning("listing Lancium jobs failed, keeping the last good list: %s", e)
+                else:
+                    self.fetches += 1
+                    self._snapshot = Snapshot({j["id"]: j for j in jobs}, started)
+                    self._last_error = None
+                    return self._snapshot, True
+                if not_before is not None:
+                    raise TransientError(f"cannot list Lancium jobs: {self._last_error}") from self._last_error
+            if snapshot is None or (self._last_error is not None and time.time() - snapshot.fetched_at > self._stale):
+                error = self._last_error
+                raise TransientError(f"cannot list Lancium jobs: {error}" if error
+                                     else "no Lancium job list yet") from error
+            return snapshot, False
+
+
+# --------------------------------------------------------------------------------------------
+# Per-job memory of this process
+
+
+@dataclass
+class Tracked:
+    """What this process knows of one Lancium job."""
+
+    lancium_id: int
+    lancium_status: Optional[str] = None
+    """Lancium state the last reported state was computed from."""
+    reported: Optional[JobState] = None
+    notes: Optional[Notes] = None
+    submitted_at: float = 0.0
+    """``time.time()`` when this process submitted it (0 if it did not)."""
+    finished_seen: Optional[float] = None
+    """``time.monotonic()`` when the job was first seen finished (outputs awaited since)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class LanciumBackend(Backend):
+    """Pilots as Lancium Compute jobs; see the module docstring and ``docs/lancium.md``."""
+
+    name = "lancium"
+
+    def __init__(self, settings: LanciumSettings, client: Optional[LanciumClient] = None) -> None:
+        self.settings = settings
+        self.client = client or LanciumClient(settings.client)
+        self.jobs = JobList(self.client, settings.list_max_age_s, settings.list_stale_s)
+        self._lock = threading.Lock()
+        self._tracked: Dict[int, Tracked] = {}
+        self._sandbox_locks: Dict[str, threading.Lock] = {}
+        self._terminal_seen: Dict[int, float] = {}
+        self._cancelled: Set[int] = set()
+
+    @classmethod
+    def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
+        return cls(settings_from_knobs(knobs))
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- ping ----------------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """A token exchange (proves the key file and the key) and a job list (proves the token)."""
+        self.client.check_credentials()
+        self.jobs.get(not_before=time.time())
+
+    # -- submit --------------------------------------------------------------------------------
+
+    def _sandbox_lock(self, sandbox_id: str) -> threading.Lock:
+        with self._lock:
+            return self._sandbox_locks.setdefault(sandbox_id, threading.Lock())
+
+    def _track(self, lancium_id: int) -> Tracked:
+        with self._lock:
+            tracked = self._tracked.get(lancium_id)
+            if tracked is None:
+                tracked = self._tracked[lancium_id] = Tracked(lancium_id)
+            return tracked
+
+    def submit(self, job: PilotJob) -> str:
+        started = time.time()
+        fields = job_fields(job, self.settings.spec)
+        inputs = input_files(job, self.settings.max_input_bytes)
+        name = job_name(job.sandbox_id)
+        with self._sandbox_lock(job.sandbox_id):
+            existing = self._existing(name, started)
+            if existing is not None:
+                log.info("%s: sandbox %s already has live Lancium job %s, not submitting again",
+                         job_id_of(existing), job.sandbox_id, existing)
+                return job_id_of(existing)
+            created = self.client.create_job(fields)
+            lancium_id = created["id"]
+            job_id = job_id_of(lancium_id)
+            log.info("%s: created for sandbox %s (%s cores, %s GB, qos %s, image %s)", job_id,
+                     job.sandbox_id, fields["resources"]["core_count"], fields["resources"]["memory"],
+                     fields["qos"], fields["image"])
+            try:
+                for item in inputs:
+                    if item.content is not None:
+                        self.client.upload_input(lancium_id, item.name, item.content,
+                                                 self.settings.upload_chunk_bytes)
+                    else:
+                        assert item.url is not None
+                        self.client.add_url_input(lancium_id, item.name, item.url)
+                self._submit_created(lancium_id, job_id)
+            except BaseException as e:
+                self._discard_created(lancium_id, job_id, e)
+                raise
+            tracked = self._track(lancium_id)
+            tracked.lancium_status = "submitted"
+            tracked.submitted_at = time.time()
+            tracked.notes = Notes.decode(fields["notes"])
+            tracked.reported = self._state(lancium_id, "submitted", None)
+            log.info("%s: submitted (%d input files)", job_id, len(inputs))
+            return job_id
+
+    def _existing(self, name: str, started: float) -> Optional[int]:
+        """A live job with this name (a repeated submit), after deleting half-made ones.
+
+        Needs a job list taken after this submit began (concurrent submits share one).
+        """
+        snapshot, _ = self.jobs.get(not_before=started)
+        live: List[int] = []
+        for lancium_id, summary in sorted(snapshot.jobs.items()):
+            if summary["name"] != name:
+                continue
+            if summary["status"] in LIVE_STATES:
+                live.append(lancium_id)
+            elif summary["status"] == "created":
+                # Left by a submit that failed half-way (its inputs may be incomplete).
+                log.info("%s: deleting stale unsubmitted job with the same name", job_id_of(lancium_id))
+                self._delete_quietly(lancium_id)
+        return live[-1] if live else None
+
+    def _submit_created(self, lancium_id: int, job_id: str) -> None:
+        try:
+            self.client.submit_job(lancium_id)
+        except ServiceUnavailable as e:
+            raise BackendError(
+                f"Lancium cannot run the job at the requested QOS right now (HTTP 503 \"QOS not "
+                f"achievable\" after {self.settings.client.retries + 1} attempts): retry later "
+                f"(condor_release), or lower the QOS (PODGAHP_LANCIUM_QOS or the route's lancium_qos) "
+                f"or the pilot's cores/memory; {e.body}") from e
+        except TransientError:
+            # The submit may have been accepted before the connection failed.
+            status = self.client.show_job(lancium_id).get("status")
+            if status != "created":
+                log.info("%s: submit answer lost, but the job is %s", job_id, status)
+                return
+            raise
+
+    def _discard_created(self, lancium_id: int, job_id: str, error: BaseException) -> None:
+        log.warning("%s: submit failed, deleting the unsubmitted job: %s", job_id, error)
+        self._delete_quietly(lancium_id)
+
+    def _delete_quietly(self, lancium_id: int) -> None:
+        try:
+            self.client.delete_job(lancium_id)
+        except LanciumNotFound:
+            pass
+        except GahpError as e:
+            log.warning("%s: delete failed: %s", job_id_of(lancium_id), e)
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self, job_id: str) -> JobState:
+        lancium_id = lancium_id_of(job_id)
+        snapshot, fetched = self.jobs.get()
+        if fetched:
+            self._cleanup(snapshot)
+        tracked = self._track(lancium_id)
+        with tracked.lock:
+            summary = snapshot.jobs.get(lancium_id)
+            if summary is None and tracked.submitted_at >= snapshot.fetched_at and tracked.reported:
+                return tracked.reported  # submitted after the list was taken
+            listed = summary["status"] if summary is not None else GONE
+            if tracked.reported is not None and listed == tracked.lancium_status:
+                return tracked.reported
+            return self._refresh(tracked, job_id, listed)
+
+    def _refresh(self, tracked: Tracked, job_id: str, listed: str) -> JobState:
+        """Read the job's details (its state changed, or this process has not seen it yet)."""
+        detail: Optional[JobJSON] = None
+        try:
+            detail = self.client.show_job(tracked.lancium_id)
+            status = detail.get("status") or listed
+        except LanciumNotFound:
+            status = GONE
+        if detail is not None and tracked.notes is None:
+            tracked.notes = Notes.decode(detail.get("notes"))
+        if status not in STATE_TABLE:
+            log.warning("%s: unknown Lancium state %r, reporting no change", job_id, status)
+            return tracked.reported or self._state(tracked.lancium_id, "submitted", detail)
+        state = self._state(tracked.lancium_id, status, detail)
+        if status == "finished":
+            state = self._finish(tracked, job_id, state)
+        elif status == "error":
+            self._write_outputs(tracked, job_id, best_effort=True)
+        new = self._monotonic(tracked, job_id, state)
+        if status != "finished" or new.phase is Phase.COMPLETED:
+            tracked.lancium_status = status
+        return new
+
+    def _monotonic(self, tracked: Tracked, job_id: str, state: JobState) -> JobState:
+        """Never go back (running -> idle would make a CE give up on the job); terminal is final."""
+        old = tracked.reported
+        if old is not None and (_RANK[state.phase] < _RANK[old.phase] or _RANK[old.phase] == 2):
+            if state.phase is not old.phase:
+                log.info("%s: Lancium state went back to %s, still reporting %s", job_id,
+                         state.phase.value, old.phase.value)
+            return old
+        if old is None or old.phase is not state.phase:
+            log.info("%s: %s%s", job_id, state.phase.value,
+                     f" ({state.hold_reason})" if state.hold_reason else "")
+        tracked.reported = state
+        return state
+
+    def _state(self, lancium_id: int, status: str, detail: Optional[JobJSON]) -> JobState:
+        """The neutral state for a Lancium state and (if read) the job's details."""
+        phase = STATE_TABLE[status]
+        cpus: Optional[int] = None
+        memory_mb: Optional[int] = None
+        disk_kb: Optional[int] = None
+        wall_clock: Optional[float] = None
+        if detail is not None:
+            resources = detail.get("resources") or {}
+            cores, memory, scratch = (resources.get(k) for k in ("core_count", "memory", "scratch"))
+            cpus = cores if isinstance(cores, int) else None
+            memory_mb = memory * 1024 if isinstance(memory, int) else None
+            disk_kb = scratch * 1024 * 1024 if isinstance(scratch, int) else None
+            run = detail.get("execution_time")
+            if isinstance(run, (int, float)) and status in ("finished", "error"):
+                wall_clock = float(run)
+        state = JobState(phase=phase, batch_id=str(lancium_id), cpus_provisioned=cpus,
+                         memory_provisioned_mb=memory_mb, disk_provisioned_kb=disk_kb,
+                         wall_clock_s=wall_clock)
+        if phase is Phase.COMPLETED:
+            exit_code = detail.get("exit_code") if detail is not None else None
+            return replace(state, exit_code=exit_code if isinstance(exit_code, int) else 0)
+        if phase is Phase.HELD:
+            return self._held(lancium_id, state, detail)
+        return state
+
+    def _held(self, lancium_id: int, state: JobState, detail: Optional[JobJSON]) -> JobState:
+        error = (detail or {}).get("error_string") or "no error_string given"
+        exit_code = (detail or {}).get("exit_code")
+        run = (detail or {}).get("execution_time")
+        limit = (detail or {}).get("max_run_time")
+        code = HOLD_REMOTE_ERROR
+        reason = f"Lancium job {lancium_id} failed: {truncate(str(error))}"
+        if isinstance(exit_code, int):
+            reason += f" (exit code {exit_code})"
+        if isinstance(run, (int, float)) and isinstance(limit, int) and run >= limit:
+            code = HOLD_RUN_TIME
+            reason += f"; it ran {run} s, its max_run_time (BatchRuntime) of {limit} s"
+        return replace(state, hold_reason=reason, hold_code=code.code, hold_subcode=code.subcode)
+
+    # -- outputs -------------------------------------------------------------------------------
+
+    def _finish(self, tracked: Tracked, job_id: str, state: JobState) -> JobState:
+        """COMPLETED once Out/Err are written; RUNNING while Lancium still prepares them."""
+        if tracked.finished_seen is None:
+            tracked.finished_seen = time.monotonic()
+        try:
+            ready = self._write_outputs(tracked, job_id, best_effort=False)
+        except OSError as e:
+            code = e.errno or 0
+            return replace(state, phase=Phase.HELD, exit_code=None,
+                           hold_reason=f"cannot write the output of Lancium job {tracked.lancium_id}: "
+                                       f"{e.strerror or e} ({e.filename})",
+                           hold_code=HOLD_OUTPUT.code, hold_subcode=code)
+        waited = time.monotonic() - tracked.finished_seen
+        if not ready and waited < self.settings.output_wait_s:
+            log.info("%s: finished, waiting for Lancium to prepare its outputs", job_id)
+            return replace(state, phase=Phase.RUNNING, exit_code=None)
+        if not ready:
+            log.warning("%s: outputs still not available after %.0f s, reporting completion without them",
+                        job_id, waited)
+        return state
+
+    def _write_outputs(self, tracked: Tracked, job_id: str, best_effort: bool) -> bool:
+        """Fetch stdout/stderr into Out/Err; False if one is still being prepared (202).
+
+        A missing output (404) is written as an empty file, so the CE finds every file it expects.
+        With ``best_effort`` (jobs in ``error``) nothing is awaited and failures are only logged.
+        """
+        notes = tracked.notes
+        if notes is None:
+            log.warning("%s: the Lancium job has no podgahp notes, its outputs are not written back", job_id)
+            return True
+        targets = [(p, n) for p, n in ((notes.stdout, "stdout.txt"), (notes.stderr, "stderr.txt")) if p]
+        contents: Dict[str, bytes] = {}
+        for path, remote in targets:
+            try:
+                data = self.client.output(tracked.lancium_id, remote)
+            except LanciumNotFound:
+                data = b""
+            except GahpError as e:
+                if best_effort:
+                    log.info("%s: %s not fetched: %s", job_id, remote, e)
+                    return False
+                raise
+            if data is None:  # 202: still being prepared
+                return False
+            contents[path] = contents.get(path, b"") + data  # Out == Err: both, in order
+        for path, data in contents.items():
+            try:
+                _write_atomic(path, data)
+            except OSError as e:
+                if best_effort:
+                    log.info("%s: cannot write %s: %s", job_id, path, e)
+                    return False
+                raise
+            log.info("%s: wrote %d bytes to %s", job_id, len(data), path)
+        return True
+
+    # -- cancel --------------------------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> None:
+        """Terminate (if queued or running) and delete; unknown or already deleted is success."""
+        lancium_id = lancium_id_of(job_id)
+        try:
+            self.client.terminate_job(lancium_id)
+            log.info("%s: terminated", job_id)
+        except (LanciumNotFound, LanciumConflict) as e:
+            log.info("%s: not terminated (%s), deleting", job_id, _status_word(e))
+        try:
+            self.client.delete_job(lancium_id)
+            log.info("%s: deleted", job_id)
+        except LanciumNotFound:
+            log.info("%s: already gone", job_id)
+        except LanciumConflict as e:
+            log.info("%s: delete refused as a conflict, taken as already deleting: %s", job_id, e)
+        with self._lock:
+            self._tracked.pop(lancium_id, None)
+            self._cancelled.add(lancium_id)
+
+    def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
+        """Accepted without action: Lancium cannot replace a submitted job's input files."""
+        lancium_id_of(job_id)
+        log.info("%s: proxy refresh from %s not propagated (Lancium inputs are fixed at submit)",
+                 job_id, proxy_path)
+
+    # -- clean-up ------------------------------------------------------------------------------
+
+    def _cleanup(self, snapshot: Snapshot) -> None:
+        """Delete our jobs that stayed finished/error/created for ``cleanup_after_s`` (bounded)."""
+        s = self.settings
+        if s.cleanup_after_s <= 0 or s.cleanup_per_cycle <= 0:
+            return
+        now = time.monotonic()
+        due: List[int] = []
+        with self._lock:
+            for lancium_id in list(self._terminal_seen):
+                summary = snapshot.jobs.get(lancium_id)
+                if summary is None or summary["status"] not in CLEANUP_STATES:
+                    del self._terminal_seen[lancium_id]
+            for lancium_id, summary in snapshot.jobs.items():
+                if summary["status"] not in CLEANUP_STATES or sandbox_of(summary["name"]) is None:
+                    continue
+                first = self._terminal_seen.setdefault(lancium_id, now)
+                tracked = self._tracked.get(lancium_id)
+                if tracked is not None and tracked.reported is not None and _RANK[tracked.reported.phase] < 2:
+                    continue  # this process has not reported the outcome yet
+                if now - first >= s.cleanup_after_s and len(due) < s.cleanup_per_cycle:
+                    due.append(lancium_id)
+        for lancium_id in due:
+            log.info("%s: cleaning up (%s for more than %.0f s)", job_id_of(lancium_id),
+                     snapshot.jobs[lancium_id]["status"], s.cleanup_after_s)
+            self._delete_quietly(lancium_id)
+            with self._lock:
+                self._terminal_seen.pop(lancium_id, None)
+                self._tracked.pop(lancium_id, None)
+
+
+def _status_word(error: GahpError) -> str:
+    return f"HTTP {error.status}" if isinstance(error, LanciumHTTPError) else str(error)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (a temporary file in the same directory, then a rename)."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".podgahp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                log.debug("cannot remove %s: %s", tmp, e)
+        raise
+

@@ -1,0 +1,539 @@
+"""A small blocking client for the Lancium Compute REST API (``lancium-api.md``, API 1.5.0).
+
+Owns the HTTP session, the API key file, the key -> access-token exchange and its refresh, one
+request helper with timeouts and bounded retries, and the translation of HTTP failures into
+:mod:`gahp.errors` classes. Knows nothing about pilots, job ids or the BLAHP protocol; the official
+client libraries are not used because they call the network at import time or hard-code hosts.
+
+Secrets: the API key and access tokens never appear in a log line or an exception message; error
+bodies are cut to :data:`BODY_LIMIT` characters before they are logged or raised.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypedDict, Union
+
+import requests
+import urllib3
+
+from gahp.errors import AuthError, BackendError, GahpError, InvalidJob, NotFound, TransientError
+
+log = logging.getLogger(__name__)
+
+BODY_LIMIT = 256
+"""Characters of an error body kept in logs and messages."""
+
+#: Statuses worth retrying on any request: throttled or a server-side hiccup.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: Statuses a request that is not idempotent may still retry: the server said it did nothing.
+RETRY_STATUSES_UNSAFE = frozenset({429, 503})
+
+#: Lifetime assumed for an access token whose ``exp`` cannot be read (the service says 60 min).
+DEFAULT_TOKEN_LIFETIME_S = 3600.0
+
+
+# --------------------------------------------------------------------------------------------
+# Raw JSON shapes of the parts of the API podgahp uses.
+
+
+class ResourcesJSON(TypedDict, total=False):
+    core_count: Optional[int]
+    memory: Optional[int]
+    gpu: Optional[str]
+    gpu_count: Optional[int]
+    scratch: Optional[int]
+    node_exclusive: Optional[bool]
+
+
+class EnvVarJSON(TypedDict):
+    variable: str
+    value: str
+
+
+class JobSummaryJSON(TypedDict):
+    """One entry of ``GET /jobs``: only these three keys."""
+
+    id: int
+    name: Optional[str]
+    status: str
+
+
+class JobJSON(TypedDict, total=False):
+    """``job_fields`` as ``GET /jobs/{id}`` returns it (read-only result keys may be absent)."""
+
+    id: int
+    name: Optional[str]
+    status: str
+    notes: Optional[str]
+    qos: Optional[str]
+    image: Optional[str]
+    command_line: Optional[str]
+    max_run_time: Optional[int]
+    resources: ResourcesJSON
+    environment: List[EnvVarJSON]
+    exit_code: Optional[int]
+    error_string: Optional[str]
+    execution_time: Optional[int]
+    memory_used: Optional[int]
+    cost: Optional[str]
+    submitted_at: Optional[str]
+    completed_at: Optional[str]
+
+
+class InputFileJSON(TypedDict, total=False):
+    id: int
+    name: str
+    source_type: str
+    upload_complete: bool
+
+
+# --------------------------------------------------------------------------------------------
+# Errors with the HTTP status kept, so callers can tell 409 from 402 without parsing text.
+
+
+class LanciumHTTPError(GahpError):
+    """Mixin state of every translated HTTP refusal: the status and a truncated body."""
+
+    status: int = 0
+    body: str = ""
+
+
+class LanciumNotFound(NotFound, LanciumHTTPError):
+    """404: the job (or input, output) does not exist (any more)."""
+
+
+class LanciumConflict(BackendError, LanciumHTTPError):
+    """409: the job is not in a state that allows the operation."""
+
+
+class LanciumInvalid(InvalidJob, LanciumHTTPError):
+    """400/411/412/422: the request or the job description was refused as invalid."""
+
+
+class LanciumAuthError(AuthError, LanciumHTTPError):
+    """401/403: the API key or access token was refused."""
+
+
+class BillingRequired(BackendError, LanciumHTTPError):
+    """402: the account has no billing information; only an administrator can fix that."""
+
+
+class ServiceUnavailable(TransientError, LanciumHTTPError):
+    """503 after all retries (at submit: the requested QOS cannot be met)."""
+
+
+class LanciumTransient(TransientError, LanciumHTTPError):
+    """429, 5xx or a transport failure after all retries."""
+
+
+class LanciumRefused(BackendError, LanciumHTTPError):
+    """Any other 4xx: refused for a reason retrying will not fix."""
+
+
+def _http_error(cls: Callable[[str], GahpError], message: str, status: int, body: str) -> GahpError:
+    error = cls(message)
+    assert isinstance(error, LanciumHTTPError)
+    error.status = status
+    error.body = body
+    return error
+
+
+def truncate(text: str, limit: int = BODY_LIMIT) -> str:
+    """``text`` on one line, cut to ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_text(response: requests.Response) -> str:
+    """The ``errors`` of a Lancium error body as one short line (the raw body if not JSON)."""
+    try:
+        body: object = response.json()
+    except ValueError:
+        return truncate(response.text or "")
+    errors = body.get("errors", body) if isinstance(body, dict) else body
+    if isinstance(errors, dict):
+        parts = []
+        for key, messages in errors.items():
+            if isinstance(messages, list):
+                parts.append(f"{key}: {', '.join(str(m) for m in messages)}")
+            else:
+                parts.append(f"{key}: {messages}")
+        return truncate("; ".join(parts))
+    if isinstance(errors, list):
+        return truncate("; ".join(str(e) for e in errors))
+    return truncate(json.dumps(errors))
+
+
+def translate(method: str, path: str, response: requests.Response) -> GahpError:
+    """The :mod:`gahp.errors` class for a refused request (the one choke point for HTTP statuses)."""
+    status = response.status_code
+    body = error_text(response)
+    what = f"Lancium refused {method} {path} (HTTP {status})"
+    detail = f": {body}" if body else ""
+    if status == 400 or status in (411, 412, 422):
+        return _http_error(LanciumInvalid, f"{what}{detail}", status, body)
+    if status in (401, 403):
+        return _http_error(LanciumAuthError, f"{what}: credentials refused{detail}", status, body)
+    if status == 402:
+        return _http_error(
+            BillingRequired,
+            f"{what}: billing required — the Lancium account has no billing information; an "
+            f"administrator must add it on the Lancium portal before pilots can run{detail}",
+            status, body)
+    if status == 404:
+        return _http_error(LanciumNotFound, f"{what}: not found{detail}", status, body)
+    if status == 409:
+        return _http_error(LanciumConflict, f"{what}: conflict with the job's state{detail}", status, body)
+    if status == 503:
+        return _http_error(ServiceUnavailable, f"{what}: service unavailable{detail}", status, body)
+    if status in RETRY_STATUSES or status >= 500:
+        return _http_error(LanciumTransient, f"{what}{detail}", status, body)
+    return _http_error(LanciumRefused, f"{what}{detail}", status, body)
+
+
+# --------------------------------------------------------------------------------------------
+# The API key file and access tokens.
+
+
+def read_api_key(path: str, knob: str = "PODGAHP_LANCIUM_API_KEY_FILE") -> str:
+    """The API key in ``path``; :class:`AuthError` if missing, empty, or readable by others.
+
+    The file holds the key alone (surrounding blanks ignored) or a ``LANCIUM_API_KEY=<key>`` line
+    as in ``~/.lancium/lancium.conf``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise AuthError(f"{knob} = {path}: cannot open the Lancium API key file ({e.strerror}); "
+                        f"put the API key there, mode 0600, owned by the user running the pilots") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise AuthError(f"{knob} = {path}: the Lancium API key file is not a regular file")
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise AuthError(
+                f"{knob} = {path}: the Lancium API key file is accessible by group or others "
+                f"(mode {stat.S_IMODE(info.st_mode):04o}); refusing to use it — run chmod 600 {path}")
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+            fd = -1
+            text = f.read(65536)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    key = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if sep and name.strip() in ("LANCIUM_API_KEY", "api_key"):
+            key = value.strip().strip("'\"")
+        else:
+            key = line
+        break
+    if not key or any(c.isspace() for c in key):
+        raise AuthError(f"{knob} = {path}: the Lancium API key file holds no key (expected the key alone "
+                        f"on one line)")
+    return key
+
+
+def jwt_expiry(token: str) -> Optional[float]:
+    """``exp`` of a JWT's payload, decoded without checking the signature; None if unreadable."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload.encode("ascii")))
+    except (ValueError, binascii.Error, UnicodeError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    if isinstance(exp, (int, float)) and not isinstance(exp, bool):
+        return float(exp)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The client.
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How to reach the Lancium API; built by the backend from its knobs."""
+
+    base_url: str
+    """``PODGAHP_LANCIUM_BASE_URL``: API root, e.g. ``https://portal.lancium.com/api/v1``."""
+    api_key_file: str
+    """``PODGAHP_LANCIUM_API_KEY_FILE``: file holding the API key, mode 0600."""
+    timeout_s: float = 30.0
+    """``PODGAHP_LANCIUM_REQUEST_TIMEOUT_SECONDS``: connect and read timeout of one HTTP request."""
+    retries: int = 3
+    """``PODGAHP_LANCIUM_RETRIES``: extra attempts after a transport error, 429 or 5xx."""
+    backoff_s: float = 1.0
+    """``PODGAHP_LANCIUM_BACKOFF_SECONDS``: first retry delay, doubled per attempt."""
+    backoff_max_s: float = 30.0
+    """``PODGAHP_LANCIUM_BACKOFF_MAX_SECONDS``: longest retry delay (also caps ``Retry-After``)."""
+    token_margin_s: float = 120.0
+    """``PODGAHP_LANCIUM_TOKEN_REFRESH_MARGIN_SECONDS``: fetch a new token this long before ``exp``."""
+    verify: Union[bool, str] = True
+    """``PODGAHP_LANCIUM_CA_FILE``: CA bundle for TLS, or True for the system default."""
+
+
+Sleep = Callable[[float], None]
+
+
+def _not_sent(error: requests.RequestException) -> bool:
+    """True when the request surely never reached the server (no connection was made)."""
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    if not isinstance(error, requests.ConnectionError):
+        return False
+    reason = getattr(error.args[0], "reason", None) if error.args else None
+    return isinstance(reason, urllib3.exceptions.NewConnectionError)
+
+
+class LanciumClient:
+    """Thread-safe: one ``requests.Session`` and one access token shared by all worker threads."""
+
+    def __init__(self, settings: ClientSettings, sleep: Sleep = time.sleep) -> None:
+        self.settings = settings
+        self._base = settings.base_url.rstrip("/")
+        self._session = requests.Session()
+        self._session.headers["Accept"] = "application/json"
+        self._session.headers["User-Agent"] = "podgahp-lancium"
+        self._token_lock = threading.Lock()
+        self._token: Optional[str] = None
+        self._token_expiry = 0.0
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._session.close()
+
+    # -- tokens --------------------------------------------------------------------------------
+
+    def _fetch_token(self) -> None:
+        """``POST /access_tokens`` with the key; the token comes back in the Authorization header."""
+        key = read_api_key(self.settings.api_key_file)
+        response = self._send("POST", "/access_tokens", {"Authorization": f"Bearer {key}"},
+                              idempotent=True, what="token exchange")
+        if response.status_code in (401, 403):
+            body = error_text(response)
+            raise _http_error(
+                LanciumAuthError,
+                f"Lancium refused the API key in {self.settings.api_key_file} (HTTP "
+                f"{response.status_code}{': ' + body if body else ''}); create a new key on the "
+                f"Lancium portal and store it there", response.status_code, body)
+        if response.status_code not in (200, 201):
+            raise translate("POST", "/access_tokens", response)
+        header = response.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _http_error(LanciumTransient,
+                              "Lancium answered POST /access_tokens without a bearer token in its "
+                              "Authorization header", response.status_code, "")
+        token = token.strip()
+        now = time.time()
+        expiry = jwt_expiry(token)
+        if expiry is None:
+            log.warning("Lancium access token has no readable exp; assuming %d s", DEFAULT_TOKEN_LIFETIME_S)
+            expiry = now + DEFAULT_TOKEN_LIFETIME_S
+        self._token, self._token_expiry = token, expiry
+        log.debug("new Lancium access token, valid for %.0f s", expiry - now)
+
+    def _current_token(self, stale: Optional[str] = None) -> str:
+        """A token valid for at least the refresh margin; ``stale`` is one the server refused."""
+        with self._token_lock:
+            if (self._token is None or self._token == stale
+                    or time.time() + self.settings.token_margin_s >= self._token_expiry):
+                self._fetch_token()
+            assert self._token is not None
+            return self._token
+
+    def check_credentials(self) -> None:
+        """Force a token exchange (``ping``): proves the key file and the key itself are good."""
+        with self._token_lock:
+            self._fetch_token()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, headers: Mapping[str, str], *, idempotent: bool,
+              what: str, json_body: Any = None, data: Optional[bytes] = None,
+              params: Optional[Mapping[str, str]] = None,
+              allow_redirects: bool = True) -> requests.Response:
+        """One request with bounded retries for transport errors, 429 and 5xx; never raises on a status.
+
+        A request that is not idempotent (creating a job or an input) is retried only when the
+        server cannot have acted on it: connection refused, 429 or 503.
+        """
+        s = self.settings
+        url = self._base + path
+        attempts = s.retries + 1
+        retry_statuses = RETRY_STATUSES if idempotent else RETRY_STATUSES_UNSAFE
+        for attempt in range(1, attempts + 1):
+            delay = min(s.backoff_s * (2 ** (attempt - 1)), s.backoff_max_s)
+            try:
+                response = self._session.request(
+                    method, url, headers=dict(headers), json=json_body, data=data, params=params,
+                    timeout=s.timeout_s, verify=s.verify, allow_redirects=allow_redirects)
+            except requests.RequestException as e:
+                safe = idempotent or _not_sent(e)
+                reason = truncate(f"{type(e).__name__}: {e}")
+                if attempt < attempts and safe:
+                    log.info("%s %s (%s) failed, attempt #%d/%d, retrying in %.1f s: %s",
+                             method, path, what, attempt, attempts, delay, reason)
+                    self._sleep(delay)
+                    continue
+                raise _http_error(LanciumTransient,
+                                  f"cannot reach the Lancium API at {s.base_url} ({method} {path}): {reason}",
+                                  0, "") from None
+            log.debug("%s %s (%s) -> %d", method, path, what, response.status_code)
+            if response.status_code in retry_statuses and attempt < attempts:
+                delay = self._retry_after(response, delay)
+                log.info("%s %s (%s) answered %d, attempt #%d/%d, retrying in %.1f s: %s",
+                         method, path, what, response.status_code, attempt, attempts, delay,
+                         error_text(response))
+                self._sleep(delay)
+                continue
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
+
+    def _retry_after(self, response: requests.Response, default: float) -> float:
+        value = response.headers.get("Retry-After")
+        if value is None:
+            return default
+        try:
+            return max(0.0, min(float(value), self.settings.backoff_max_s))
+        except ValueError:
+            return default
+
+    def request(self, method: str, path: str, *, ok: Sequence[int] = (200,), idempotent: bool = True,
+                what: str = "", json_body: Any = None, data: Optional[bytes] = None,
+                headers: Optional[Mapping[str, str]] = None,
+                allow_redirects: bool = True) -> requests.Response:
+        """An authenticated request; returns the response if its status is in ``ok``, else raises.
+
+        A 401 makes one fresh token exchange and one more attempt (tokens can be revoked early).
+        """
+        token = self._current_token()
+        for first in (True, False):
+            all_headers = {"Authorization": f"Bearer {token}"}
+            if headers:
+                all_headers.update(headers)
+            response = self._send(method, path, all_headers, idempotent=idempotent, what=what or path,
+                                  json_body=json_body, data=data, allow_redirects=allow_redirects)
+            if response.status_code == 401 and first:
+                log.info("%s %s: access token refused, fetching a new one", method, path)
+                token = self._current_token(stale=token)
+                continue
+            if response.status_code in ok:
+                return response
+            raise translate(method, path, response)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def request_json(self, method: str, path: str, **kwargs: Any) -> Dict[str, Any]:
+        """:meth:`request`, then the body as a JSON object (empty bodies give ``{}``)."""
+        response = self.request(method, path, **kwargs)
+        if not response.content:
+            return {}
+        try:
+            body = response.json()
+        except ValueError:
+            raise _http_error(LanciumTransient,
+                              f"Lancium answered {method} {path} with a body that is not JSON: "
+                              f"{truncate(response.text)}", response.status_code, "") from None
+        if not isinstance(body, dict):
+            raise _http_error(LanciumTransient,
+                              f"Lancium answered {method} {path} with JSON that is not an object",
+                              response.status_code, "")
+        return body
+
+    # -- the operations the backend uses -------------------------------------------------------
+
+    def list_jobs(self) -> List[JobSummaryJSON]:
+        body = self.request_json("GET", "/jobs", what="list jobs")
+        jobs = body.get("jobs")
+        if not isinstance(jobs, list):
+            raise _http_error(LanciumTransient, "Lancium answered GET /jobs without a jobs list", 200, "")
+        result: List[JobSummaryJSON] = []
+        for item in jobs:
+            if isinstance(item, dict) and isinstance(item.get("id"), int) and isinstance(item.get("status"), str):
+                name = item.get("name")
+                result.append(JobSummaryJSON(id=item["id"], name=name if isinstance(name, str) else None,
+                                             status=item["status"]))
+        return result
+
+    def show_job(self, job_id: int) -> JobJSON:
+        body = self.request_json("GET", f"/jobs/{job_id}", what="show job")
+        job = body.get("job")
+        if not isinstance(job, dict):
+            raise _http_error(LanciumTransient, f"Lancium answered GET /jobs/{job_id} without a job", 200, "")
+        return job  # type: ignore[return-value]  # shape checked by the readers of each key
+
+    def create_job(self, fields: Mapping[str, Any]) -> JobJSON:
+        body = self.request_json("POST", "/jobs", ok=(200, 201), idempotent=False, what="create job",
+                                 json_body={"job": dict(fields)})
+        job = body.get("job")
+        if not isinstance(job, dict) or not isinstance(job.get("id"), int):
+            raise _http_error(LanciumTransient, "Lancium answered POST /jobs without a job id", 201, "")
+        return job  # type: ignore[return-value]
+
+    def submit_job(self, job_id: int) -> None:
+        self.request("POST", f"/jobs/{job_id}/submit", ok=(200, 202), what="submit job",
+                     headers={"Content-Type": "application/json"})
+
+    def terminate_job(self, job_id: int) -> None:
+        self.request("POST", f"/jobs/{job_id}/terminate", ok=(200, 202), what="terminate job")
+
+    def delete_job(self, job_id: int) -> None:
+        self.request("DELETE", f"/jobs/{job_id}", ok=(200, 202, 204), what="delete job")
+
+    def upload_input(self, job_id: int, name: str, content: bytes, chunk_bytes: int) -> InputFileJSON:
+        """Create a ``file`` input named ``name`` and upload ``content`` in MD5-checked chunks."""
+        body = self.request_json(
+            "POST", f"/jobs/{job_id}/data", ok=(200, 201), idempotent=False, what="add input file",
+            json_body={"input_file": {"source_type": "file", "name": name, "size": len(content),
+                                      "cache": False}})
+        record = body.get("input_file", body)
+        data_id = record.get("id") if isinstance(record, dict) else None
+        if not isinstance(data_id, int):
+            raise _http_error(LanciumTransient,
+                              f"Lancium answered POST /jobs/{job_id}/data without an input file id", 201, "")
+        # A zero-byte file is complete on creation; otherwise PATCH chunk by chunk.
+        for offset in range(0, len(content), chunk_bytes):
+            chunk = content[offset:offset + chunk_bytes]
+            self.request(
+                "PATCH", f"/jobs/{job_id}/data/{data_id}", ok=(200, 201, 202), what=f"upload {name}",
+                data=chunk, headers={"Content-Type": "application/offset+octet-stream",
+                                     "Upload-Offset": str(offset),
+                                     "Upload-Checksum": hashlib.md5(chunk).hexdigest()})
+        return InputFileJSON(id=data_id, name=name, source_type="file", upload_complete=True)
+
+    def add_url_input(self, job_id: int, name: str, url: str) -> None:
+        """An input the service fetches itself (``source_type: url``)."""
+        self.request("POST", f"/jobs/{job_id}/data", ok=(200, 201), idempotent=False,
+                     what=f"add input {name}",
+                     json_body={"input_file": {"source_type": "url", "name": name, "source": url,
+                                               "cache": False}})
+
+    def output(self, job_id: int, path: str) -> Optional[bytes]:
+        """An output file's bytes; None while the service is still preparing it (202).
+
+        204 (exists, empty) gives ``b""``; 404 raises :class:`LanciumNotFound`.
+        """
+        response = self.request("GET", f"/jobs/{job_id}/output/{path}", ok=(200, 202, 204),
+                                what=f"output {path}")
+        if response.status_code == 202:
+            return None
+        if response.status_code == 204:
+            return b""
+        return response.content
