@@ -25,7 +25,8 @@ _FALSE = {"false", "no", "0", "f", "n", "off"}
 def _condor_param() -> Mapping[str, str]:
     import htcondor2  # imported lazily: reading the config is the only thing we need it for
 
-    return htcondor2.param
+    param: Mapping[str, str] = htcondor2.param
+    return param
 
 
 class Knobs:
