@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Set
+
+import pytest
+
+from gahp.config import Knobs, ServerSettings
+from gahp.errors import ConfigError
+
+ROOT = Path(__file__).parent.parent.parent
+CONFIG_DIR = ROOT / "condor_config.d"
+KNOB = re.compile(r"\b((?:PODGAHP|K8S|LANCIUM)_[A-Z0-9_]*[A-Z0-9])\b")
+
+
+@pytest.mark.parametrize("method, value, message", [
+    ("integer", "ten", "PODGAHP_X = 'ten' is not an integer"),
+    ("integer", "0", "PODGAHP_X = 0 is below the minimum of 1"),
+    ("number", "1e", "PODGAHP_X = '1e' is not a number"),
+    ("boolean", "maybe", "PODGAHP_X = 'maybe' is not a boolean"),
+], ids=["integer", "minimum", "number", "boolean"])
+def test_bad_knob_values_name_knob_value_and_form(method: str, value: str, message: str) -> None:
+    knobs = Knobs({"PODGAHP_X": value})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        if method == "boolean":
+            knobs.boolean("PODGAHP_X", False)
+        else:
+            getattr(knobs, method)("PODGAHP_X", 5, minimum=1)
+
+
+def test_knob_reads() -> None:
+    knobs = Knobs({"A": " 12 ", "B": "", "C": "yes", "D": "a, b c", "E": "2.5"})
+    assert knobs.integer("A", 1) == 12
+    assert knobs.integer("B", 7) == 7  # empty means unset
+    assert knobs.boolean("C", False) is True
+    assert knobs.names("D", []) == ["a", "b", "c"]
+    assert knobs.number("E", 0) == 2.5
+    assert knobs.optional("MISSING") is None
+
+
+def test_server_settings_defaults_and_timeout_below_the_gridmanager() -> None:
+    settings = ServerSettings.from_knobs(Knobs({"LOG": "/var/log/condor"}), "k8s")
+    assert settings.log_file.startswith("/var/log/condor/PodgahpLog.k8s.")
+    assert settings.request_timeout_s == 240 and settings.workers == 16
+    assert settings.log_level == logging.INFO
+    short = ServerSettings.from_knobs(Knobs({"GRIDMANAGER_GAHP_CALL_TIMEOUT": "30"}), "k8s")
+    assert short.request_timeout_s < 30
+    clamped = ServerSettings.from_knobs(Knobs({"PODGAHP_REQUEST_TIMEOUT_SECONDS": "400"}), "k8s")
+    assert clamped.request_timeout_s < 300
+    with pytest.raises(ConfigError, match="PODGAHP_DEBUG"):
+        ServerSettings.from_knobs(Knobs({"PODGAHP_DEBUG": "LOUD"}), "k8s")
+
+
+def _knobs_in_code() -> Set[str]:
+    found: Set[str] = set()
+    for path in (ROOT / "gahp").rglob("*.py"):
+        if "sim" in path.parts:
+            continue  # simulators are configured by their callers, not by HTCondor config
+        text = path.read_text()
+        for literal in re.findall(r"\.(?:raw|string|optional|integer|number|boolean|names)\(\s*\"([A-Z0-9_]+)\"", text):
+            if KNOB.fullmatch(literal):
+                found.add(literal)
+    return found
+
+
+def _documented(pattern: str) -> Dict[str, str]:
+    """Knob → text of the comment block above it, for knobs set or commented out in the files."""
+    knobs: Dict[str, str] = {}
+    for path in sorted(CONFIG_DIR.glob(pattern)):
+        comment: list = []
+        for line in path.read_text().splitlines():
+            match = re.match(r"^#?\s*((?:PODGAHP|K8S|LANCIUM)_[A-Z0-9_]+)\s*=", line)
+            if match:
+                knobs.setdefault(match.group(1), " ".join(comment))
+            elif line.startswith("#"):
+                comment.append(line)
+            else:
+                comment = []
+    return knobs
+
+
+def test_every_knob_read_is_documented_in_a_defaults_file() -> None:
+    documented = _documented("*-defaults.conf")
+    missing = _knobs_in_code() - set(documented)
+    assert not missing, f"knobs read but not in condor_config.d/*-defaults.conf: {sorted(missing)}"
+    for knob, comment in documented.items():
+        assert "default" in comment.lower(), f"{knob}: its comment does not give the default"
+
+
+def test_every_knob_in_an_admin_file_exists_in_a_defaults_file() -> None:
+    defaults = set(_documented("*-defaults.conf"))
+    admin = {k for path in CONFIG_DIR.glob("*.conf") if not path.name.endswith("-defaults.conf")
+             for k in _documented(path.name)}
+    assert admin, "no admin files"
+    assert not admin - defaults, f"admin knobs unknown to the defaults: {sorted(admin - defaults)}"
+
+
+def test_htcondor_reads_the_shipped_files(tmp_path: Path) -> None:
+    config = tmp_path / "condor_config"
+    config.write_text(f"RELEASE_DIR = /usr\nBIN = /usr/bin\nLOG = {tmp_path}\n"
+                      f"LOCAL_CONFIG_DIR = {CONFIG_DIR}\n")
+    probe = ("import json, htcondor2; p = htcondor2.param; "
+             "print(json.dumps({k: p.get(k) for k in ['K8S_GAHP', 'LANCIUM_GAHP', 'PODGAHP_WORKERS']}))")
+    out = subprocess.run([sys.executable, "-c", probe], env={"CONDOR_CONFIG": str(config)},
+                         capture_output=True, text=True, check=True)
+    values = json.loads(out.stdout)
+    assert values == {"K8S_GAHP": "/usr/bin/k8s_gahp", "LANCIUM_GAHP": "/usr/bin/lancium_gahp",
+                      "PODGAHP_WORKERS": "16"}
