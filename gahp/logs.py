@@ -25,7 +25,7 @@ FORMAT = "%(asctime)s %(levelname)s [%(process)d] req=%(request_id)s job=%(job_i
 
 # Bearer tokens, API keys, passwords in URLs or key=value text.
 _SECRETS = re.compile(
-    r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?|(?:token|api[_-]?key|password|secret)[\"']?\s*[:=]\s*[\"']?)"
+    r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?|(?:token|api[_-]?key|password|secret)[\"']?\s*[:=]\s*[\"']?)"
     r"([^\s\"',;]+)")
 MASK = "***"
 
@@ -79,6 +79,7 @@ def setup(settings: ServerSettings) -> str:
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+        old.close()
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("gahp").setLevel(settings.log_level)

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from gahp import logs
+from gahp.config import Knobs, ServerSettings
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("Authorization: Bearer eyJhbGciOi.abc.def", "eyJhbGciOi.abc.def"),
+    ('{"token": "s3cr3t-value"}', "s3cr3t-value"),
+    ("api_key=K3Y123 rest", "K3Y123"),
+    ("password: hunter2", "hunter2"),
+], ids=["bearer", "json-token", "api-key", "password"])
+def test_credentials_are_masked(text: str, secret: str) -> None:
+    masked = logs.mask_secrets(text)
+    assert secret not in masked and logs.MASK in masked
+
+
+def test_lines_carry_request_and_job_ids_and_no_secrets(tmp_path: Path) -> None:
+    settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(tmp_path / "gahp.log")}), "k8s")
+    assert logs.setup(settings) == str(tmp_path / "gahp.log")
+    log = logging.getLogger("gahp.test")
+    with logs.request_context("17"):
+        logs.set_job("k8s/pilots/pilot-x")
+        log.info("calling with Bearer abc.def.ghi")
+    log.info("outside")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    lines = (tmp_path / "gahp.log").read_text().splitlines()
+    assert "req=17 job=k8s/pilots/pilot-x" in lines[0] and "abc.def.ghi" not in lines[0]
+    assert "req=- job=-" in lines[1]
+
+
+def test_an_unwritable_log_falls_back_to_stderr(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(blocker / "sub" / "log")}), "k8s")
+    assert logs.setup(settings).startswith("stderr")
