@@ -1,0 +1,49 @@
+# podgahp: `make test` runs every test, `make demo` runs a local CE on the simulated cluster.
+# Both set up everything they need on a fresh Debian machine (run as root for the HTCondor roots).
+
+PYTHON ?= python3
+VENV ?= .venv
+# The oldest kubernetes client podgahp supports (Debian trixie ships it); simulator fidelity and the
+# Kubernetes backend are tested against it as well as against the newest.
+OLDEST_K8S_CLIENT ?= 30.1.0
+VENV_OLDEST ?= .venv-k8s-oldest
+PYTEST_ARGS ?=
+
+.PHONY: test check unit oldest-client live demo system-deps rpm clean
+
+test: check unit oldest-client live
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+$(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV_OLDEST)
+	$(VENV_OLDEST)/bin/pip install -q --upgrade pip
+	$(VENV_OLDEST)/bin/pip install -q -e '.[test]' 'kubernetes==$(OLDEST_K8S_CLIENT)'
+	touch $@
+
+# mmdebstrap builds the Debian root filesystems that provide the HTCondor daemons (harness/rootfs.py).
+system-deps:
+	@command -v mmdebstrap >/dev/null || { apt-get update -q && apt-get install -y -q mmdebstrap; }
+
+check: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
+unit: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m 'not live' $(PYTEST_ARGS)
+
+oldest-client: $(VENV_OLDEST)/.installed
+	$(VENV_OLDEST)/bin/python -m pytest -m 'not live' tests/sim tests/unit/backends $(PYTEST_ARGS)
+
+live: $(VENV)/.installed system-deps
+	$(VENV)/bin/python -m pytest -m live $(PYTEST_ARGS)
+
+demo: $(VENV)/.installed system-deps
+	$(VENV)/bin/python -m demo $(DEMO_ARGS)
+
+clean:
+	rm -rf $(VENV) $(VENV_OLDEST) build dist *.egg-info
