@@ -1,0 +1,824 @@
+"""The simulated cluster behind the API: scheduler, kubelet, garbage collector and driver actions.
+
+A background loop (:meth:`Cluster.tick`, every ``SimConfig.tick_seconds``) binds pending pods to
+nodes that fit (resources, ``nodeSelector``, required node affinity, taints/tolerations) or records
+``PodScheduled=False/Unschedulable`` with the scheduler's message; runs containers through
+``ContainerCreating`` -> running -> terminated (or image-pull / config errors, OOM, deadline); carries
+out graceful deletion (SIGTERM, exit, terminal phase, removal); and deletes objects whose owners
+(``metadata.ownerReferences``) are gone.  Status values follow the table of pod failure shapes in
+``kubernetes-api.md`` §4.  How a container behaves is read from its env (see :data:`SIM_ENV`).
+
+Owns only runtime state keyed by pod uid; stores pod objects through :class:`Store` and knows
+nothing about HTTP.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Dict, List, Optional, Tuple
+
+from .admission import pod_requests
+from .config import SimConfig, SimNode, Taint
+from .images import backoff_message, image_id, invalid_name_message, normalised, parse_reference, \
+    pull_error_message
+from .quantity import format_quantity, parse_quantity
+from .store import JsonObj, Store, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+SIM_ENV = {
+    "PODGAHP_SIM_RUN_SECONDS": "seconds the container runs before exiting (default: SimConfig.run_seconds)",
+    "PODGAHP_SIM_EXIT_CODE": "exit code when it exits on its own (default 0)",
+    "PODGAHP_SIM_MEMORY_MIB": "memory it uses; above its memory limit it is OOMKilled (exit 137)",
+    "PODGAHP_SIM_LOG": "text it prints after the start line",
+    "PODGAHP_SIM_SIGTERM_SECONDS": "seconds from SIGTERM to exit (default: SimConfig.sigterm_exit_seconds)",
+    "PODGAHP_SIM_SIGTERM_EXIT_CODE": "exit code after SIGTERM (default: SimConfig.sigterm_exit_code)",
+}
+OOM_AFTER_SECONDS = 0.5
+"""A container over its memory limit is killed this long after start (or at its exit, if sooner)."""
+MAX_BACKOFF = 300.0
+TERMINAL = ("Succeeded", "Failed")
+UNKNOWN_MESSAGE = "The container could not be located when the pod was terminated"
+
+
+def _env_value(container: JsonObj, name: str) -> Optional[str]:
+    for var in container.get("env") or []:
+        if isinstance(var, dict) and var.get("name") == name and isinstance(var.get("value"), str):
+            return str(var["value"])
+    return None
+
+
+def _env_number(container: JsonObj, name: str, default: float) -> float:
+    text = _env_value(container, name)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        log.warning("ignoring %s=%r: not a number", name, text)
+        return default
+
+
+@dataclass
+class ContainerRun:
+    """Runtime state of one simulated container."""
+
+    spec: JsonObj
+    run_seconds: float
+    exit_code: int
+    memory_mib: Optional[float]
+    sigterm_seconds: float
+    sigterm_exit_code: int
+    state: str = "waiting"
+    reason: str = "ContainerCreating"
+    message: str = ""
+    started_at: Optional[float] = None
+    finished_at: Optional[float] = None
+    terminated: JsonObj = field(default_factory=dict)
+    last_state: JsonObj = field(default_factory=dict)
+    restart_count: int = 0
+    container_id: str = ""
+    next_at: float = 0.0
+    pull_failures: int = 0
+    exit_at: Optional[float] = None
+    exit_plan: Tuple[int, str] = (0, "Completed")
+    log: List[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.get("name", ""))
+
+    @property
+    def image(self) -> str:
+        return str(self.spec.get("image", ""))
+
+
+@dataclass
+class PodRun:
+    """Runtime state of one pod, keyed by uid."""
+
+    uid: str
+    namespace: str
+    name: str
+    containers: List[ContainerRun]
+    node: Optional[str] = None
+    bound_at: Optional[float] = None
+    pod_ip: str = ""
+    frozen: bool = False
+    override: Optional[Tuple[str, str, str]] = None
+    disruption: Optional[JsonObj] = None
+    sigterm_at: Optional[float] = None
+    dirty: bool = False
+    transitions: Dict[str, Tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class NodeState:
+    config: SimNode
+    allocatable: Dict[str, Fraction]
+    labels: Dict[str, str]
+    taints: List[Taint]
+    ip: str
+    lost: bool = False
+
+
+def _node_state(node: SimNode, index: int) -> NodeState:
+    labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+    labels.update(node.labels)
+    allocatable = {"cpu": parse_quantity(node.cpu), "memory": parse_quantity(node.memory),
+                   "ephemeral-storage": parse_quantity(node.ephemeral_storage), "pods": Fraction(node.pods)}
+    if node.gpus:
+        allocatable["nvidia.com/gpu"] = Fraction(node.gpus)
+    return NodeState(node, allocatable, labels, list(node.taints), "10.0.0.%d" % (10 + index))
+
+
+def _tolerates(tolerations: List[JsonObj], taint: Taint) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol.get("effect") != taint.effect:
+            continue
+        if (tol.get("operator") or "Equal") == "Exists":
+            if not tol.get("key") or tol.get("key") == taint.key:
+                return True
+        elif tol.get("key") == taint.key and (tol.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def _expression_matches(expr: JsonObj, labels: Dict[str, str]) -> bool:
+    key, op, values = expr.get("key", ""), expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and values:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def _affinity_matches(pod: JsonObj, node: NodeState) -> bool:
+    spec = pod.get("spec") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if node.labels.get(key) != value:
+            return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return True
+    for term in required.get("nodeSelectorTerms") or []:
+        exprs = term.get("matchExpressions") or []
+        fields = term.get("matchFields") or []
+        if not exprs and not fields:
+            continue
+        if all(_expression_matches(e, node.labels) for e in exprs) and all(
+                _expression_matches(f, {"metadata.name": node.config.name}) for f in fields):
+            return True
+    return False
+
+
+class Cluster:
+    """Scheduler, kubelet and garbage collector over a :class:`Store`; see the module docstring."""
+
+    def __init__(self, store: Store, config: SimConfig) -> None:
+        self.store = store
+        self.config = config
+        self.nodes: Dict[str, NodeState] = {n.name: _node_state(n, i) for i, n in enumerate(config.nodes)}
+        self.runs: Dict[str, PodRun] = {}
+        self.orphaned_since: Dict[str, float] = {}
+        self.pullable = None if config.pullable_images is None else (
+            set(config.pullable_images) | {normalised(i) for i in config.pullable_images})
+        self._ip_counter = 1
+
+    # ------------------------------------------------------------------ helpers
+
+    def _run_for(self, pod: JsonObj) -> PodRun:
+        uid = pod["metadata"]["uid"]
+        run = self.runs.get(uid)
+        if run is None:
+            containers = []
+            for spec in (pod.get("spec") or {}).get("containers") or []:
+                memory = _env_value(spec, "PODGAHP_SIM_MEMORY_MIB")
+                containers.append(ContainerRun(
+                    spec=copy.deepcopy(spec),
+                    run_seconds=_env_number(spec, "PODGAHP_SIM_RUN_SECONDS", self.config.run_seconds),
+                    exit_code=int(_env_number(spec, "PODGAHP_SIM_EXIT_CODE", 0)),
+                    memory_mib=_env_number(spec, "PODGAHP_SIM_MEMORY_MIB", 0) if memory is not None else None,
+                    sigterm_seconds=_env_number(spec, "PODGAHP_SIM_SIGTERM_SECONDS",
+                                                self.config.sigterm_exit_seconds),
+                    sigterm_exit_code=int(_env_number(spec, "PODGAHP_SIM_SIGTERM_EXIT_CODE",
+                                                      self.config.sigterm_exit_code))))
+            run = PodRun(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], containers)
+            self.runs[uid] = run
+        return run
+
+    def _write(self, pod: JsonObj) -> JsonObj:
+        return self.store.update("pods", pod)
+
+    def _pod(self, namespace: str, name: str) -> JsonObj:
+        pod = self.store.get("pods", namespace, name)
+        if pod is None:
+            raise KeyError("pod %s/%s not found" % (namespace, name))
+        return pod
+
+    def _transition(self, run: PodRun, ctype: str, status: str, now: float) -> str:
+        old = run.transitions.get(ctype)
+        if old is None or old[0] != status:
+            run.transitions[ctype] = (status, now_rfc3339(now))
+        return run.transitions[ctype][1]
+
+    # ------------------------------------------------------------------ loop
+
+    def tick(self, now: Optional[float] = None) -> None:
+        """One scheduler + kubelet + garbage-collector pass."""
+        now = time.time() if now is None else now
+        with self.store.lock:
+            pods = self.store.items("pods")
+            live = {p["metadata"]["uid"] for p in pods}
+            for uid in [u for u in self.runs if u not in live]:
+                del self.runs[uid]
+            pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")
+                       and (p.get("status") or {}).get("phase") not in TERMINAL]
+            pending.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
+                                        int(p["metadata"]["resourceVersion"])))
+            for pod in pending:
+                self._schedule(pod, now)
+            for pod in self.store.items("pods"):
+                if (pod.get("spec") or {}).get("nodeName"):
+                    self._kubelet(pod, now)
+            self._collect_garbage(now)
+
+    # ------------------------------------------------------------------ scheduler
+
+    def _used(self, node: str) -> Dict[str, Fraction]:
+        used: Dict[str, Fraction] = {"pods": Fraction(0)}
+        for pod in self.store.items("pods"):
+            if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") in TERMINAL:
+                continue
+            used["pods"] += 1
+            for name, value in pod_requests(pod).items():
+                used[name] = used.get(name, Fraction(0)) + value
+        return used
+
+    def _fit_reasons(self, pod: JsonObj, node: NodeState) -> List[str]:
+        spec = pod.get("spec") or {}
+        tolerations = spec.get("tolerations") or []
+        taints = list(node.taints)
+        if node.lost:
+            taints.insert(0, Taint("node.kubernetes.io/unreachable", "", "NoSchedule"))
+        for taint in taints:
+            if taint.effect in ("NoSchedule", "NoExecute") and not _tolerates(tolerations, taint):
+                return ["node(s) had untolerated taint {%s: %s}" % (taint.key, taint.value)]
+        if not _affinity_matches(pod, node):
+            return ["node(s) didn't match Pod's node affinity/selector"]
+        used = self._used(node.config.name)
+        reasons = []
+        if used["pods"] + 1 > node.allocatable["pods"]:
+            reasons.append("Too many pods")
+        for name, value in sorted(pod_requests(pod).items()):
+            if value <= 0:
+                continue
+            if used.get(name, Fraction(0)) + value > node.allocatable.get(name, Fraction(0)):
+                reasons.append("Insufficient %s" % name)
+        return reasons
+
+    def _schedule(self, pod: JsonObj, now: float) -> None:
+        spec = pod.get("spec") or {}
+        if spec.get("schedulerName", "default-scheduler") != "default-scheduler":
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        counts: Dict[str, int] = {}
+        chosen: Optional[NodeState] = None
+        for node in self.nodes.values():
+            reasons = self._fit_reasons(pod, node)
+            if not reasons:
+                chosen = node
+                break
+            for reason in reasons:
+                counts[reason] = counts.get(reason, 0) + 1
+        if chosen is not None:
+            self._bind(pod, chosen.config.name, now)
+            return
+        if chosen is None and len(self.nodes) > 0:
+            # framework.FitError.Error(): "<n> <reason>" strings sorted, joined by ", "
+            histogram = sorted("%d %s" % (n, reason) for reason, n in counts.items())
+            message = "0/%d nodes are available: %s." % (len(self.nodes), ", ".join(histogram))
+        else:
+            message = "no nodes available to schedule pods"
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        if current and current.get("message") == message and current.get("status") == "False":
+            return
+        new = copy.deepcopy(pod)
+        status = new.setdefault("status", {})
+        status["conditions"] = [c for c in conditions if c.get("type") != "PodScheduled"] + [{
+            "type": "PodScheduled", "status": "False", "lastProbeTime": None,
+            "lastTransitionTime": now_rfc3339(now), "reason": "Unschedulable", "message": message}]
+        self._write(new)
+
+    def _bind(self, pod: JsonObj, node: str, now: float) -> None:
+        run = self._run_for(pod)
+        new = copy.deepcopy(pod)
+        new["spec"]["nodeName"] = node
+        status = new.setdefault("status", {})
+        status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"] + [{
+            "type": "PodScheduled", "status": "True", "lastProbeTime": None,
+            "lastTransitionTime": self._transition(run, "PodScheduled", "True", now)}]
+        self._write(new)
+        self._start_kubelet(run, node, now)
+
+    def _start_kubelet(self, run: PodRun, node: str, now: float) -> None:
+        run.node = node
+        run.bound_at = now
+        run.pod_ip = "10.244.%d.%d" % (self._ip_counter // 250, 2 + self._ip_counter % 250)
+        self._ip_counter += 1
+        for container in run.containers:
+            container.next_at = now + self.config.container_create_seconds
+        run.dirty = True
+
+    # ------------------------------------------------------------------ kubelet
+
+    def _kubelet(self, pod: JsonObj, now: float) -> None:
+        run = self._run_for(pod)
+        node_name = pod["spec"]["nodeName"]
+        node = self.nodes.get(node_name)
+        if node is None or node.lost:
+            return
+        if run.node is None:
+            self._start_kubelet(run, node_name, now)
+        deleting = pod["metadata"].get("deletionTimestamp")
+        if run.frozen and not deleting:
+            self._flush(pod, run, now)
+            return
+        spec = pod.get("spec") or {}
+        if deleting:
+            self._terminate(pod, run, now)
+        else:
+            deadline = spec.get("activeDeadlineSeconds")
+            if (deadline and run.bound_at is not None and now >= run.bound_at + deadline
+                    and run.override is None and self._phase(pod, run) not in TERMINAL):
+                self._kill_all(run, now, 137, "Error")
+                run.override = ("Failed", "DeadlineExceeded",
+                                "Pod was active on the node longer than the specified deadline")
+                run.frozen = True
+            else:
+                for container in run.containers:
+                    self._step_container(pod, run, container, now)
+        pod = self._flush(pod, run, now)
+        if deleting and all(c.state == "terminated" for c in run.containers):
+            self.store.delete("pods", run.namespace, run.name)
+            self.runs.pop(run.uid, None)
+
+    def _step_container(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
+        if c.state == "waiting" and now >= c.next_at:
+            if c.reason in ("ContainerCreating", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError"):
+                self._create_container(pod, run, c, now)
+            elif c.reason == "CrashLoopBackOff":
+                self._run_container(pod, run, c, now)
+        elif c.state == "running" and c.exit_at is not None and now >= c.exit_at:
+            code, reason = c.exit_plan
+            self._finish(c, now, code, reason)
+            run.dirty = True
+            policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+            if policy == "Always" or (policy == "OnFailure" and code != 0):
+                c.restart_count += 1
+                c.last_state = {"terminated": c.terminated}
+                delay = min(MAX_BACKOFF, self.config.crash_backoff_seconds * 2 ** (c.restart_count - 1))
+                c.state, c.reason = "waiting", "CrashLoopBackOff"
+                c.message = "back-off %ds restarting failed container=%s pod=%s_%s(%s)" % (
+                    max(1, int(delay)), c.name, run.name, run.namespace, run.uid)
+                c.next_at = now + delay
+
+    def _create_container(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
+        previous = (c.reason, c.message)
+        if parse_reference(c.image) is None:
+            c.reason, c.message, c.next_at = "InvalidImageName", invalid_name_message(c.image), float("inf")
+        elif not self._pullable(c.image):
+            if c.reason == "ErrImagePull":
+                delay = min(MAX_BACKOFF, self.config.image_backoff_seconds * 2 ** max(0, c.pull_failures - 1))
+                c.reason, c.message, c.next_at = "ImagePullBackOff", backoff_message(c.image), now + delay
+            else:
+                c.pull_failures += 1
+                c.reason = "ErrImagePull"
+                c.message = "rpc error: code = NotFound desc = " + pull_error_message(c.image)
+                c.next_at = now + self.config.image_backoff_seconds / 2
+        else:
+            problem = self._config_error(pod, c)
+            if problem is None:
+                self._run_container(pod, run, c, now)
+                return
+            c.reason, c.message, c.next_at = problem[0], problem[1], now + self.config.tick_seconds
+        if (c.reason, c.message) != previous:
+            run.dirty = True
+
+    def _pullable(self, image: str) -> bool:
+        if self.pullable is not None:
+            return image in self.pullable or normalised(image) in self.pullable
+        return "does-not-exist" not in image
+
+    def _config_error(self, pod: JsonObj, c: ContainerRun) -> Optional[Tuple[str, str]]:
+        """CreateContainerConfigError for env from a missing Secret (key); a missing Secret volume
+        keeps the container in ContainerCreating (the kubelet retries the mount)."""
+        namespace = pod["metadata"]["namespace"]
+        for var in c.spec.get("env") or []:
+            ref = ((var.get("valueFrom") or {}).get("secretKeyRef")) if isinstance(var, dict) else None
+            if not ref or ref.get("optional"):
+                continue
+            secret = self.store.get("secrets", namespace, ref.get("name", ""))
+            if secret is None:
+                return "CreateContainerConfigError", 'secret "%s" not found' % ref.get("name", "")
+            if ref.get("key") not in (secret.get("data") or {}):
+                return ("CreateContainerConfigError",
+                        "couldn't find key %s in Secret %s/%s" % (ref.get("key"), namespace, ref.get("name")))
+        for volume in (pod.get("spec") or {}).get("volumes") or []:
+            secret_ref = volume.get("secret")
+            if isinstance(secret_ref, dict) and not secret_ref.get("optional") and \
+                    self.store.get("secrets", namespace, secret_ref.get("secretName", "")) is None:
+                return "ContainerCreating", ""
+        return None
+
+    def _limit_mib(self, c: ContainerRun) -> Optional[float]:
+        limit = ((c.spec.get("resources") or {}).get("limits") or {}).get("memory")
+        return None if limit is None else float(parse_quantity(limit) / 2 ** 20)
+
+    def _run_container(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
+        c.state, c.reason, c.message = "running", "", ""
+        c.started_at = now
+        c.container_id = "containerd://" + hashlib.sha256(
+            ("%s/%s/%d/%f" % (run.uid, c.name, c.restart_count, now)).encode()).hexdigest()
+        command = c.spec.get("command")
+        args = c.spec.get("args")
+        c.log.append("podgahp-sim: pod %s/%s container %s on node %s: command=%s args=%s" % (
+            run.namespace, run.name, c.name, run.node, json.dumps(command), json.dumps(args)))
+        text = _env_value(c.spec, "PODGAHP_SIM_LOG")
+        if text:
+            c.log.extend(text.splitlines())
+        limit = self._limit_mib(c)
+        if c.memory_mib is not None and limit is not None and c.memory_mib > limit:
+            c.exit_at = now + min(OOM_AFTER_SECONDS, c.run_seconds)
+            c.exit_plan = (137, "OOMKilled")
+        else:
+            c.exit_at = now + c.run_seconds
+            c.exit_plan = (c.exit_code, "Completed" if c.exit_code == 0 else "Error")
+        run.dirty = True
+
+    def _finish(self, c: ContainerRun, now: float, code: int, reason: str, message: str = "") -> None:
+        was_running = c.state == "running"
+        c.state, c.reason, c.message = "terminated", "", ""
+        c.finished_at = now
+        c.exit_at = None
+        terminated: JsonObj = {"exitCode": code, "reason": reason}
+        if message:
+            terminated["message"] = message
+        if was_running and c.started_at is not None:
+            terminated["startedAt"] = now_rfc3339(c.started_at)
+            terminated["finishedAt"] = now_rfc3339(now)
+            terminated["containerID"] = c.container_id
+            c.log.append("podgahp-sim: container %s exited with code %d (%s)" % (c.name, code, reason))
+        c.terminated = terminated
+
+    def _kill_all(self, run: PodRun, now: float, code: int, reason: str) -> None:
+        for c in run.containers:
+            if c.state == "running":
+                self._finish(c, now, code, reason)
+            elif c.state == "waiting":
+                self._finish(c, now, 137, "ContainerStatusUnknown", UNKNOWN_MESSAGE)
+        run.dirty = True
+
+    def _terminate(self, pod: JsonObj, run: PodRun, now: float) -> None:
+        """Graceful deletion: SIGTERM now, SIGKILL at the end of the grace period."""
+        grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+        if run.sigterm_at is None:
+            run.sigterm_at = now
+            for c in run.containers:
+                if c.state == "running":
+                    if c.sigterm_seconds <= grace:
+                        c.exit_at = min(c.exit_at or float("inf"), now + c.sigterm_seconds)
+                        c.exit_plan = (c.sigterm_exit_code, "Completed" if c.sigterm_exit_code == 0 else "Error")
+                    else:
+                        c.exit_at = min(c.exit_at or float("inf"), now + grace)
+                        c.exit_plan = (137, "Error")
+                elif c.state == "waiting":
+                    self._finish(c, now, 137, "ContainerStatusUnknown", UNKNOWN_MESSAGE)
+            run.dirty = True
+        for c in run.containers:
+            if c.state == "running" and c.exit_at is not None and now >= c.exit_at:
+                self._finish(c, now, *c.exit_plan)
+                run.dirty = True
+
+    # ------------------------------------------------------------------ status
+
+    def _phase(self, pod: JsonObj, run: PodRun) -> str:
+        if run.override is not None:
+            return run.override[0]
+        policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
+        states = [c.state for c in run.containers]
+        if states and all(s == "terminated" for s in states):
+            codes = [int(c.terminated.get("exitCode", 0)) for c in run.containers]
+            if policy == "Never" or pod["metadata"].get("deletionTimestamp"):
+                return "Succeeded" if all(code == 0 for code in codes) else "Failed"
+            if policy == "OnFailure" and all(code == 0 for code in codes):
+                return "Succeeded"
+        if any(s != "waiting" or c.restart_count for s, c in zip(states, run.containers)):
+            return "Running"
+        return "Pending"
+
+    def _container_status(self, c: ContainerRun, phase: str) -> JsonObj:
+        ready = c.state == "running" and phase == "Running"
+        status: JsonObj = {"name": c.name, "image": normalised(c.image),
+                           "imageID": image_id(c.image) if c.started_at is not None else "",
+                           "ready": ready, "restartCount": c.restart_count, "started": c.state == "running"}
+        if c.container_id and (c.state != "waiting" or c.restart_count):
+            status["containerID"] = c.container_id
+        if c.state == "running":
+            status["state"] = {"running": {"startedAt": now_rfc3339(c.started_at)}}
+        elif c.state == "terminated":
+            status["state"] = {"terminated": dict(c.terminated)}
+        else:
+            waiting = {"reason": c.reason}
+            if c.message:
+                waiting["message"] = c.message
+            status["state"] = {"waiting": waiting}
+        status["lastState"] = copy.deepcopy(c.last_state)
+        return status
+
+    def _render(self, pod: JsonObj, run: PodRun, now: float) -> JsonObj:
+        old = pod.get("status") or {}
+        phase = self._phase(pod, run)
+        statuses = [self._container_status(c, phase) for c in run.containers]
+        unready = [s["name"] for s in statuses if not s["ready"]]
+        status: JsonObj = {"phase": phase}
+        if run.override is not None and run.override[1]:
+            status["reason"], status["message"] = run.override[1], run.override[2]
+        conditions: List[JsonObj] = []
+        if run.disruption is not None:
+            conditions.append(dict(run.disruption))
+
+        def cond(ctype: str, value: str, reason: str = "", message: str = "") -> None:
+            entry: JsonObj = {"type": ctype, "status": value, "lastProbeTime": None,
+                              "lastTransitionTime": self._transition(run, ctype, value, now)}
+            if reason:
+                entry["reason"] = reason
+            if message:
+                entry["message"] = message
+            conditions.append(entry)
+
+        sandbox = phase not in TERMINAL and not run.frozen
+        cond("PodReadyToStartContainers", "True" if sandbox else "False")
+        cond("Initialized", "True")
+        if phase in TERMINAL:
+            why = "PodCompleted" if phase == "Succeeded" else "PodFailed"
+            cond("Ready", "False", why)
+            cond("ContainersReady", "False", why)
+        elif unready or phase != "Running":
+            message = "containers with unready status: [%s]" % " ".join(unready)
+            cond("Ready", "False", "ContainersNotReady", message)
+            cond("ContainersReady", "False", "ContainersNotReady", message)
+        else:
+            cond("Ready", "True")
+            cond("ContainersReady", "True")
+        cond("PodScheduled", "True")
+        status["conditions"] = conditions
+        node = self.nodes.get(run.node or "")
+        if node is not None:
+            status["hostIP"] = node.ip
+            status["hostIPs"] = [{"ip": node.ip}]
+        if run.pod_ip:
+            status["podIP"] = run.pod_ip
+            status["podIPs"] = [{"ip": run.pod_ip}]
+        status["startTime"] = now_rfc3339(run.bound_at)
+        status["containerStatuses"] = statuses
+        status["qosClass"] = old.get("qosClass", "BestEffort")
+        return status
+
+    def _flush(self, pod: JsonObj, run: PodRun, now: float) -> JsonObj:
+        if not run.dirty:
+            return pod
+        run.dirty = False
+        status = self._render(pod, run, now)
+        if status == pod.get("status"):
+            return pod
+        new = copy.deepcopy(pod)
+        new["status"] = status
+        return self._write(new)
+
+    # ------------------------------------------------------------------ garbage collector
+
+    def _collect_garbage(self, now: float) -> None:
+        known = {"Pod", "Secret"}
+        for resource in ("secrets", "pods"):
+            for obj in self.store.items(resource):
+                refs = obj["metadata"].get("ownerReferences") or []
+                uid = obj["metadata"]["uid"]
+                if not refs or any(r.get("kind") not in known or self.store.by_uid(r.get("uid", "")) is not None
+                                   for r in refs):
+                    self.orphaned_since.pop(uid, None)
+                    continue
+                since = self.orphaned_since.setdefault(uid, now)
+                if now - since >= self.config.gc_seconds:
+                    self.orphaned_since.pop(uid, None)
+                    log.debug("garbage-collecting %s %s/%s", resource, obj["metadata"].get("namespace"),
+                              obj["metadata"]["name"])
+                    self.store.delete(resource, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+    # ------------------------------------------------------------------ driver actions
+
+    def evict(self, namespace: str, name: str, resource: str = "memory") -> JsonObj:
+        """Kubelet node-pressure eviction: Failed/Evicted, DisruptionTarget=True (TerminationByKubelet)."""
+        with self.store.lock:
+            pod = self._pod(namespace, name)
+            run = self._run_for(pod)
+            now = time.time()
+            c = run.containers[0] if run.containers else None
+            usage = format_quantity(Fraction(int((c.memory_mib or 1024) if c else 1024) * 2 ** 20), True)
+            request = ((c.spec.get("resources") or {}).get("requests") or {}).get(resource, "0") if c else "0"
+            message = ("The node was low on resource: %s. Threshold quantity: 100Mi, available: 51200Ki. "
+                       % resource)
+            if c is not None:
+                message += "Container %s was using %s, request is %s, has larger consumption of %s. " % (
+                    c.name, usage, request, resource)
+            for container in run.containers:
+                if container.state != "terminated":
+                    self._finish(container, now, 137, "ContainerStatusUnknown" if resource == "memory" else "Error",
+                                 UNKNOWN_MESSAGE if resource == "memory" else "")
+            run.override = ("Failed", "Evicted", message)
+            run.disruption = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                              "lastTransitionTime": now_rfc3339(now), "reason": "TerminationByKubelet",
+                              "message": message}
+            run.frozen = True
+            run.dirty = True
+            return self._flush(pod, run, now)
+
+    def preempt(self, namespace: str, name: str) -> JsonObj:
+        """Scheduler preemption: DisruptionTarget=True (PreemptionByScheduler), then graceful deletion."""
+        with self.store.lock:
+            pod = self._pod(namespace, name)
+            run = self._run_for(pod)
+            now = time.time()
+            run.disruption = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                              "lastTransitionTime": now_rfc3339(now), "reason": "PreemptionByScheduler",
+                              "message": "%s: preempting to accommodate a higher priority pod"
+                              % pod["spec"].get("schedulerName", "default-scheduler")}
+            run.dirty = True
+            if run.node is None:
+                self._flush(pod, run, now)
+                return self.store.delete("pods", namespace, name) or pod
+            pod = self._flush(pod, run, now)
+            return self.graceful_delete(pod, int(pod["spec"].get("terminationGracePeriodSeconds", 30)), now)
+
+    def graceful_delete(self, pod: JsonObj, grace: int, now: float) -> JsonObj:
+        """Set deletionTimestamp (+ grace) and let the kubelet finish; used by the DELETE route too."""
+        new = copy.deepcopy(pod)
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp"):
+            old_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
+            if grace >= old_grace:
+                return pod
+        meta["deletionTimestamp"] = now_rfc3339(now + grace)
+        meta["deletionGracePeriodSeconds"] = grace
+        run = self.runs.get(meta["uid"])
+        if run is not None and run.sigterm_at is not None:
+            for c in run.containers:
+                if c.state == "running" and c.exit_at is not None:
+                    if c.exit_at > now + grace:
+                        c.exit_at, c.exit_plan = now + grace, (137, "Error")
+        return self._write(new)
+
+    def node_lost(self, namespace: str, name: str) -> JsonObj:
+        """The pod's node stops reporting: its pods keep their phase, get NodeLost and Ready=False."""
+        with self.store.lock:
+            pod = self._pod(namespace, name)
+            node_name = pod["spec"].get("nodeName")
+            if not node_name or node_name not in self.nodes:
+                raise ValueError("pod %s/%s is not bound to a node" % (namespace, name))
+            self.nodes[node_name].lost = True
+            now = time.time()
+            result = pod
+            for other in self.store.items("pods"):
+                if other["spec"].get("nodeName") != node_name:
+                    continue
+                run = self._run_for(other)
+                phase = (other.get("status") or {}).get("phase", "Pending")
+                if phase in TERMINAL:
+                    continue
+                new = copy.deepcopy(other)
+                status = new.setdefault("status", {})
+                status["reason"] = "NodeLost"
+                status["message"] = "Node %s which was running pod %s is unresponsive" % (node_name, other[
+                    "metadata"]["name"])
+                for c in status.get("conditions") or []:
+                    if c.get("type") in ("Ready", "ContainersReady"):
+                        c["status"] = "False"
+                        c["lastTransitionTime"] = now_rfc3339(now)
+                for cs in status.get("containerStatuses") or []:
+                    cs["ready"] = False
+                run.frozen = True
+                written = self._write(new)
+                if other["metadata"]["name"] == name and other["metadata"]["namespace"] == namespace:
+                    result = written
+            return result
+
+    def node_recovered(self, node: str) -> None:
+        """Undo :meth:`node_lost`: the kubelet reports again (pods stay as they were)."""
+        with self.store.lock:
+            self.nodes[node].lost = False
+
+    def set_phase(self, namespace: str, name: str, phase: str, reason: str = "", message: str = "",
+                  exit_code: Optional[int] = None) -> JsonObj:
+        """Force a phase.  Terminal phases terminate the containers (exit code 0 / 1 unless given)."""
+        with self.store.lock:
+            pod = self._pod(namespace, name)
+            run = self._run_for(pod)
+            now = time.time()
+            if run.node is None and pod["spec"].get("nodeName"):
+                self._start_kubelet(run, pod["spec"]["nodeName"], now)
+            if phase in TERMINAL:
+                code = exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1)
+                for c in run.containers:
+                    if c.state != "terminated":
+                        if c.state == "waiting" and c.started_at is None:
+                            c.started_at = now
+                            c.state = "running"
+                        self._finish(c, now, code, "Completed" if code == 0 else "Error")
+                run.frozen = True
+            elif phase == "Running":
+                for c in run.containers:
+                    if c.state == "waiting":
+                        self._run_container(pod, run, c, now)
+            else:
+                run.frozen = True
+            run.override = (phase, reason, message) if phase != "Running" else None
+            run.dirty = True
+            if run.node is None:
+                new = copy.deepcopy(pod)
+                new.setdefault("status", {}).update({"phase": phase})
+                if reason:
+                    new["status"]["reason"], new["status"]["message"] = reason, message
+                return self._write(new)
+            return self._flush(pod, run, now)
+
+    def exit_now(self, namespace: str, name: str, exit_code: int = 0) -> None:
+        """Make the running containers of the pod exit at the next tick with this code."""
+        with self.store.lock:
+            run = self._run_for(self._pod(namespace, name))
+            for c in run.containers:
+                c.exit_code = exit_code
+                if c.state == "running":
+                    c.exit_at = time.time()
+                    c.exit_plan = (exit_code, "Completed" if exit_code == 0 else "Error")
+                else:
+                    c.run_seconds = 0.0
+
+    def logs(self, uid: str, container: str) -> Optional[List[str]]:
+        run = self.runs.get(uid)
+        if run is None:
+            return None
+        for c in run.containers:
+            if c.name == container:
+                return list(c.log)
+        return None
+
+    def container_waiting(self, uid: str, container: str) -> Optional[str]:
+        """The waiting reason of a container that never started, else ``None``."""
+        run = self.runs.get(uid)
+        if run is None:
+            return "ContainerCreating"
+        for c in run.containers:
+            if c.name == container and c.started_at is None and c.state == "waiting":
+                return c.reason
+        return None
+
+    def node_objects(self) -> List[JsonObj]:
+        """Node API objects (read-only view)."""
+        result = []
+        for node in self.nodes.values():
+            capacity = {k: format_quantity(v, k in ("memory", "ephemeral-storage")) for k, v in
+                        node.allocatable.items()}
+            ready = "Unknown" if node.lost else "True"
+            result.append({
+                "metadata": {"name": node.config.name, "labels": dict(node.labels),
+                             "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, node.config.name)),
+                             "resourceVersion": "1", "creationTimestamp": "2024-01-01T00:00:00Z"},
+                "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]
+                         + ([{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}] if node.lost else [])},
+                "status": {"capacity": capacity, "allocatable": dict(capacity),
+                           "conditions": [{"type": "Ready", "status": ready,
+                                           "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown"}],
+                           "addresses": [{"type": "InternalIP", "address": node.ip},
+                                         {"type": "Hostname", "address": node.config.name}]},
+            })
+        return result

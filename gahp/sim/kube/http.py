@@ -1,0 +1,821 @@
+"""REST routes of the simulated API server over ``http.server``: auth, RBAC, fault injection,
+request log, and the pod/secret/namespace/node/priority-class/access-review endpoints.
+
+:class:`Api` turns one request into a :class:`Reply` (or a stream of watch events / log lines);
+:class:`Handler` moves bytes.  Owns the mutable runtime settings (token, RBAC denials, quota,
+namespaces, faults) and the request log; must not know how the cluster schedules or runs pods beyond
+the :class:`Cluster` driver methods.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+import select
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
+from urllib.parse import parse_qs, urlsplit
+
+from . import admission
+from .cluster import TERMINAL, Cluster
+from .config import PodQuota, RbacRule, SimConfig
+from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, \
+    method_not_allowed, no_route, not_found, status_body, unauthorized, unsupported_media
+from .patch import PATCH_TYPES, PatchError, apply_patch
+from .selectors import FieldSelector, LabelSelector, SelectorError
+from .store import JsonObj, Store, WatchStream, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+KINDS = {"pods": "Pod", "secrets": "Secret"}
+UPDATE_FORBIDDEN = ("pod updates may not change fields other than `spec.containers[*].image`,"
+                    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions "
+                    "to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
+                    "was previously negative)")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the server saw it (query values: the last one of each name)."""
+
+    method: str
+    path: str
+    query: Mapping[str, str]
+    status: int
+    headers: Mapping[str, str]
+
+
+@dataclass
+class Fault:
+    """Answer the next ``count`` requests matching ``method``/``path`` (regexes) with ``status``.
+
+    ``delay`` seconds are slept first; with ``status`` 0 the request is then served normally.
+    """
+
+    method: Pattern[str]
+    path: Pattern[str]
+    status: int
+    count: int
+    body: Optional[JsonObj] = None
+    retry_after: Optional[int] = None
+    delay: float = 0.0
+    hits: int = 0
+
+
+@dataclass
+class Reply:
+    code: int
+    body: Union[JsonObj, str, None] = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    stream: Optional[Iterator[Optional[bytes]]] = None
+
+
+def _fault_body(status: int, retry_after: Optional[int]) -> JsonObj:
+    if status == 429:
+        details: JsonObj = {"retryAfterSeconds": retry_after or 1} if retry_after else {}
+        return status_body(429, "TooManyRequests", "Too many requests, please try again later.", details)
+    if status == 500:
+        return status_body(500, "InternalError", "Internal error occurred: injected fault",
+                           {"causes": [{"message": "injected fault"}]})
+    if status == 503:
+        return status_body(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+    if status == 504:
+        return status_body(504, "Timeout", "the server was unable to return a response in the time allotted, "
+                                           "but may still be processing the request")
+    reasons = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
+               410: "Expired", 422: "Invalid"}
+    return status_body(status, reasons.get(status, "InternalError"), "injected fault")
+
+
+def _truthy(value: Optional[str]) -> bool:
+    return value is not None and value.lower() in ("true", "1")
+
+
+def _int_param(query: Mapping[str, str], name: str) -> Optional[int]:
+    if name not in query or query[name] == "":
+        return None
+    try:
+        return int(query[name])
+    except ValueError:
+        raise bad_request('strconv.ParseInt: parsing "%s": invalid syntax' % query[name]) from None
+
+
+class Api:
+    """The request logic; thread-safe through the store lock."""
+
+    def __init__(self, store: Store, cluster: Cluster, config: SimConfig) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.config = config
+        self.token: Optional[str] = config.token
+        self.namespaces: Dict[str, JsonObj] = {}
+        for ns in config.namespaces:
+            self.add_namespace(ns)
+        self.priority_classes: Dict[str, int] = dict(config.priority_classes)
+        self.rbac_deny: List[RbacRule] = list(config.rbac_deny)
+        self.quota: Optional[PodQuota] = config.quota
+        self.faults: List[Fault] = []
+        self.requests: List[RequestRecord] = []
+        self.request_lock = threading.Lock()
+        self.server_address = "127.0.0.1:0"
+
+    def add_namespace(self, name: str) -> None:
+        self.namespaces[name] = {
+            "kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1",
+                         "creationTimestamp": now_rfc3339(), "labels": {"kubernetes.io/metadata.name": name}},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+    # ------------------------------------------------------------------ entry point
+
+    def take_fault(self, method: str, path: str) -> Optional[Fault]:
+        with self.request_lock:
+            for fault in self.faults:
+                if fault.count > 0 and fault.method.fullmatch(method) and fault.path.search(path):
+                    fault.count -= 1
+                    fault.hits += 1
+                    return fault
+        return None
+
+    def handle(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
+               body: bytes) -> Reply:
+        fault = self.take_fault(method, path)
+        if fault is not None:
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.status:
+                extra = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
+                return Reply(fault.status, fault.body or _fault_body(fault.status, fault.retry_after), extra)
+        try:
+            if self.token is not None:
+                auth = headers.get("authorization", "")
+                scheme, _, token = auth.partition(" ")
+                if scheme.lower() != "bearer" or token.strip() != self.token:
+                    raise unauthorized()
+            return self.route(method, path.rstrip("/") or "/", query, headers, body)
+        except ApiError as e:
+            return Reply(e.code, e.body, e.headers)
+
+    # ------------------------------------------------------------------ routing
+
+    def route(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
+              body: bytes) -> Reply:
+        parts = path.strip("/").split("/")
+        if path == "/version":
+            return Reply(200, self.version())
+        if path in ("/api", "/apis") or path.startswith("/api/v1") and len(parts) == 2 or \
+                path.startswith("/apis/") and len(parts) == 3:
+            if method != "GET":
+                raise method_not_allowed()
+            return Reply(200, self.discovery(path))
+        if parts[:3] == ["apis", "scheduling.k8s.io", "v1"] and len(parts) in (4, 5) and parts[3] == "priorityclasses":
+            return self.priority_class_route(method, parts[4] if len(parts) == 5 else None, query)
+        if parts[:4] == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] and len(parts) == 4:
+            if method != "POST":
+                raise method_not_allowed()
+            return self.access_review(body)
+        if parts[:2] != ["api", "v1"] or len(parts) < 3:
+            raise no_route()
+        rest = parts[2:]
+        if rest[0] in ("pods", "secrets", "events") and len(rest) == 1:
+            if method != "GET":
+                raise method_not_allowed()
+            return self.collection(method, rest[0], None, query, headers, body)
+        if rest[0] == "nodes":
+            return self.nodes_route(method, rest[1] if len(rest) > 1 else None, query)
+        if rest[0] != "namespaces":
+            raise no_route()
+        if len(rest) == 1:
+            self.authorize("list" if method == "GET" else method.lower(), "namespaces", None, "")
+            if method != "GET":
+                raise method_not_allowed()
+            return Reply(200, {"kind": "NamespaceList", "apiVersion": "v1",
+                               "metadata": {"resourceVersion": str(self.store.rv)},
+                               "items": [self._bare(n) for _, n in sorted(self.namespaces.items())]})
+        namespace = rest[1]
+        if len(rest) == 2:
+            self.authorize("get", "namespaces", namespace, namespace)
+            if method != "GET":
+                raise method_not_allowed()
+            if namespace not in self.namespaces:
+                raise not_found("namespaces", namespace)
+            return Reply(200, copy.deepcopy(self.namespaces[namespace]))
+        resource = rest[2]
+        if resource not in ("pods", "secrets", "events"):
+            raise no_route()
+        if len(rest) == 3:
+            return self.collection(method, resource, namespace, query, headers, body)
+        name = rest[3]
+        if resource == "events":
+            raise not_found("events", name)
+        if len(rest) == 4:
+            return self.item(method, resource, namespace, name, query, headers, body)
+        if len(rest) == 5 and resource == "pods" and rest[4] in ("status", "log"):
+            if rest[4] == "log":
+                self.authorize("get", "pods/log", namespace, name)
+                if method != "GET":
+                    raise method_not_allowed()
+                return self.pod_log(namespace, name, query)
+            return self.item(method, resource, namespace, name, query, headers, body, subresource="status")
+        raise no_route()
+
+    # ------------------------------------------------------------------ auth
+
+    def authorize(self, verb: str, resource: str, namespace: Optional[str], name: str) -> None:
+        if not self.denied(verb, resource, namespace):
+            return
+        base, _, _ = resource.partition("/")
+        group = "scheduling.k8s.io" if base == "priorityclasses" else (
+            "authorization.k8s.io" if base == "selfsubjectaccessreviews" else "")
+        scope = 'in the namespace "%s"' % namespace if namespace else "at the cluster scope"
+        raise forbidden(base, name, 'User "%s" cannot %s resource "%s" in API group "%s" %s'
+                        % (self.config.user, verb, resource, group, scope), group)
+
+    def denied(self, verb: str, resource: str, namespace: Optional[str]) -> bool:
+        return any(rule.verb in (verb, "*") and rule.resource in (resource, "*")
+                   and (rule.namespace is None or rule.namespace == namespace) for rule in self.rbac_deny)
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _bare(obj: JsonObj) -> JsonObj:
+        item = copy.deepcopy(obj)
+        item.pop("kind", None)
+        item.pop("apiVersion", None)
+        return item
+
+    @staticmethod
+    def _typed(resource: str, obj: JsonObj) -> JsonObj:
+        out: JsonObj = {"kind": KINDS.get(resource, ""), "apiVersion": "v1"}
+        out.update(copy.deepcopy(obj))
+        return out
+
+    @staticmethod
+    def _decode(body: bytes) -> Any:
+        if not body.strip():
+            raise bad_request("Object 'Kind' is missing in ''")
+        try:
+            return json.loads(body.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise bad_request("couldn't get version/kind; json parse error: %s" % e) from None
+
+    def _matcher(self, resource: str, namespace: Optional[str],
+                 query: Mapping[str, str]) -> Callable[[JsonObj], bool]:
+        try:
+            labels = LabelSelector.parse(query.get("labelSelector", ""))
+            fields = FieldSelector.parse(query.get("fieldSelector", ""), resource)
+        except SelectorError as e:
+            raise bad_request(str(e)) from None
+
+        def matches(obj: JsonObj) -> bool:
+            meta = obj["metadata"]
+            return ((namespace is None or meta.get("namespace") == namespace)
+                    and labels.matches(meta.get("labels")) and fields.matches(obj))
+        return matches
+
+    def version(self) -> JsonObj:
+        major, minor = self.config.git_version.lstrip("v").split(".")[:2]
+        return {"major": major, "minor": minor, "gitVersion": self.config.git_version,
+                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+                "buildDate": "2024-04-17T17:27:03Z", "goVersion": "go1.22.2", "compiler": "gc",
+                "platform": "linux/amd64"}
+
+    def discovery(self, path: str) -> JsonObj:
+        def res(name: str, kind: str, namespaced: bool, verbs: List[str], singular: str = "") -> JsonObj:
+            return {"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs}
+
+        crud = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}]}
+        if path == "/api/v1":
+            return {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                res("namespaces", "Namespace", False, ["get", "list"], "namespace"),
+                res("nodes", "Node", False, ["get", "list"], "node"),
+                res("pods", "Pod", True, crud, "pod"),
+                res("pods/log", "Pod", True, ["get"]),
+                res("pods/status", "Pod", True, ["get", "patch", "update"]),
+                res("secrets", "Secret", True, crud, "secret"),
+                res("events", "Event", True, ["list"], "event")]}
+        groups = {"scheduling.k8s.io": [res("priorityclasses", "PriorityClass", False, ["get", "list"],
+                                            "priorityclass")],
+                  "authorization.k8s.io": [res("selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
+                                               ["create"], "selfsubjectaccessreview")]}
+        if path == "/apis":
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+                {"name": g, "versions": [{"groupVersion": g + "/v1", "version": "v1"}],
+                 "preferredVersion": {"groupVersion": g + "/v1", "version": "v1"}} for g in sorted(groups)]}
+        parts = path.strip("/").split("/")
+        if parts[1] in groups and parts[2] == "v1":
+            return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": parts[1] + "/v1",
+                    "resources": groups[parts[1]]}
+        raise no_route()
+
+    # ------------------------------------------------------------------ cluster-scoped objects
+
+    def priority_class_route(self, method: str, name: Optional[str], query: Mapping[str, str]) -> Reply:
+        self.authorize("get" if name else "list", "priorityclasses", None, name or "")
+        if method != "GET":
+            raise method_not_allowed()
+
+        def obj(pc: str) -> JsonObj:
+            return {"kind": "PriorityClass", "apiVersion": "scheduling.k8s.io/v1",
+                    "metadata": {"name": pc, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, pc)), "resourceVersion": "1",
+                                 "creationTimestamp": "2024-01-01T00:00:00Z"},
+                    "value": self.priority_classes[pc], "globalDefault": False,
+                    "preemptionPolicy": "PreemptLowerPriority", "description": ""}
+        if name is None:
+            return Reply(200, {"kind": "PriorityClassList", "apiVersion": "scheduling.k8s.io/v1",
+                               "metadata": {"resourceVersion": str(self.store.rv)},
+                               "items": [obj(pc) for pc in sorted(self.priority_classes)]})
+        if name not in self.priority_classes:
+            raise not_found("priorityclasses", name, "scheduling.k8s.io")
+        return Reply(200, obj(name))
+
+    def nodes_route(self, method: str, name: Optional[str], query: Mapping[str, str]) -> Reply:
+        self.authorize("get" if name else "list", "nodes", None, name or "")
+        if method != "GET":
+            raise method_not_allowed()
+        with self.store.lock:
+            nodes = self.cluster.node_objects()
+        if name is None:
+            return Reply(200, {"kind": "NodeList", "apiVersion": "v1",
+                               "metadata": {"resourceVersion": str(self.store.rv)}, "items": nodes})
+        for node in nodes:
+            if node["metadata"]["name"] == name:
+                return Reply(200, dict({"kind": "Node", "apiVersion": "v1"}, **node))
+        raise not_found("nodes", name)
+
+    def access_review(self, body: bytes) -> Reply:
+        review = self._decode(body)
+        if not isinstance(review, dict) or not isinstance(review.get("spec"), dict):
+            raise bad_request("SelfSubjectAccessReview in version \"v1\" cannot be handled")
+        attrs = review["spec"].get("resourceAttributes")
+        allowed = True
+        if isinstance(attrs, dict):
+            resource = attrs.get("resource", "")
+            if attrs.get("subresource"):
+                resource += "/" + attrs["subresource"]
+            allowed = not self.denied(attrs.get("verb", ""), resource, attrs.get("namespace") or None)
+        return Reply(201, {"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                           "metadata": {"creationTimestamp": None}, "spec": review["spec"],
+                           "status": {"allowed": allowed}})
+
+    # ------------------------------------------------------------------ collections
+
+    def collection(self, method: str, resource: str, namespace: Optional[str], query: Mapping[str, str],
+                   headers: Mapping[str, str], body: bytes) -> Reply:
+        if method == "GET":
+            watching = _truthy(query.get("watch"))
+            self.authorize("watch" if watching else "list", resource, namespace, "")
+            if watching:
+                return self.watch(resource, namespace, query)
+            return self.list(resource, namespace, query)
+        if method == "POST" and namespace is not None and resource != "events":
+            self.authorize("create", resource, namespace, "")
+            return self.create(resource, namespace, query, body)
+        if method == "DELETE" and namespace is not None and resource != "events":
+            self.authorize("deletecollection", resource, namespace, "")
+            matches = self._matcher(resource, namespace, query)
+            options = self._delete_options(query, body)
+            deleted = []
+            with self.store.lock:
+                for obj in self.store.items(resource, namespace):
+                    if matches(obj):
+                        deleted.append(self._bare(self._delete(resource, obj, options, query)))
+            return Reply(200, {"kind": KINDS[resource] + "List", "apiVersion": "v1",
+                               "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+        raise method_not_allowed()
+
+    def list(self, resource: str, namespace: Optional[str], query: Mapping[str, str]) -> Reply:
+        matches = self._matcher(resource, namespace, query)
+        limit = _int_param(query, "limit")
+        start = query.get("continue", "")
+        with self.store.lock:
+            if resource == "events":
+                items: List[JsonObj] = []
+            else:
+                items = [self._bare(o) for o in self.store.items(resource, namespace) if matches(o)]
+            rv = str(self.store.rv)
+        meta: JsonObj = {"resourceVersion": rv}
+        if start:
+            items = [o for o in items if (o["metadata"]["namespace"], o["metadata"]["name"]) >
+                     tuple(json.loads(start))] if start.startswith("[") else []
+        if limit and limit > 0 and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            meta["continue"] = json.dumps([last["namespace"], last["name"]], separators=(",", ":"))
+            meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        kind = {"pods": "PodList", "secrets": "SecretList", "events": "EventList"}[resource]
+        return Reply(200, {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items})
+
+    def watch(self, resource: str, namespace: Optional[str], query: Mapping[str, str]) -> Reply:
+        matches = self._matcher(resource, namespace, query)
+        rv_text = query.get("resourceVersion", "")
+        since: Optional[int] = None
+        if rv_text not in ("", "0"):
+            try:
+                since = int(rv_text)
+            except ValueError:
+                raise bad_request('resourceVersion: Invalid value: "%s": must be a valid resource version'
+                                  % rv_text) from None
+        timeout = _int_param(query, "timeoutSeconds")
+        limit = float(timeout) if timeout and timeout > 0 else self.config.watch_max_seconds
+        kind = KINDS.get(resource, "Event")
+        stream = WatchStream(self.store, resource, matches, since, time.monotonic() + limit,
+                             kind if _truthy(query.get("allowWatchBookmarks")) else None, self.config.bookmark_seconds)
+
+        def lines() -> Iterator[Optional[bytes]]:
+            for item in stream:
+                if item is None:
+                    yield None
+                    continue
+                etype, obj = item
+                if etype not in ("ERROR", "BOOKMARK"):
+                    obj = self._typed(resource, obj)
+                yield (json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n").encode()
+        return Reply(200, None, {"Content-Type": "application/json"}, lines())
+
+    # ------------------------------------------------------------------ create
+
+    def create(self, resource: str, namespace: str, query: Mapping[str, str], body: bytes) -> Reply:
+        kind = KINDS[resource]
+        obj = self._decode(body)
+        admission.check_decodable(kind, obj)
+        if obj.get("kind") not in (None, "", kind) or obj.get("apiVersion") not in (None, "", "v1"):
+            raise bad_request("the API version in the data (%s) does not match the expected API version (v1)"
+                              % obj.get("apiVersion") if obj.get("apiVersion") not in (None, "", "v1") else
+                              "%s in version \"v1\" cannot be handled as a %s: no kind \"%s\" is registered"
+                              % (kind, kind, obj.get("kind")))
+        meta = obj.get("metadata") or {}
+        obj["metadata"] = meta
+        if meta.get("namespace") and meta["namespace"] != namespace:
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        with self.store.lock:
+            if namespace not in self.namespaces:
+                raise not_found("namespaces", namespace)
+            meta["namespace"] = namespace
+            for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
+                        "deletionGracePeriodSeconds", "selfLink"):
+                meta.pop(key, None)
+            if resource == "pods":
+                admission.admit_priority(obj, self.priority_classes)
+            if not meta.get("name") and meta.get("generateName"):
+                for _ in range(8):
+                    meta["name"] = admission.generate_name(meta["generateName"])
+                    if self.store.get(resource, namespace, meta["name"]) is None:
+                        break
+            if resource == "pods":
+                obj.pop("status", None)
+                admission.default_pod(obj, admission.generate_name("")[:5], self.config.toleration_seconds)
+                errors = admission.pod_errors(obj)
+            else:
+                admission.normalise_secret(obj)
+                errors = admission.secret_errors(obj)
+            if errors:
+                raise invalid(kind, str(meta.get("name") or ""), errors)
+            if resource == "pods":
+                others = [p for p in self.store.items("pods", namespace)
+                          if (p.get("status") or {}).get("phase") not in TERMINAL]
+                admission.check_quota(obj, self.quota, others)
+            if self.store.get(resource, namespace, meta["name"]) is not None:
+                raise already_exists(resource, meta["name"])
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_rfc3339()
+            if resource == "pods":
+                meta["generation"] = 1
+                obj["status"] = {"phase": "Pending", "qosClass": admission.qos_class(obj)}
+            obj.pop("kind", None)
+            obj.pop("apiVersion", None)
+            if query.get("dryRun"):
+                return Reply(201, self._typed(resource, obj))
+            self.store.create(resource, obj)
+            return Reply(201, self._typed(resource, obj))
+
+    # ------------------------------------------------------------------ items
+
+    def item(self, method: str, resource: str, namespace: str, name: str, query: Mapping[str, str],
+             headers: Mapping[str, str], body: bytes, subresource: str = "") -> Reply:
+        verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+        if verb is None or (subresource and method == "DELETE"):
+            raise method_not_allowed()
+        self.authorize(verb, resource + ("/" + subresource if subresource else ""), namespace, name)
+        with self.store.lock:
+            current = self.store.get(resource, namespace, name)
+            if current is None:
+                raise not_found(resource, name)
+            if method == "GET":
+                return Reply(200, self._typed(resource, current))
+            if method == "DELETE":
+                options = self._delete_options(query, body)
+                return Reply(200, self._typed(resource, self._delete(resource, current, options, query)))
+            if method == "PUT":
+                new = self._decode(body)
+                admission.check_decodable(KINDS[resource], new)
+            else:
+                content_type = headers.get("content-type", "application/strategic-merge-patch+json")
+                content_type = content_type.split(";")[0].strip().lower()
+                if content_type not in PATCH_TYPES:
+                    raise unsupported_media()
+                patch = self._decode(body)
+                try:
+                    new = apply_patch(content_type, self._typed(resource, current), patch)
+                except PatchError as e:
+                    if e.code == 400:
+                        raise bad_request(str(e)) from None
+                    raise ApiError(422, status_body(422, "Invalid", str(e))) from None
+                admission.check_decodable(KINDS[resource], new)
+            return self._update(resource, current, new, subresource, query)
+
+    def _update(self, resource: str, current: JsonObj, new: JsonObj, subresource: str,
+                query: Mapping[str, str]) -> Reply:
+        kind = KINDS[resource]
+        name = current["metadata"]["name"]
+        meta = new.get("metadata") or {}
+        if meta.get("name") not in (None, name):
+            raise bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                              % (meta.get("name"), name))
+        if meta.get("namespace") not in (None, "", current["metadata"]["namespace"]):
+            raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+        rv = meta.get("resourceVersion")
+        if rv and rv != current["metadata"]["resourceVersion"]:
+            raise conflict(resource, name)
+        result = copy.deepcopy(current)
+        if subresource == "status":
+            result["status"] = copy.deepcopy(new.get("status") or {})
+        else:
+            for key in ("labels", "annotations", "ownerReferences", "finalizers"):
+                if meta.get(key):
+                    result["metadata"][key] = copy.deepcopy(meta[key])
+                else:
+                    result["metadata"].pop(key, None)
+            if resource == "pods":
+                self._check_pod_update(current, new, result)
+            else:
+                if current.get("immutable") and (new.get("data") != current.get("data")):
+                    raise invalid(kind, name, [FieldError("forbidden", "data",
+                                                          "field is immutable when `immutable` is set")])
+                for key in ("data", "stringData", "type", "immutable"):
+                    if key in new:
+                        result[key] = copy.deepcopy(new[key])
+                    elif key != "type":
+                        result.pop(key, None)
+                admission.normalise_secret(result)
+                if result["type"] != current.get("type"):
+                    raise invalid(kind, name, [FieldError("invalid", "type", "field is immutable", result["type"])])
+            errors = admission.meta_errors(result["metadata"])
+            if errors:
+                raise invalid(kind, name, errors)
+        if result == current:
+            return Reply(200, self._typed(resource, current))
+        if query.get("dryRun"):
+            return Reply(200, self._typed(resource, result))
+        return Reply(200, self._typed(resource, self.store.update(resource, result)))
+
+    def _check_pod_update(self, current: JsonObj, new: JsonObj, result: JsonObj) -> None:
+        spec = copy.deepcopy(new.get("spec") or {})
+        old = current.get("spec") or {}
+
+        def masked(s: JsonObj) -> JsonObj:
+            m = copy.deepcopy(s)
+            for key in ("containers", "initContainers"):
+                for c in m.get(key) or []:
+                    c.pop("image", None)
+            m.pop("activeDeadlineSeconds", None)
+            m.pop("tolerations", None)
+            m.pop("terminationGracePeriodSeconds", None)
+            return m
+        for key in ("restartPolicy", "dnsPolicy", "schedulerName", "terminationGracePeriodSeconds",
+                    "securityContext", "enableServiceLinks", "serviceAccountName", "serviceAccount",
+                    "preemptionPolicy", "priority"):
+            if key in old and key not in spec:
+                spec[key] = copy.deepcopy(old[key])
+        if masked(spec) != masked(old) or not all(t in (spec.get("tolerations") or [])
+                                                  for t in old.get("tolerations") or []):
+            raise invalid("Pod", current["metadata"]["name"], [FieldError("forbidden", "spec", UPDATE_FORBIDDEN)])
+        result["spec"] = spec
+
+    # ------------------------------------------------------------------ delete
+
+    def _delete_options(self, query: Mapping[str, str], body: bytes) -> JsonObj:
+        options: JsonObj = {}
+        if body.strip():
+            decoded = self._decode(body)
+            if not isinstance(decoded, dict):
+                raise bad_request("DeleteOptions in version \"v1\" cannot be handled")
+            options = decoded
+        grace = _int_param(query, "gracePeriodSeconds")
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
+        if query.get("propagationPolicy"):
+            options["propagationPolicy"] = query["propagationPolicy"]
+        if query.get("dryRun"):
+            options["dryRun"] = [query["dryRun"]]
+        policy = options.get("propagationPolicy")
+        if policy not in (None, "Orphan", "Background", "Foreground"):
+            raise invalid("DeleteOptions", "", [FieldError("notsupported", "propagationPolicy",
+                                                           'supported values: "Foreground", "Background", "Orphan", '
+                                                           'nil', policy)])
+        return options
+
+    def _delete(self, resource: str, current: JsonObj, options: JsonObj, query: Mapping[str, str]) -> JsonObj:
+        meta = current["metadata"]
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != meta["uid"]:
+            raise ApiError(409, status_body(409, "Conflict", "Precondition failed: UID in precondition: %s, UID in "
+                                            "object meta: %s" % (pre["uid"], meta["uid"]),
+                                            {"name": meta["name"], "kind": resource}))
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+            raise ApiError(409, status_body(409, "Conflict", "Precondition failed: ResourceVersion in precondition: "
+                                            "%s, ResourceVersion in object meta: %s"
+                                            % (pre["resourceVersion"], meta["resourceVersion"]),
+                                            {"name": meta["name"], "kind": resource}))
+        if options.get("dryRun"):
+            return current
+        grace = 0
+        if resource == "pods":
+            given = options.get("gracePeriodSeconds")
+            grace = int(given) if given is not None else int(current["spec"].get("terminationGracePeriodSeconds", 30))
+            if grace < 0:
+                grace = 1
+            # podStrategy.CheckGracefulDelete: unscheduled or terminal pods go at once
+            if not current["spec"].get("nodeName") or (current.get("status") or {}).get("phase") in TERMINAL:
+                grace = 0
+        if grace > 0:
+            return self.cluster.graceful_delete(current, grace, time.time())
+        if options.get("propagationPolicy") == "Orphan":
+            for kind in ("pods", "secrets"):
+                for dependent in self.store.items(kind):
+                    refs = dependent["metadata"].get("ownerReferences") or []
+                    if any(r.get("uid") == meta["uid"] for r in refs):
+                        changed = copy.deepcopy(dependent)
+                        changed["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != meta["uid"]]
+                        if not changed["metadata"]["ownerReferences"]:
+                            del changed["metadata"]["ownerReferences"]
+                        self.store.update(kind, changed)
+        deleted = self.store.delete(resource, meta["namespace"], meta["name"])
+        return deleted if deleted is not None else current
+
+    # ------------------------------------------------------------------ logs
+
+    def pod_log(self, namespace: str, name: str, query: Mapping[str, str]) -> Reply:
+        with self.store.lock:
+            pod = self.store.get("pods", namespace, name)
+            if pod is None:
+                raise not_found("pods", name)
+            names = [c.get("name") for c in pod["spec"].get("containers") or []]
+            container = query.get("container") or ""
+            if not container:
+                if len(names) != 1:
+                    raise bad_request("a container name must be specified for pod %s, choose one of: [%s]"
+                                      % (name, " ".join(str(n) for n in names)))
+                container = str(names[0])
+            if container not in names:
+                raise bad_request("container %s is not valid for pod %s" % (container, name))
+            uid = pod["metadata"]["uid"]
+            waiting = self.cluster.container_waiting(uid, container)
+            if waiting:
+                raise bad_request('container "%s" in pod "%s" is waiting to start: %s' % (container, name, waiting))
+            lines = self.cluster.logs(uid, container) or []
+        tail = _int_param(query, "tailLines")
+        limit = _int_param(query, "limitBytes")
+
+        def render(selected: List[str]) -> str:
+            if tail is not None and tail >= 0:
+                selected = selected[len(selected) - tail:] if tail else []
+            text = "".join(line + "\n" for line in selected)
+            return text[:limit] if limit is not None and limit > 0 else text
+
+        if not _truthy(query.get("follow")):
+            return Reply(200, render(lines), {"Content-Type": "text/plain"})
+
+        def follow() -> Iterator[Optional[bytes]]:
+            sent = len(lines)
+            yield render(lines).encode()
+            while True:
+                with self.store.lock:
+                    current = self.store.get("pods", namespace, name)
+                    more = self.cluster.logs(uid, container) or []
+                    done = (current is None or current["metadata"]["uid"] != uid or self.store.closed
+                            or self.cluster.container_waiting(uid, container) is None and self._exited(
+                                current, container))
+                    if len(more) <= sent and not done:
+                        self.store.changed.wait(1.0)
+                if len(more) > sent:
+                    yield "".join(line + "\n" for line in more[sent:]).encode()
+                    sent = len(more)
+                elif done:
+                    return
+                else:
+                    yield None
+        return Reply(200, None, {"Content-Type": "text/plain"}, follow())
+
+    @staticmethod
+    def _exited(pod: JsonObj, container: str) -> bool:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == container:
+                return "terminated" in (status.get("state") or {})
+        return False
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Adapts :class:`Api` to ``http.server``; one instance per connection."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "podgahp-sim"
+    sys_version = ""
+    api: Api
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _serve(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length > 0 else b""
+        try:
+            reply = self.api.handle(self.command, url.path, query, headers, body)
+        except Exception:  # the request boundary: answer 500 and keep serving
+            log.exception("simulated API server failed on %s %s", self.command, self.path)
+            reply = Reply(500, status_body(500, "InternalError", "Internal error occurred: simulator failure"))
+        record = RequestRecord(self.command, url.path, query, reply.code,
+                               {k: v for k, v in headers.items() if k != "authorization"})
+        with self.api.request_lock:
+            self.api.requests.append(record)
+        try:
+            self._send(reply)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout, OSError):
+            self.close_connection = True
+
+    def _send(self, reply: Reply) -> None:
+        if reply.stream is not None:
+            self.send_response(reply.code)
+            for key, value in reply.headers.items():
+                self.send_header(key, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            self.close_connection = True
+            try:
+                for chunk in reply.stream:
+                    if chunk is None:
+                        if self._peer_closed():
+                            return
+                        continue
+                    if chunk:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            finally:
+                close = getattr(reply.stream, "close", None)
+                if close is not None:
+                    close()
+            return
+        if isinstance(reply.body, str):
+            data = reply.body.encode()
+            content_type = reply.headers.pop("Content-Type", "text/plain")
+        else:
+            data = json.dumps(reply.body).encode() if reply.body is not None else b""
+            content_type = reply.headers.pop("Content-Type", "application/json")
+        self.send_response(reply.code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in reply.headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _peer_closed(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+
+
+def make_server(api: Api, host: str = "127.0.0.1", port: int = 0) -> Server:
+    handler = type("BoundHandler", (Handler,), {"api": api})
+    server = Server((host, port), handler)
+    api.server_address = "%s:%d" % (host, server.server_address[1])
+    return server

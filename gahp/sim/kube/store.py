@@ -1,0 +1,245 @@
+"""Object storage of the simulated API server: objects by (resource, namespace, name), the global
+resource-version counter, the bounded event log, and watch streams over it.
+
+Every write bumps the counter and appends one event; a watch resumes from any resource version still
+in the log and gets :class:`Expired` for older ones (the real server's 410).  An object that stops
+matching a watch's selectors is delivered as ``DELETED``, one that starts matching as ``ADDED``.
+All access happens under :attr:`Store.lock`; :attr:`Store.changed` is notified on every write.
+Owns no HTTP or scheduling logic.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+
+from .errors import expired as expired_body
+
+JsonObj = Dict[str, Any]
+Key = Tuple[str, str, str]
+Matcher = Callable[[JsonObj], bool]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One stored change; ``obj`` and ``old`` are private snapshots."""
+
+    rv: int
+    type: str
+    resource: str
+    obj: JsonObj
+    old: Optional[JsonObj]
+
+
+class Expired(Exception):
+    """The requested resource version is older than the event log."""
+
+    def __init__(self, requested: int, oldest: int) -> None:
+        super().__init__("too old resource version: %d (%d)" % (requested, oldest))
+        self.requested = requested
+        self.oldest = oldest
+
+
+def now_rfc3339(when: Optional[float] = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if when is None else when))
+
+
+class Store:
+    """Objects, resource versions and the event log; see the module docstring."""
+
+    def __init__(self, log_size: int) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rv = 1
+        self.objects: Dict[Key, JsonObj] = {}
+        self.log: Deque[Event] = deque()
+        self.log_size = max(1, log_size)
+        self.compacted_rv = 0
+        self.drop_generation = 0
+        self.closed = False
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, resource: str, namespace: str, name: str) -> Optional[JsonObj]:
+        """The stored object itself (callers copy before handing it out)."""
+        return self.objects.get((resource, namespace, name))
+
+    def items(self, resource: str, namespace: Optional[str] = None) -> List[JsonObj]:
+        with self.lock:
+            keys = sorted(k for k in self.objects if k[0] == resource and (namespace is None or k[1] == namespace))
+            return [self.objects[k] for k in keys]
+
+    def by_uid(self, uid: str) -> Optional[JsonObj]:
+        for obj in self.objects.values():
+            if obj["metadata"].get("uid") == uid:
+                return obj
+        return None
+
+    # ------------------------------------------------------------------ writes
+
+    def _record(self, etype: str, resource: str, obj: JsonObj, old: Optional[JsonObj]) -> None:
+        self.log.append(Event(self.rv, etype, resource, copy.deepcopy(obj), old))
+        while len(self.log) > self.log_size:
+            self.compacted_rv = self.log.popleft().rv
+        self.changed.notify_all()
+
+    def _bump(self, obj: JsonObj) -> None:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+
+    def create(self, resource: str, obj: JsonObj) -> JsonObj:
+        with self.lock:
+            meta = obj["metadata"]
+            self._bump(obj)
+            self.objects[(resource, meta.get("namespace", ""), meta["name"])] = obj
+            self._record("ADDED", resource, obj, None)
+            return obj
+
+    def update(self, resource: str, obj: JsonObj) -> JsonObj:
+        """Store ``obj`` (a new dict) in place of the object with the same name."""
+        with self.lock:
+            meta = obj["metadata"]
+            key = (resource, meta.get("namespace", ""), meta["name"])
+            old = self.objects[key]
+            self._bump(obj)
+            self.objects[key] = obj
+            self._record("MODIFIED", resource, obj, copy.deepcopy(old))
+            return obj
+
+    def delete(self, resource: str, namespace: str, name: str) -> Optional[JsonObj]:
+        with self.lock:
+            old = self.objects.pop((resource, namespace, name), None)
+            if old is None:
+                return None
+            before = copy.deepcopy(old)
+            self._bump(old)
+            self._record("DELETED", resource, old, before)
+            return old
+
+    def compact(self) -> None:
+        """Forget every event: watches resuming from an older version get 410."""
+        with self.lock:
+            self.compacted_rv = self.rv
+            self.log.clear()
+            self.changed.notify_all()
+
+    def drop_watches(self) -> None:
+        with self.lock:
+            self.drop_generation += 1
+            self.changed.notify_all()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.changed.notify_all()
+
+    # ------------------------------------------------------------------ watch
+
+    def events_after(self, resource: str, rv: int) -> List[Event]:
+        if rv < self.compacted_rv:
+            raise Expired(rv, self.log[0].rv if self.log else self.rv)
+        found: List[Event] = []
+        for event in reversed(self.log):
+            if event.rv <= rv:
+                break
+            if event.resource == resource:
+                found.append(event)
+        found.reverse()
+        return found
+
+
+def translate(event: Event, matches: Matcher) -> Optional[Tuple[str, JsonObj]]:
+    """The event a watcher with this filter sees, if any (type, object)."""
+    if event.type == "ADDED":
+        return ("ADDED", event.obj) if matches(event.obj) else None
+    if event.type == "DELETED":
+        return ("DELETED", event.obj) if matches(event.obj) else None
+    now_matches = matches(event.obj)
+    old_matched = event.old is not None and matches(event.old)
+    if now_matches and old_matched:
+        return ("MODIFIED", event.obj)
+    if now_matches:
+        return ("ADDED", event.obj)
+    if old_matched:
+        return ("DELETED", event.obj)
+    return None
+
+
+class WatchStream:
+    """Iterates ``(type, object)`` pairs for one watch request until its deadline or a drop.
+
+    Yields ``("BOOKMARK", obj)`` when bookmarks are due, ``("ERROR", status)`` on expiry, and
+    ``None`` as a keep-alive when nothing happened for a while (lets the writer notice a closed peer).
+    """
+
+    def __init__(self, store: Store, resource: str, matches: Matcher, since: Optional[int], deadline: float,
+                 bookmark_kind: Optional[str], bookmark_seconds: float) -> None:
+        self.store = store
+        self.resource = resource
+        self.matches = matches
+        self.since = since
+        self.deadline = deadline
+        self.bookmark_kind = bookmark_kind
+        self.bookmark_seconds = bookmark_seconds
+
+    def __iter__(self) -> Iterator[Optional[Tuple[str, JsonObj]]]:
+        store = self.store
+        with store.lock:
+            generation = store.drop_generation
+            if self.since is None:
+                initial = [copy.deepcopy(o) for o in store.items(self.resource) if self.matches(o)]
+                pos = store.rv
+            else:
+                initial = []
+                pos = self.since
+        for obj in initial:
+            yield ("ADDED", obj)
+        next_bookmark = time.monotonic() + self.bookmark_seconds if self.bookmark_kind else float("inf")
+        while True:
+            batch: List[Tuple[str, JsonObj]] = []
+            expired: Optional[Expired] = None
+            finished = idle = bookmark = False
+            with store.lock:
+                while True:
+                    if store.closed or store.drop_generation != generation or time.monotonic() >= self.deadline:
+                        finished = True
+                        break
+                    try:
+                        events = store.events_after(self.resource, pos)
+                    except Expired as e:
+                        expired = e
+                        break
+                    for event in events:
+                        seen = translate(event, self.matches)
+                        if seen is not None:
+                            batch.append((seen[0], copy.deepcopy(seen[1])))
+                    pos = max(pos, store.rv)
+                    if batch:
+                        break
+                    if time.monotonic() >= next_bookmark:
+                        bookmark = True
+                        next_bookmark = time.monotonic() + self.bookmark_seconds
+                        break
+                    wake = min(self.deadline, next_bookmark)
+                    idle_at = time.monotonic() + 1.0
+                    if (not store.changed.wait(max(0.0, min(wake, idle_at) - time.monotonic()))
+                            and idle_at <= time.monotonic() < wake):
+                        idle = True
+                        break
+                current = pos
+            if expired is not None:
+                yield ("ERROR", expired_body(expired.requested, expired.oldest))
+                return
+            for item in batch:
+                yield item
+            if finished:
+                return
+            if bookmark:
+                yield ("BOOKMARK", {"kind": self.bookmark_kind or "", "apiVersion": "v1",
+                                    "metadata": {"resourceVersion": str(current)}})
+            if idle:
+                yield None
