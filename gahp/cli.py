@@ -48,3 +48,84 @@ def gahp(backend: str) -> None:
     from gahp.main import run_gahp
 
     _exit(run_gahp(backend))
+
+
+@main.group()
+def routes() -> None:
+    """Check and convert JobRouter routes (needs HTCondor's condor_job_router_info on PATH)."""
+
+
+@routes.command("check")
+@click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--jobs", "jobs_file", type=click.Path(exists=True, dir_okay=False),
+              help="Pilot job ads (long form, blank line between ads); default: built-in samples.")
+@click.option("--ce/--no-ce", default=True, show_default=True,
+              help="Apply HTCondor-CE's router transforms around the routes.")
+def routes_check(config_file: str, jobs_file: str | None, ce: bool) -> None:
+    """Show where sample pilots go under CONFIG_FILE's routes and what podgahp would receive."""
+    from gahp import routes as routes_lib
+    from gahp.errors import GahpError
+
+    try:
+        report = routes_lib.check_file(config_file, jobs_file=jobs_file, ce=ce)
+    except GahpError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(report.text())
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+@routes.command("convert")
+@click.argument("config_file", type=click.File("r"))
+def routes_convert(config_file: "click.utils.LazyFile") -> None:
+    """Print CONFIG_FILE's JOB_ROUTER_ENTRIES as JOB_ROUTER_ROUTE_* routes (HTCondor 24.10+ syntax)."""
+    from gahp import routes as routes_lib
+    from gahp.errors import GahpError
+
+    try:
+        click.echo(routes_lib.convert(config_file.read()), nl=False)
+    except GahpError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.group()
+def sim() -> None:
+    """Run a simulated service (for the demo, dry runs and tests)."""
+
+
+@sim.command("k8s")
+@click.option("--port", type=int, default=0, show_default=True, help="Port on 127.0.0.1; 0 picks one.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), required=True,
+              help="Where to write a kubeconfig that points at the simulated cluster.")
+@click.option("--namespace", default="default", show_default=True, help="Namespace of the kubeconfig context.")
+@click.option("--extra-namespace", "namespaces", multiple=True, help="Another namespace that exists.")
+@click.option("--nodes", type=int, default=2, show_default=True, help="Number of nodes.")
+@click.option("--node-cpu", default="4", show_default=True, help="Allocatable CPU of each node.")
+@click.option("--node-memory", default="16Gi", show_default=True, help="Allocatable memory of each node.")
+@click.option("--node-gpus", type=int, default=0, show_default=True, help="nvidia.com/gpu of each node.")
+@click.option("--run-seconds", type=float, default=None,
+              help="How long a simulated pilot runs unless its PODGAHP_SIM_RUN_SECONDS says otherwise.")
+def sim_k8s(port: int, kubeconfig: str, namespace: str, namespaces: "tuple[str, ...]", nodes: int,
+            node_cpu: str, node_memory: str, node_gpus: int, run_seconds: "float | None") -> None:
+    """A simulated Kubernetes API server with nodes, a scheduler and kubelets; runs until ^C."""
+    from gahp.sim.k8s import serve
+
+    def ready(cluster: object) -> None:
+        click.echo(f"simulated Kubernetes API at {getattr(cluster, 'url', '?')}; kubeconfig {kubeconfig}")
+
+    serve(port, kubeconfig, namespace=namespace, nodes=nodes, node_cpu=node_cpu,
+          node_memory=node_memory, node_gpus=node_gpus, run_seconds=run_seconds,
+          namespaces=list(namespaces), ready=ready)
+
+
+@sim.command("lancium")
+@click.option("--port", type=int, default=0, show_default=True, help="Port on 127.0.0.1; 0 picks one.")
+@click.option("--key-file", type=click.Path(dir_okay=False), required=True,
+              help="Where to write the API key the simulated service accepts (mode 0600).")
+@click.option("--url-file", type=click.Path(dir_okay=False), default=None,
+              help="Also write the service's base URL here.")
+def sim_lancium(port: int, key_file: str, url_file: "str | None") -> None:
+    """A simulated Lancium Compute API; runs until ^C."""
+    from gahp.sim.lancium import serve
+
+    serve(port, key_file, url_file=url_file)
