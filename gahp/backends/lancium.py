@@ -362,7 +362,7 @@ class LanciumBackend(Backend):
             tracked.lancium_status = "submitted"
             tracked.submitted_at = time.time()
             tracked.notes = Notes.decode(fields["notes"])
-            tracked.reported = self._state(lancium_id, "submitted", None)
+            tracked.reported = self._state(lancium_id, "submitted", created)
             log.info("%s: submitted (%d input files)", job_id, len(inputs))
             return job_id
 
