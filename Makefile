@@ -15,25 +15,27 @@ test: check unit oldest-client live
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
 $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_OLDEST)
-	$(VENV_OLDEST)/bin/pip install -q --upgrade pip
+	$(VENV_OLDEST)/bin/pip install -q --upgrade pip setuptools wheel
 	$(VENV_OLDEST)/bin/pip install -q -e '.[test]' 'kubernetes==$(OLDEST_K8S_CLIENT)'
 	touch $@
 
 # mmdebstrap builds the Debian root filesystems that provide the HTCondor daemons (harness/rootfs.py).
+# rpm (rpmbuild) builds and inspects the RPM in tests/packaging.
 system-deps:
-	@command -v mmdebstrap >/dev/null || { apt-get update -q && apt-get install -y -q mmdebstrap; }
+	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null || \
+		{ apt-get update -q && apt-get install -y -q mmdebstrap rpm cpio; }
 
 check: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-unit: $(VENV)/.installed
+unit: $(VENV)/.installed system-deps
 	$(VENV)/bin/python -m pytest -m 'not live' $(PYTEST_ARGS)
 
 oldest-client: $(VENV_OLDEST)/.installed
