@@ -1,0 +1,195 @@
+"""Lancium simulator: fault injection, request log, catalogues, concurrency and ``serve()``."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+import requests
+
+from gahp.sim.lancium import QOS_LEVELS, LanciumSim, LanciumSimSettings, LoggedRequest, serve
+
+try:
+    from test_lancium_sim_schema import ApiClient, api, pilot_job, sim  # noqa: F401
+except ImportError:  # tests/sim collected as a package
+    from .test_lancium_sim_schema import ApiClient, api, pilot_job, sim  # noqa: F401
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "status, method, path",
+    [
+        (402, "POST", "/jobs/*/submit"),
+        (503, "POST", "/jobs/*/submit"),
+        (500, "POST", "/jobs/*/submit"),
+        (429, "POST", "/jobs/*/submit"),
+        (401, None, "/jobs/*/submit"),
+    ],
+    ids=["402-billing", "503-qos", "500", "429", "401"],
+)
+def test_injected_submit_fault_leaves_the_job_created(api: ApiClient, sim: LanciumSim, status: int,
+                                                      method: Optional[str], path: str) -> None:
+    job_id = api.create({"job": pilot_job()})["id"]
+    sim.inject(status, method=method, path=path, retry_after=2 if status in (429, 503) else None)
+    resp = api.call("POST", "/jobs/%d/submit" % job_id, injected=True)
+    assert resp.status_code == status
+    assert isinstance(resp.json()["errors"], list)
+    if status in (429, 503):
+        assert resp.headers["Retry-After"] == "2"
+    assert api.show(job_id)["status"] == "created"
+    assert api.submit(job_id).status_code == 202  # the fault was used up
+
+
+def test_fault_counts_and_matching(api: ApiClient, sim: LanciumSim) -> None:
+    sim.inject(500, method="GET", path="/jobs", count=2)
+    assert api.call("POST", "/jobs", {}).status_code == 201  # other method
+    assert api.call("GET", "/jobs/1000").status_code == 200  # other path
+    codes = [api.call("GET", "/jobs", injected=True).status_code for _ in range(3)]
+    assert codes == [500, 500, 200]
+
+
+def test_fault_on_token_exchange(api: ApiClient, sim: LanciumSim) -> None:
+    sim.inject(503, path="/access_tokens")
+    assert api.call("POST", "/access_tokens", auth="key", injected=True).status_code == 503
+    assert api.call("POST", "/access_tokens", auth="key").status_code == 201
+
+
+def test_delay_fault_slows_without_failing(api: ApiClient, sim: LanciumSim) -> None:
+    sim.inject(None, method="GET", path="/jobs", delay=0.3)
+    started = time.monotonic()
+    assert api.call("GET", "/jobs").status_code == 200
+    assert time.monotonic() - started >= 0.3
+    started = time.monotonic()
+    api.call("GET", "/jobs")
+    assert time.monotonic() - started < 0.3
+
+
+def test_clear_faults(api: ApiClient, sim: LanciumSim) -> None:
+    sim.inject(500, count=100)
+    sim.clear_faults()
+    assert api.call("GET", "/jobs").status_code == 200
+
+
+# -- request log ----------------------------------------------------------------------------------
+
+
+def test_request_log_counts_requests(api: ApiClient, sim: LanciumSim) -> None:
+    job_id = api.create({"job": pilot_job()})["id"]
+    api.submit(job_id)
+    for _ in range(3):
+        api.show(job_id)
+    api.call("GET", "/jobs/9999")
+    log = sim.request_log
+    assert log[0] == LoggedRequest("POST", "/access_tokens", 201)
+    assert log[1] == LoggedRequest("POST", "/jobs", 201)
+    assert sim.count("GET", "/jobs/%d" % job_id) == 3
+    assert sim.count("GET", "/jobs/*") == 4
+    assert sim.count(status=404) == 1
+    assert sim.count("post") == 3
+    sim.clear_log()
+    assert sim.request_log == [] and sim.count() == 0
+
+
+# -- catalogues -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path, key",
+    [
+        ("/resources", "resources"),
+        ("/resources/gpus", "gpus"),
+        ("/resources/qos", "qos"),
+        ("/resources/mpi", "mpi_versions"),
+        ("/resources/defaults", "defaults"),
+        ("/resources/limits", "limits"),
+    ],
+    ids=["resources", "gpus", "qos", "mpi", "defaults", "limits"],
+)
+def test_catalogues(api: ApiClient, path: str, key: str) -> None:
+    resp = api.call("GET", path)
+    assert resp.status_code == 200
+    body = resp.json()
+    assert list(body) == [key] and body[key]
+
+
+def test_catalogues_agree_with_submit_checks(api: ApiClient) -> None:
+    assert [q["id"] for q in api.call("GET", "/resources/qos").json()["qos"]] == list(QOS_LEVELS)
+    for gpu in api.call("GET", "/resources/gpus").json()["gpus"]:
+        job_id = api.create({"job": pilot_job(gpu=gpu["id"], gpu_count=1)})["id"]
+        assert api.submit(job_id).status_code == 202, gpu
+
+
+# -- concurrency ----------------------------------------------------------------------------------
+
+
+def test_parallel_clients(sim: LanciumSim) -> None:
+    def worker(n: int) -> List[int]:
+        client = ApiClient(sim)
+        try:
+            ids = []
+            for _ in range(5):
+                job_id = client.create({"job": pilot_job(name="p%d" % n)})["id"]
+                assert client.submit(job_id).status_code == 202
+                ids.append(job_id)
+            return ids
+        finally:
+            client.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = [i for chunk in pool.map(worker, range(8)) for i in chunk]
+    assert len(set(ids)) == 40
+    for job_id in ids:
+        sim.wait_for(job_id, "finished", timeout=10)
+
+
+# -- stand-alone server ---------------------------------------------------------------------------
+
+
+def test_serve_writes_key_and_url_and_stops(tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    url_file = tmp_path / "url"
+    stop = threading.Event()
+    out = io.StringIO()
+    thread = threading.Thread(
+        target=serve,
+        args=(0, str(key_file)),
+        kwargs={"url_file": str(url_file), "stop": stop, "out": out,
+                "settings": LanciumSimSettings(token_lifetime=60)},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not url_file.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        url = url_file.read_text().strip()
+        key = key_file.read_text().strip()
+        assert key_file.stat().st_mode & 0o777 == 0o600
+        with requests.Session() as s:
+            resp = s.post(url + "/access_tokens", headers={"Authorization": "Bearer " + key})
+            assert resp.status_code == 201
+            resp = s.get(url + "/jobs", headers={"Authorization": resp.headers["Authorization"]})
+            assert resp.status_code == 200 and resp.json() == {"jobs": []}
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+    assert out.getvalue() == "lancium sim: url=%s key_file=%s\n" % (url, key_file)
+
+
+def test_fixed_api_key_and_restart_guard() -> None:
+    sim = LanciumSim(api_key="my-api-key")
+    with sim:
+        with requests.post(sim.url + "/access_tokens", headers={"Authorization": "Bearer my-api-key"}) as resp:
+            assert resp.status_code == 201
+        with pytest.raises(RuntimeError):
+            sim.start()
+    with pytest.raises(RuntimeError):
+        sim.url
