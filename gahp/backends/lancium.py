@@ -80,25 +80,32 @@ LIVE_STATES = frozenset({"submitted", "queued", "ready", "running"})
 CLEANUP_STATES = frozenset({"created", "finished", "error"})
 
 
+# Hold codes: the same HoldReasonCode values as the Kubernetes backend (1001 retryable, 1002
+# fatal), so one site policy (or a pilot factory's release rule) covers both; subcodes say why.
+HOLD_RETRYABLE = 1001
+"""The infrastructure failed the pilot; releasing the job (a fresh submit) may well succeed."""
+HOLD_FATAL = 1002
+"""The pilot cannot succeed as configured; change the route or knobs before releasing."""
+
+
 @dataclass(frozen=True)
 class HoldCode:
-    """HoldReasonCode / HoldReasonSubCode of a Lancium hold (HTCondor ``CONDOR_HOLD_CODE`` values)."""
+    """HoldReasonCode / HoldReasonSubCode of one kind of Lancium hold."""
 
     code: int
     subcode: int
-    retryable: bool
-    """Whether ``condor_release`` (a fresh submit) can be expected to work without other changes."""
+
+    @property
+    def retryable(self) -> bool:
+        return self.code == HOLD_RETRYABLE
 
 
-#: Lancium reported ``error``: the job failed on Lancium's side (EC2ServerError: the cloud
-#: service reported a failure of the instance). Retryable.
-HOLD_REMOTE_ERROR = HoldCode(41, 1, retryable=True)
-#: Lancium reported ``error`` after the job used up its ``max_run_time`` (JobDurationExceeded).
-#: Fatal unless the route's BatchRuntime / ``PODGAHP_LANCIUM_MAX_RUN_TIME_SECONDS`` changes.
-HOLD_RUN_TIME = HoldCode(46, 1, retryable=False)
-#: ``Out`` or ``Err`` could not be written (TransferOutputError); the subcode is the errno.
-#: Retryable once the file system problem is fixed.
-HOLD_OUTPUT = HoldCode(12, 0, retryable=True)
+#: ``Out`` or ``Err`` could not be written (the errno is in the reason). Same subcode as Kubernetes.
+HOLD_OUTPUT = HoldCode(HOLD_RETRYABLE, 5)
+#: Lancium reported ``error`` with its ``error_string``: the job failed on Lancium's side.
+HOLD_REMOTE_ERROR = HoldCode(HOLD_RETRYABLE, 20)
+#: Lancium reported ``error`` after the job used up its ``max_run_time`` (from BatchRuntime).
+HOLD_RUN_TIME = HoldCode(HOLD_FATAL, 21)
 
 _RANK = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2, Phase.HELD: 2, Phase.REMOVED: 2}
 
@@ -516,11 +523,10 @@ class LanciumBackend(Backend):
         try:
             ready = self._write_outputs(tracked, job_id, best_effort=False)
         except OSError as e:
-            code = e.errno or 0
             return replace(state, phase=Phase.HELD, exit_code=None,
                            hold_reason=f"cannot write the output of Lancium job {tracked.lancium_id}: "
-                                       f"{e.strerror or e} ({e.filename})",
-                           hold_code=HOLD_OUTPUT.code, hold_subcode=code)
+                                       f"{e.strerror or e} (errno {e.errno}, {e.filename})",
+                           hold_code=HOLD_OUTPUT.code, hold_subcode=HOLD_OUTPUT.subcode)
         waited = time.monotonic() - tracked.finished_seen
         if not ready and waited < self.settings.output_wait_s:
             log.info("%s: finished, waiting for Lancium to prepare its outputs", job_id)

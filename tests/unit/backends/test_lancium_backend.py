@@ -14,7 +14,6 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-import gahp.sim.lancium
 from gahp.backends.lancium import (
     GONE,
     HOLD_OUTPUT,
@@ -40,12 +39,7 @@ def fast_settings() -> LanciumSimSettings:
 
 
 @pytest.fixture
-def sim(monkeypatch: pytest.MonkeyPatch) -> Iterator[LanciumSim]:
-    # The simulator writes response headers and body separately; with Nagle's algorithm on its
-    # sockets every answer waits for the client's delayed ACK (~40 ms). Turn it off for speed.
-    handler = getattr(gahp.sim.lancium, "_RequestHandler", None)
-    if handler is not None:
-        monkeypatch.setattr(handler, "disable_nagle_algorithm", True, raising=False)
+def sim() -> Iterator[LanciumSim]:
     with LanciumSim(fast_settings()) as running:
         yield running
 
@@ -316,8 +310,8 @@ def test_unwritable_out_holds_with_errno(backend: LanciumBackend, sim: LanciumSi
     blocker.write_text("file")
     state = wait_phase(backend, backend.submit(pilot), (Phase.HELD, Phase.COMPLETED))
     assert state.phase is Phase.HELD
-    assert (state.hold_code, state.hold_subcode) == (HOLD_OUTPUT.code, 20)  # ENOTDIR
-    assert "cannot write the output" in (state.hold_reason or "")
+    assert (state.hold_code, state.hold_subcode) == (1001, HOLD_OUTPUT.subcode) and HOLD_OUTPUT.retryable
+    assert "cannot write the output" in (state.hold_reason or "") and "errno 20" in (state.hold_reason or "")
 
 
 def test_error_is_held_with_error_string(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
@@ -326,7 +320,8 @@ def test_error_is_held_with_error_string(backend: LanciumBackend, sim: LanciumSi
     assert state.phase is Phase.HELD
     assert "image not found" in (state.hold_reason or "")
     assert (state.hold_code, state.hold_subcode) == (HOLD_REMOTE_ERROR.code, HOLD_REMOTE_ERROR.subcode)
-    assert "HoldReasonCode = 41" in state.status_ad()
+    assert HOLD_REMOTE_ERROR.retryable
+    assert "HoldReasonCode = 1001" in state.status_ad() and "HoldReasonSubCode = 20" in state.status_ad()
 
 
 def test_error_at_max_run_time_is_a_run_time_hold(backend: LanciumBackend, sim: LanciumSim,
@@ -335,7 +330,7 @@ def test_error_at_max_run_time_is_a_run_time_hold(backend: LanciumBackend, sim: 
     sim.advance(lancium_id_of(job_id), "error", error_string="walltime exceeded", execution_time=700)
     state = backend.status(job_id)
     assert state.phase is Phase.HELD
-    assert state.hold_code == HOLD_RUN_TIME.code and not HOLD_RUN_TIME.retryable
+    assert (state.hold_code, state.hold_subcode) == (1002, 21) and not HOLD_RUN_TIME.retryable
     assert "max_run_time" in (state.hold_reason or "")
 
 
@@ -509,7 +504,6 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
     done = backend.submit(make_pilot(tmp_path, "done"))
     unreported = backend.submit(make_pilot(tmp_path, "unreported"))
     foreign = backend.client.create_job({"name": "someone else's job"})["id"]
-    backend.client.submit_job
     sim.advance(lancium_id_of(unreported), "finished")
     wait_phase(backend, done, (Phase.COMPLETED,))
     backend.status(unreported)  # not yet: outputs are awaited, so it is RUNNING at first
@@ -518,7 +512,8 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
         assert time.monotonic() < deadline, "finished job not cleaned up"
         backend.status(done)
         time.sleep(0.05)
-    assert sim.job(foreign)["status"] == "created"
+    assert sim.job(foreign)["status"] == "created"  # not named by podgahp
+    assert sim.job(lancium_id_of(unreported))["status"] == "finished"  # outcome not reported yet
 
 
 def test_ping_checks_key_and_list(backend: LanciumBackend, sim: LanciumSim) -> None:
