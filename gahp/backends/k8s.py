@@ -156,7 +156,11 @@ class KubernetesBackend(Backend):
         return self.settings.queue(None)
 
     def _find(self, jid: str) -> Tuple[Optional[JsonObj], Optional[KubeApi], Optional[PodCache]]:
-        """The pod of a job id from the watch copies, relisting once before calling it gone."""
+        """The pod of a job id from the watch copies, relisting once before calling it gone.
+
+        A pod deleted by Kubernetes after a disruption (preemption, eviction API, node drain) is
+        returned as last seen, so that its outcome can still be reported.
+        """
         namespace, name = parse_job_id(jid)
         apis = self._clusters_for(namespace)
         caches = [(api, self._cache(api, namespace)) for api in apis]
@@ -171,6 +175,12 @@ class KubernetesBackend(Backend):
             pod = cache.get(name)
             if pod is not None:
                 return pod, api, cache
+        for api, cache in caches:
+            last = cache.gone(name)
+            if last is not None and _disrupted(last):
+                if _phase(last) not in ("Succeeded", "Failed"):
+                    last = dict(last, status=dict(last.get("status") or {}, phase="Failed"))
+                return last, api, cache
         return None, (apis[0] if len(apis) == 1 else None), None
 
     # -- ping ------------------------------------------------------------------------------
@@ -491,6 +501,14 @@ class KubernetesBackend(Backend):
             cache.close()
         for api in apis:
             api.close()
+
+
+def _disrupted(pod: JsonObj) -> bool:
+    """Ended by Kubernetes itself: a terminal phase, or a ``DisruptionTarget`` condition."""
+    if _phase(pod) in ("Succeeded", "Failed"):
+        return True
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _finish_time(pod: JsonObj) -> Optional[datetime.datetime]:

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.k8s_api import Expired, KubeApi, translate
 from gahp.errors import GahpError, TransientError
@@ -21,6 +21,11 @@ from gahp.errors import GahpError, TransientError
 log = logging.getLogger(__name__)
 
 JsonObj = Dict[str, Any]
+
+#: How long, and for how many pods, the last state of a deleted pod is remembered, so that a pilot
+#: whose pod was preempted and deleted can still be reported with its outcome.
+GONE_KEEP_SECONDS = 3600.0
+GONE_KEEP_MAX = 10000
 
 
 def resource_version(obj: JsonObj) -> Optional[str]:
@@ -63,6 +68,7 @@ class PodCache:
         self._cond = threading.Condition()
         self._list_lock = threading.Lock()
         self._pods: Dict[str, JsonObj] = {}
+        self._gone: Dict[str, Tuple[float, JsonObj]] = {}
         self._rv: Optional[str] = None
         self._floor_rv: Optional[str] = None
         self._synced = False
@@ -105,6 +111,22 @@ class PodCache:
         with self._cond:
             return self._pods.get(name)
 
+    def gone(self, name: str) -> Optional[JsonObj]:
+        """The last state seen of a pod that has been deleted (kept :data:`GONE_KEEP_SECONDS`)."""
+        with self._cond:
+            entry = self._gone.get(name)
+            return entry[1] if entry else None
+
+    def _bury(self, name: str, obj: JsonObj) -> None:
+        """Remember a deleted pod's last state; caller holds ``_cond``."""
+        now = time.monotonic()
+        self._gone[name] = (now, obj)
+        if len(self._gone) > GONE_KEEP_MAX:
+            for old in [n for n, (when, _) in self._gone.items() if now - when > GONE_KEEP_SECONDS]:
+                del self._gone[old]
+            while len(self._gone) > GONE_KEEP_MAX:
+                del self._gone[next(iter(self._gone))]
+
     def pods(self) -> List[JsonObj]:
         with self._cond:
             return list(self._pods.values())
@@ -141,6 +163,9 @@ class PodCache:
                 name = (item.get("metadata") or {}).get("name")
                 if name:
                     fresh[name] = item
+            for name, obj in self._pods.items():
+                if name not in fresh:
+                    self._bury(name, obj)
             self._pods = fresh
             self._rv = str(rv) if rv is not None else None
             self._floor_rv = self._rv
@@ -171,6 +196,7 @@ class PodCache:
                 current = self._pods.get(name)
                 if current is None or _newer(rv, resource_version(current)):
                     self._pods.pop(name, None)
+                    self._bury(name, obj)
             elif kind in ("ADDED", "MODIFIED"):
                 current = self._pods.get(name)
                 if current is None:
