@@ -9,8 +9,8 @@ path ``/api/v1``, a background clock moving jobs through their states, and an in
 Owns: the wire behaviour -- routes, the two-step token exchange (``POST /access_tokens`` with the
 API key, HS256 JWT access tokens with ``exp``), the ``X-Current-API-Version`` /
 ``X-Deprecated-API-Used`` headers, status codes and ``{"errors": ...}`` bodies, downloads with
-``Range``, the request log and injected faults.  Job state and validation live in
-:mod:`gahp.sim.lancium_model`.
+``Range``, the request log and injected faults.  Job state lives in
+:mod:`gahp.sim.lancium_model`, wire shapes, settings and validation in :mod:`gahp.sim.lancium_fields`.
 
 Must not know: anything of ``gahp.backends`` (never imported; clients meet the simulator only over
 HTTP), HTCondor, or Kubernetes.
@@ -62,7 +62,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Callable, Dict, List, NamedTuple, Optional, Pattern, Sequence, Tuple, Union, cast
 from urllib.parse import unquote, urlsplit
 
-from gahp.sim.lancium_model import (
+from gahp.sim.lancium_fields import (
     API_VERSION,
     DEFAULTS_CATALOGUE,
     ENV_ERROR,
@@ -84,9 +84,9 @@ from gahp.sim.lancium_model import (
     InputFileJSON,
     JobJSON,
     LanciumSimSettings,
-    LanciumState,
     iso,
 )
+from gahp.sim.lancium_model import LanciumState
 
 __all__ = [
     "API_VERSION",
