@@ -62,6 +62,8 @@ PODGAHP_CE_PORT = 0
 #: Log files shown by dump_logs, in this order; other files in LOG follow.
 LOG_ORDER = ("MasterLog", "CollectorLog", "SchedLog", "JobRouterLog")
 
+_ROUTER_READY = re.compile(r"Routes will be matched in this order|JobRouter is disabled|routing table is")
+
 _live_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
 
 
@@ -111,6 +113,7 @@ class Pool:
         self._master: Optional["subprocess.Popen[str]"] = None
         self._acquired = False
         self._stopped = False
+        self._user_dirs: List[str] = []
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -159,6 +162,9 @@ class Pool:
         for sub in ("log", "spool", "lock", "execute", "run"):
             (local / sub).mkdir()
             os.chown(local / sub, condor.uid, condor.gid)
+        # The GAHP runs as the job owner and logs to $(LOG)/PodgahpLog.<backend>.<user> by default;
+        # let it create its file there (sticky, like /tmp) so dump_logs shows it with the rest.
+        (local / "log").chmod(0o1777)
         (local / "config.d").mkdir()
         standalone = f"{inst.src_dir}/ce-config/standalone"
         self.path(self.condor_config).write_text(
@@ -186,12 +192,10 @@ class Pool:
         self.wait_for(schedd_up, timeout=self.start_timeout, interval=0.5, what="the schedd to answer condor_q")
 
         def router_up() -> bool:
-            # The router logs its route table once it has read its configuration.
-            text = self.log("JobRouterLog")
-            return bool(re.search(r"JobRouter|Route", text)) and "ERROR" not in text.split("\n", 3)[0]
+            # Logged once the router has read its routes (or found none).
+            return bool(_ROUTER_READY.search(self.log("JobRouterLog")))
 
-        self.wait_for(lambda: self.path(f"{self.log_dir}/JobRouterLog").exists() and router_up(),
-                      timeout=self.start_timeout, interval=0.5, what="the JobRouter to start")
+        self.wait_for(router_up, timeout=self.start_timeout, interval=0.5, what="the JobRouter to read its routes")
 
     @property
     def master_running(self) -> bool:
@@ -227,7 +231,8 @@ class Pool:
             if keep:
                 print(f"[harness] kept {self.path(self.local_dir)}", file=sys.stderr)
             else:
-                shutil.rmtree(self.path(self.local_dir), ignore_errors=True)
+                for path in [self.local_dir] + self._user_dirs:
+                    shutil.rmtree(self.path(path), ignore_errors=True)
 
     def processes(self) -> List[int]:
         """Pids of live processes that run with this pool's CONDOR_CONFIG (daemons, GAHPs, tools)."""
@@ -293,6 +298,16 @@ class Pool:
         if not m:
             raise PoolError(f"unexpected condor_submit -terse output: {out!r}")
         return int(m.group(1))
+
+    def user_dir(self, user: str = "pilot") -> str:
+        """A fresh directory for this pool in `user`'s home, owned by the user (a job's Iwd)."""
+        info = self.installation.user(user)
+        path = f"{info.home}/{self.name}"
+        host = self.path(path)
+        host.mkdir(parents=True, exist_ok=True)
+        os.chown(host, info.uid, info.gid)
+        self._user_dirs.append(path)
+        return path
 
     def config_val(self, name: str) -> Optional[str]:
         """Value of a configuration knob, None if undefined."""

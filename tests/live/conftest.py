@@ -1,0 +1,108 @@
+"""Fixtures for tests that drive real HTCondor daemons (schedd, JobRouter, gridmanager).
+
+Every test runs once per HTCondor series in PODGAHP_CONDOR_SERIES (default "trixie sid", i.e.
+HTCondor 23.x and 25.x from Debian root filesystems; "native" for an installed HTCondor >= 23),
+see `harness.rootfs`. Building a root takes under a minute the first time and is cached.
+
+The harness needs root. Daemon logs of a failing test's pools are printed in its teardown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import pytest
+
+from harness import Installation, Pool, get_installation, series_from_env
+
+#: Route used by most live tests: every vanilla job goes to podgahp's k8s GAHP. The CE router
+#: defaults of ce-config/standalone supply the source-job constraint, so no REQUIREMENTS.
+K8S_ROUTE = """\
+JOB_ROUTER_ROUTE_NAMES = K8s
+JOB_ROUTER_ROUTE_K8s @=jrt
+  TargetUniverse = 9
+  GridResource = "batch k8s"
+  SET default_CERequirements "RequestCpus,RequestDisk,k8s_namespace"
+  SET k8s_namespace "pilots"
+@jrt
+"""
+
+#: K8S_GAHP for the tests: podgahp with its in-memory backend. The wrapper first reports on stderr
+#: (copied into GridmanagerLog.<user>) which user it runs as and which configuration it inherited.
+MEMORY_GAHP_WRAPPER = """\
+#!/bin/sh
+echo "gahp-wrapper: user=$(id -un) HOME=$HOME CONDOR_CONFIG=$CONDOR_CONFIG" >&2
+exec {podgahp} gahp --backend memory
+"""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "live: drives real HTCondor daemons (slow; runs last)")
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    # Live tests take minutes: run them after everything else.
+    items.sort(key=lambda item: item.get_closest_marker("live") is not None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"podgahp_rep_{report.when}", report)
+
+
+def _failed(node: pytest.Item) -> bool:
+    return any(getattr(getattr(node, f"podgahp_rep_{when}", None), "failed", False)
+               for when in ("setup", "call"))
+
+
+@pytest.fixture(scope="session", params=series_from_env())
+def installation(request: pytest.FixtureRequest) -> Installation:
+    """The HTCondor installation of one series, with podgahp installed (built on first use)."""
+    inst = get_installation(request.param)
+    inst.acquire()
+    try:
+        inst.install_podgahp()
+    finally:
+        inst.release()
+    return inst
+
+
+@pytest.fixture
+def make_pool(installation: Installation, request: pytest.FixtureRequest) -> Iterator[Callable[..., Pool]]:
+    """Start pools; on teardown print their logs if the test failed, then stop them."""
+    pools: List[Pool] = []
+
+    def make(extra_config: str = "", files: Optional[Dict[str, str]] = None, **kwargs: Any) -> Pool:
+        pool = Pool(installation, extra_config=extra_config, files=files,
+                    name=request.node.originalname[:40], **kwargs)
+        pools.append(pool)
+        return pool.start()
+
+    yield make
+    failed = _failed(request.node)
+    for pool in pools:
+        if failed:
+            pool.dump_logs()
+        pool.stop(failed=failed)
+
+
+@pytest.fixture
+def make_k8s_pool(make_pool: Callable[..., Pool], installation: Installation) -> Callable[..., Pool]:
+    """Start a CE-like pool whose route K8s sends every vanilla job to
+    `podgahp gahp --backend memory`; `extra_config` is appended (e.g. PODGAHP_MEMORY_* knobs)."""
+
+    def make(extra_config: str = "") -> Pool:
+        return make_pool(
+            extra_config=K8S_ROUTE + "K8S_GAHP = $(LOCAL_DIR)/k8s_gahp\n" + extra_config,
+            files={"k8s_gahp": MEMORY_GAHP_WRAPPER.format(podgahp=installation.bin("podgahp"))},
+        )
+
+    return make
+
+
+@pytest.fixture
+def k8s_pool(make_k8s_pool: Callable[..., Pool]) -> Pool:
+    """A started pool from `make_k8s_pool` with the memory backend's default timings."""
+    return make_k8s_pool()
