@@ -537,9 +537,8 @@ class LanciumSim:
         self, settings: Optional[LanciumSimSettings] = None, *, api_key: Optional[str] = None,
         host: str = "127.0.0.1", port: int = 0,
     ) -> None:
-        self.settings = settings if settings is not None else LanciumSimSettings()
         self.lock = threading.RLock()
-        self.state = LanciumState(self.settings)
+        self.state = LanciumState(settings if settings is not None else LanciumSimSettings())
         self._secret = secrets.token_bytes(32)
         self._next_jti = 1
         self._revoked_through = 0
@@ -554,6 +553,16 @@ class LanciumSim:
         self._server: Optional[_SimHTTPServer] = None
         self._threads: List[threading.Thread] = []
         self._stop = threading.Event()
+
+    @property
+    def settings(self) -> LanciumSimSettings:
+        """The live knobs; change fields (or assign a new object) at any time."""
+        return self.state.settings
+
+    @settings.setter
+    def settings(self, value: LanciumSimSettings) -> None:
+        with self.lock:
+            self.state.settings = value
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -604,7 +613,7 @@ class LanciumSim:
 
     # -- tokens --------------------------------------------------------------------------------
 
-    def issue_token(self, lifetime: Optional[float] = None) -> str:
+    def mint_token(self, lifetime: Optional[float] = None) -> str:
         """A fresh access token, as ``POST /access_tokens`` would return (without ``Bearer``)."""
         with self.lock:
             now = time.time()
@@ -617,14 +626,14 @@ class LanciumSim:
         })
 
     def revoke_tokens(self) -> None:
-        """Make every access token issued so far invalid (next call answers 401)."""
+        """Make every access token handed out so far invalid (next call answers 401)."""
         with self.lock:
             self._revoked_through = self._next_jti - 1
 
     def _exchange_key(self, credentials: Optional[str]) -> str:
         if credentials is None or not hmac.compare_digest(credentials.encode(), self.api_key.encode()):
             raise ApiError(401, ["Invalid API key"])
-        return self.issue_token()
+        return self.mint_token()
 
     def _check_access_token(self, credentials: Optional[str]) -> None:
         if credentials is None:
@@ -751,8 +760,13 @@ class LanciumSim:
                 cost=cost, execution_time=execution_time, memory_used=memory_used, hold=hold,
             )
 
-    def wait_for(self, job_id: int, statuses: Union[str, Sequence[str]], timeout: float = 10.0) -> JobJSON:
-        """Poll the state (not over HTTP) until the job reaches one of ``statuses``."""
+    def wait_for(self, job_id: int, statuses: Union[str, Sequence[str]],
+                 timeout: float = 10.0) -> Optional[JobJSON]:
+        """Poll the state (not over HTTP) until the job reaches one of ``statuses``.
+
+        ``"gone"`` among ``statuses`` matches a job that has vanished (returns None).  Raises
+        TimeoutError naming the last status.
+        """
         wanted = (statuses,) if isinstance(statuses, str) else tuple(statuses)
         deadline = time.monotonic() + timeout
         while True:
@@ -760,7 +774,7 @@ class LanciumSim:
                 job = self.state.jobs.get(job_id)
                 status = job.status if job is not None else "gone"
                 if status in wanted:
-                    return self.state.show_job(job_id) if job is not None else cast(JobJSON, {})
+                    return self.state.show_job(job_id) if job is not None else None
             if time.monotonic() > deadline:
                 raise TimeoutError("job %d is %s, not %s after %.1f s" % (job_id, status, wanted, timeout))
             time.sleep(min(0.02, self.settings.tick))

@@ -137,7 +137,7 @@ class LanciumState:
         self._next_job_id = 1000
         self._next_input_id = 1
 
-    # -- helpers -------------------------------------------------------------------------------
+    # -- internals -----------------------------------------------------------------------------
 
     def _job(self, job_id: int) -> SimJob:
         job = self.jobs.get(job_id)
@@ -551,6 +551,8 @@ class LanciumState:
         if status not in STATUSES or status in ("created", "delete pending"):
             raise ValueError("cannot advance a job to %r" % status)
         job = self._job(job_id)
+        if job.status == "delete pending":
+            raise ValueError("job %d is being deleted" % job_id)
         job.hold = hold
         if job.data["submitted_at"] is None:
             job.data["submitted_at"] = iso(now)

@@ -59,7 +59,7 @@ def test_frequent_token_requests_are_tolerated(api: ApiClient) -> None:
 )
 def test_bad_api_key_is_401(api: ApiClient, sim: LanciumSim, authorization: str) -> None:
     if authorization == "<token>":
-        authorization = "Bearer " + sim.issue_token()
+        authorization = "Bearer " + sim.mint_token()
     headers = {"Authorization": authorization} if authorization else {}
     resp = api.call("POST", "/access_tokens", auth="none", headers=headers)
     assert resp.status_code == 401
@@ -68,8 +68,8 @@ def test_bad_api_key_is_401(api: ApiClient, sim: LanciumSim, authorization: str)
 
 
 def _forged(sim: LanciumSim) -> str:
-    head, payload, sig = sim.issue_token().split(".")
-    claims = _claims(sim.issue_token())
+    head, payload, sig = sim.mint_token().split(".")
+    claims = _claims(sim.mint_token())
     claims["exp"] += 86400
     raw = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
     return "%s.%s.%s" % (head, raw, sig)
@@ -80,8 +80,8 @@ BAD_TOKENS: Dict[str, Callable[[LanciumSim], str]] = {
     "api-key-instead-of-token": lambda sim: "Bearer " + sim.api_key,
     "garbage": lambda sim: "Bearer not.a.jwt",
     "forged-signature": lambda sim: "Bearer " + _forged(sim),
-    "expired": lambda sim: "Bearer " + sim.issue_token(lifetime=-1),
-    "other-simulator": lambda sim: "Bearer " + LanciumSim().issue_token(),
+    "expired": lambda sim: "Bearer " + sim.mint_token(lifetime=-1),
+    "other-simulator": lambda sim: "Bearer " + LanciumSim().mint_token(),
 }
 
 
@@ -139,7 +139,7 @@ def test_version_headers_on_every_response(api: ApiClient, method: str, path: st
 def test_unknown_paths_are_404_with_headers(sim: LanciumSim, path: str) -> None:
     url = sim.url[: -len("/api/v1")] + path
     with requests.Session() as s:
-        resp = s.get(url, headers={"Authorization": "Bearer " + sim.issue_token()})
+        resp = s.get(url, headers={"Authorization": "Bearer " + sim.mint_token()})
     assert resp.status_code == 404
     assert isinstance(resp.json()["errors"], list)
     assert resp.headers["X-Current-API-Version"] == "1.5.0"

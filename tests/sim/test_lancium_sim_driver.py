@@ -193,3 +193,43 @@ def test_fixed_api_key_and_restart_guard() -> None:
             sim.start()
     with pytest.raises(RuntimeError):
         sim.url
+
+
+# -- odd requests still get declared answers ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, path, data, headers, status",
+    [
+        ("POST", "/jobs", b"hello", {"Content-Type": "text/plain"}, 400),
+        ("POST", "/jobs", b"null", {"Content-Type": "application/json"}, 201),
+        ("PUT", "/jobs/{id}", None, None, 200),
+        ("PUT", "/jobs/{id}", b"[]", {"Content-Type": "application/json"}, 400),
+        ("POST", "/jobs/{id}/submit", b"{\"force\": true}", {"Content-Type": "application/json"}, 202),
+        ("GET", "/jobs/{id}/output/logs/stdout.txt", None, None, 404),
+        ("GET", "/jobs/{id}", b"{}", {"Content-Type": "application/json"}, 200),
+        ("DELETE", "/jobs/{id}/data/1", None, None, 404),
+    ],
+    ids=["create-text-body", "create-json-null", "update-no-body", "update-array", "submit-with-body",
+         "output-in-subdirectory", "show-with-body", "delete-missing-input"],
+)
+def test_odd_requests_get_declared_statuses(api: ApiClient, method: str, path: str, data: Optional[bytes],
+                                            headers: Optional[Dict[str, str]], status: int) -> None:
+    job_id = api.create({"job": pilot_job()})["id"]
+    # ``data`` bypasses request validation: some of these bodies break the description on purpose.
+    resp = api.call(method, path.format(id=job_id), data=data if data is not None else b"", headers=headers)
+    assert resp.status_code == status, resp.text
+
+
+def test_wait_for_and_settings_replacement(sim: LanciumSim, api: ApiClient) -> None:
+    sim.settings = LanciumSimSettings(tick=0.01, submit_seconds=0, queue_seconds=0, run_seconds=0.05,
+                                      delete_seconds=0.05)
+    job_id = api.create({"job": pilot_job()})["id"]
+    api.submit(job_id)
+    job = sim.wait_for(job_id, "finished", timeout=3)
+    assert job is not None and job["status"] == "finished"
+    with pytest.raises(ValueError):
+        api.call("DELETE", "/jobs/%d" % job_id) and sim.advance(job_id, "running")
+    assert sim.wait_for(job_id, "gone", timeout=3) is None
+    with pytest.raises(TimeoutError):
+        sim.wait_for(api.create({})["id"], "running", timeout=0.1)

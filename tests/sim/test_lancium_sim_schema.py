@@ -282,14 +282,14 @@ class ApiClient:
 
     def __init__(self, sim: LanciumSim) -> None:
         self.sim = sim
-        self.session = requests.Session()
+        self.http = requests.Session()
         self.token: Optional[str] = None
         self.calls: List[Tuple[str, str, int]] = []
         self.skip: Sequence[str] = ()
         """Schema keywords not checked (both ways) unless a call says otherwise."""
 
     def close(self) -> None:
-        self.session.close()
+        self.http.close()
 
     def login(self) -> str:
         resp = self.call("POST", "/access_tokens", auth="key")
@@ -325,7 +325,7 @@ class ApiClient:
             kwargs["data"] = data
         elif body is not BLANK:
             kwargs["json"] = body
-        resp = self.session.request(method, self.sim.url + path, **kwargs)
+        resp = self.http.request(method, self.sim.url + path, **kwargs)
         problems = response_errors(method, path, resp, skip=skip, injected=injected)
         assert not problems, "%s %s -> %d %s: %s" % (method, path, resp.status_code, resp.text[:300], problems)
         self.calls.append((method, path, resp.status_code))
