@@ -266,12 +266,21 @@ class JobList:
                     self._last_error = None
                     return self._snapshot, True
                 if not_before is not None:
-                    raise TransientError(f"cannot list Lancium jobs: {self._last_error}") from self._last_error
+                    raise self._failure()
             if snapshot is None or (self._last_error is not None and time.time() - snapshot.fetched_at > self._stale):
-                error = self._last_error
-                raise TransientError(f"cannot list Lancium jobs: {error}" if error
-                                     else "no Lancium job list yet") from error
+                raise self._failure()
             return snapshot, False
+
+    def _failure(self) -> GahpError:
+        """The last failure to raise: transient ones say that listing failed, others as they are."""
+        error = self._last_error
+        if error is None:
+            return TransientError("no Lancium job list yet")
+        if isinstance(error, TransientError):
+            wrapped = TransientError(f"cannot list Lancium jobs: {error}")
+            wrapped.__cause__ = error
+            return wrapped
+        return error
 
 
 # --------------------------------------------------------------------------------------------
