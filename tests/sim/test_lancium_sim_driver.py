@@ -223,13 +223,14 @@ def test_odd_requests_get_declared_statuses(api: ApiClient, method: str, path: s
 
 def test_wait_for_and_settings_replacement(sim: LanciumSim, api: ApiClient) -> None:
     sim.settings = LanciumSimSettings(tick=0.01, submit_seconds=0, queue_seconds=0, run_seconds=0.05,
-                                      delete_seconds=0.05)
+                                      delete_seconds=0.3)
     job_id = api.create({"job": pilot_job()})["id"]
     api.submit(job_id)
     job = sim.wait_for(job_id, "finished", timeout=3)
     assert job is not None and job["status"] == "finished"
+    assert api.call("DELETE", "/jobs/%d" % job_id).status_code == 202
     with pytest.raises(ValueError):
-        api.call("DELETE", "/jobs/%d" % job_id) and sim.advance(job_id, "running")
+        sim.advance(job_id, "running")  # a deleted job cannot be revived
     assert sim.wait_for(job_id, "gone", timeout=3) is None
     with pytest.raises(TimeoutError):
         sim.wait_for(api.create({})["id"], "running", timeout=0.1)
