@@ -344,7 +344,7 @@ def pod_errors(pod: JsonObj) -> List[FieldError]:
                     errors.append(FieldError("notfound", "%s.volumeMounts[%d].name" % (cpath, j), "",
                                              mount.get("name")))
             policy = container.get("imagePullPolicy")
-            if policy not in ("Always", "IfNotPresent", "Never"):
+            if policy is not None and policy not in ("Always", "IfNotPresent", "Never"):
                 errors.append(FieldError("notsupported", cpath + ".imagePullPolicy",
                                          'supported values: "Always", "IfNotPresent", "Never"', policy))
     policy = spec.get("restartPolicy")

@@ -648,8 +648,6 @@ class Api:
             # podStrategy.CheckGracefulDelete: unscheduled or terminal pods go at once
             if not current["spec"].get("nodeName") or (current.get("status") or {}).get("phase") in TERMINAL:
                 grace = 0
-        if grace > 0:
-            return self.cluster.graceful_delete(current, grace, time.time())
         if options.get("propagationPolicy") == "Orphan":
             for kind in ("pods", "secrets"):
                 for dependent in self.store.items(kind):
@@ -660,6 +658,8 @@ class Api:
                         if not changed["metadata"]["ownerReferences"]:
                             del changed["metadata"]["ownerReferences"]
                         self.store.update(kind, changed)
+        if grace > 0:
+            return self.cluster.graceful_delete(current, grace, time.time())
         deleted = self.store.delete(resource, meta["namespace"], meta["name"])
         return deleted if deleted is not None else current
 

@@ -1,0 +1,121 @@
+"""Fixtures and helpers shared by the ``test_k8s_*`` fidelity tests of the simulated API server.
+
+Everything goes through the official ``kubernetes`` client built from a kubeconfig the simulator
+writes (``new_client_from_config(persist_config=False)``), so the installed client version (30.x
+or 37.x) deserialises, and so validates, every response.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import pytest
+import kubernetes
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from gahp.sim.k8s import KubeSim, SimConfig
+
+FAST = SimConfig(tick_seconds=0.03, run_seconds=0.3, container_create_seconds=0.05, image_backoff_seconds=0.3,
+                 crash_backoff_seconds=0.2, sigterm_exit_seconds=0.2, gc_seconds=0.1, bookmark_seconds=0.3)
+CLIENT_MAJOR = int(kubernetes.__version__.split(".")[0])
+NS = "default"
+
+
+def fast(**changes: Any) -> SimConfig:
+    return dataclasses.replace(FAST, **changes)
+
+
+@pytest.fixture
+def make_sim(tmp_path: Path) -> Iterator[Callable[..., KubeSim]]:
+    """Start a simulator with ``fast(**changes)``; every one started is stopped afterwards."""
+    started: List[KubeSim] = []
+
+    def make(**changes: Any) -> KubeSim:
+        sim = KubeSim(fast(**changes)).start()
+        started.append(sim)
+        return sim
+
+    yield make
+    for sim in started:
+        sim.stop()
+
+
+@pytest.fixture
+def sim(make_sim: Callable[..., KubeSim]) -> KubeSim:
+    return make_sim()
+
+
+@pytest.fixture
+def api_client_for(tmp_path: Path) -> Iterator[Callable[..., client.ApiClient]]:
+    clients: List[client.ApiClient] = []
+
+    def make(server: KubeSim, token: Optional[str] = None, namespace: str = NS) -> client.ApiClient:
+        path = str(tmp_path / ("kubeconfig-%d" % len(clients)))
+        server.write_kubeconfig(path, namespace=namespace, token=token)
+        api_client = config.new_client_from_config(config_file=path, persist_config=False)
+        clients.append(api_client)
+        return api_client
+
+    yield make
+    for api_client in clients:
+        api_client.close()
+
+
+@pytest.fixture
+def core(sim: KubeSim, api_client_for: Callable[..., client.ApiClient]) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client_for(sim))
+
+
+def pod_body(name: Optional[str] = "p1", image: str = "htcondor/execute:lts", env: Optional[Dict[str, str]] = None,
+             labels: Optional[Dict[str, str]] = None, resources: Optional[Dict[str, Any]] = None,
+             restart: Optional[str] = "Never", **spec: Any) -> Dict[str, Any]:
+    meta: Dict[str, Any] = {"name": name} if name else {"generateName": "pilot-"}
+    if labels:
+        meta["labels"] = labels
+    container: Dict[str, Any] = {"name": "pilot", "image": image, "command": ["/usr/sbin/condor_master"],
+                                 "args": ["-f"]}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if resources is not None:
+        container["resources"] = resources
+    body_spec: Dict[str, Any] = {"containers": [container]}
+    if restart:
+        body_spec["restartPolicy"] = restart
+    body_spec.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body_spec}
+
+
+def status_of(error: ApiException) -> Dict[str, Any]:
+    body = json.loads(error.body)
+    assert isinstance(body, dict)
+    return body
+
+
+def expect_error(call: Callable[..., Any], *args: Any, **kwargs: Any) -> ApiException:
+    with pytest.raises(ApiException) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+def roundtrip(api_client: client.ApiClient, data: Any, klass: str) -> Any:
+    """Deserialise raw JSON the way the client does for responses (validating required fields)."""
+    return api_client._ApiClient__deserialize(data, klass)  # noqa: SLF001 - same path as responses
+
+
+def raw(sim: KubeSim, method: str, path: str, body: Optional[bytes] = None, token: Optional[str] = None,
+        headers: Optional[Dict[str, str]] = None, timeout: float = 5.0) -> urllib3.BaseHTTPResponse:
+    """A plain HTTP request (for what the typed client cannot send: bad JSON, raw watch flags)."""
+    all_headers = {"Authorization": "Bearer %s" % (sim.token if token is None else token)}
+    all_headers.update(headers or {})
+    http = urllib3.PoolManager()
+    return http.request(method, sim.url + path, body=body, headers=all_headers, timeout=timeout,
+                        preload_content=True, retries=False)
+
+
+def phase(pod: Optional[Dict[str, Any]]) -> str:
+    return str(((pod or {}).get("status") or {}).get("phase", ""))
