@@ -23,6 +23,7 @@ import stat
 import tempfile
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping, Optional, Set, Tuple, Union
 
@@ -106,6 +107,8 @@ HOLD_OUTPUT = HoldCode(HOLD_RETRYABLE, 5)
 HOLD_REMOTE_ERROR = HoldCode(HOLD_RETRYABLE, 20)
 #: Lancium reported ``error`` after the job used up its ``max_run_time`` (from BatchRuntime).
 HOLD_RUN_TIME = HoldCode(HOLD_FATAL, 21)
+
+_SANDBOX_LOCKS = 64
 
 _RANK = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2, Phase.HELD: 2, Phase.REMOVED: 2}
 
@@ -314,7 +317,7 @@ class LanciumBackend(Backend):
         self.jobs = JobList(self.client, settings.list_max_age_s, settings.list_stale_s)
         self._lock = threading.Lock()
         self._tracked: Dict[int, Tracked] = {}
-        self._sandbox_locks: Dict[str, threading.Lock] = {}
+        self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
         self._terminal_seen: Dict[int, float] = {}
         self._cancelled: Set[int] = set()
 
@@ -335,8 +338,8 @@ class LanciumBackend(Backend):
     # -- submit --------------------------------------------------------------------------------
 
     def _sandbox_lock(self, sandbox_id: str) -> threading.Lock:
-        with self._lock:
-            return self._sandbox_locks.setdefault(sandbox_id, threading.Lock())
+        """Serialises submits of one sandbox in this process (a fixed pool: memory stays bounded)."""
+        return self._sandbox_locks[zlib.crc32(sandbox_id.encode()) % _SANDBOX_LOCKS]
 
     def _track(self, lancium_id: int) -> Tracked:
         with self._lock:
@@ -561,6 +564,8 @@ class LanciumBackend(Backend):
             try:
                 data = self.client.output(tracked.lancium_id, remote)
             except LanciumNotFound:
+                if best_effort:
+                    continue
                 data = b""
             except GahpError as e:
                 if best_effort:
