@@ -31,14 +31,28 @@ Sim-wide knobs are the fields of :class:`LanciumSimSettings` (token lifetime, ti
 delete seconds, total cores, number of 202 answers before an output is ready, terminate outcome,
 CPU:memory round-up, billing).
 
-Sim choices where the published description is silent: ``terminate`` acts on
-the next tick and leaves the job in ``error`` with ``error_string`` "terminated by user" and no
-outputs; ``ready`` lasts one tick while cores are held; jobs ending in ``error`` from
-``PODGAHP_SIM_ERROR`` still have outputs; ``chunks_received`` ranges are ``[start, end)``,
-0-based; job-level ``output_files`` is returned under that name (the description misspells it
-``output_fies``; both are accepted in requests); the job list shows a job without name as ``""``.
-Malformed requests to operations that declare no 400 (bad JSON, input-file fields, a missing
-``Upload-Offset``) still answer 400 ``{"errors": [...]}``.
+Driver (:class:`LanciumSim`): ``url``, ``api_key``, ``settings``; ``jobs()``, ``job()``,
+``input_files()``, ``input_bytes()``, ``outputs()``; ``inject()`` / ``clear_faults()``;
+``never_start()``; ``advance()``; ``wait_for()``; ``request_log`` / ``count()`` / ``clear_log()``;
+``mint_token()`` / ``revoke_tokens()``.  :func:`serve` runs one stand-alone until interrupted.
+
+Sim choices where the published description is silent or contradicts itself:
+
+* ``terminate`` acts on the next tick; the job ends in ``error`` with ``error_string``
+  "terminated by user" (configurable) and without outputs.  ``ready`` lasts one tick while the
+  job's cores are held.  Jobs ending in ``error`` through ``PODGAHP_SIM_ERROR`` keep outputs.
+* ``cost``, ``memory_used`` (MB), ``execution_time`` and ``exit_code`` are not nullable in the
+  schema and "only available for jobs with a status of finished or error": they are absent
+  until then (``exit_code`` also after terminate).  All other fields are always present.
+* Create/update check types and unknown keys (also inside ``resources``) and the ``qos`` enum;
+  presence and ranges are checked at submit, so a created job may show out-of-range values.
+* ``chunks_received`` ranges are ``[start, end)``, 0-based.  An input file's ``size`` is
+  write-only and never returned.
+* The job attribute is returned as ``output_files`` (as real responses had); the description's
+  misspelling ``output_fies`` is accepted in requests too.  The job list shows a job without a
+  name as ``""`` (the list schema's ``name`` is not nullable).
+* Malformed requests to operations that declare no 400 (input-file fields, a missing
+  ``Upload-Offset``, a chunk past the declared size) still answer 400 with an ``errors`` body.
 """
 
 from __future__ import annotations
@@ -247,6 +261,13 @@ class _SimHTTPServer(ThreadingHTTPServer):
     def __init__(self, address: Tuple[str, int], sim: LanciumSim) -> None:
         self.sim = sim
         super().__init__(address, _RequestHandler)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # The stdlib prints to stderr; a client that gave up (timeout tests) is routine.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            logger.debug("lancium sim: client %s went away", client_address)
+        else:
+            logger.exception("lancium sim: error while serving %s", client_address)
 
 
 class _RequestHandler(BaseHTTPRequestHandler):

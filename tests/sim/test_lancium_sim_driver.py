@@ -234,3 +234,12 @@ def test_wait_for_and_settings_replacement(sim: LanciumSim, api: ApiClient) -> N
     assert sim.wait_for(job_id, "gone", timeout=3) is None
     with pytest.raises(TimeoutError):
         sim.wait_for(api.create({})["id"], "running", timeout=0.1)
+
+
+def test_client_giving_up_is_quiet(sim: LanciumSim, api: ApiClient, capfd: pytest.CaptureFixture[str]) -> None:
+    sim.inject(None, method="GET", path="/jobs", delay=0.3)
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        api.call("GET", "/jobs", timeout=0.05)
+    time.sleep(0.4)  # the handler writes its late answer into a closed connection
+    assert api.call("GET", "/jobs").status_code == 200
+    assert "Traceback" not in capfd.readouterr().err
