@@ -1,0 +1,294 @@
+"""The pure-Python half of ``podgahp routes``: the predicted GAHP submit ad, the conversion of
+JOB_ROUTER_ENTRIES, and the reading of condor_job_router_info's output. The tools themselves run in
+tests/live/test_routes.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import classad2
+import pytest
+
+from gahp import routes
+from gahp.routes import (CE_ROUTER_TRANSFORMS, SAMPLES, RoutesError, convert, gahp_view, grid_type,
+                         predict_submit_ad)
+
+REPO = Path(__file__).resolve().parent.parent.parent
+ROUTES = REPO / "routes"
+
+
+def routed(text: str) -> classad2.ClassAd:
+    """A routed job ad from long-form lines."""
+    return classad2.parseOne(text, classad2.ParserType.Old)
+
+
+#: The 8-core GPU pilot after the K8s_Gpu route and the CE's transforms, as
+#: condor_job_router_info -route-jobs printed it on 25.14.1 (trimmed).
+GPU_ROUTED = """\
+Args = "-v"
+BatchQueue = "gpu"
+BatchRuntime = 172800
+CERequirements = "RequestCpus,RequestDisk,CondorCE"
+Cmd = "pilot.sh"
+CondorCE = 1
+Environment = ""
+Err = "pilot.err"
+GridResource = "batch k8s"
+In = "/dev/null"
+Iwd = "/home/pilot"
+JobUniverse = 9
+Out = "pilot.out"
+Owner = "pilot"
+Remote_JobUniverse = 5
+RequestCpus = 8
+RequestDisk = DiskUsage * 2
+DiskUsage = 10000000
+RequestGPUs = 1
+RequestMemory = maxMemory
+RouteName = "K8s_Gpu"
+default_CERequirements = "RequestCpus,RequestDisk"
+maxMemory = 16000
+remote_NodeNumber = 8
+remote_SMPGranularity = 8
+xcount = 8
+"""
+
+
+def test_the_gpu_pilot_as_podgahp_sees_it() -> None:
+    text, job = gahp_view(routed(GPU_ROUTED), "ce_1.0")
+    assert job.cpus == 8 and job.memory_mb == 16000 and job.gpus == 1 and job.disk_kb == 20000000
+    assert job.queue == "gpu" and job.wall_time_s == 172800 and job.grid_type == "k8s"
+    assert job.settings == {"condorce": 1}
+    assert job.executable == "/home/pilot/pilot.sh"
+    assert job.sandbox_id == "ce_1.0" and job.arguments == ("-v",)
+    submit = classad2.parseOne(text)
+    # Evaluated and copied as literals; what is not in the list stays behind.
+    assert str(submit.lookup("RequestMemory")) == "16000"
+    assert str(submit.lookup("CERequirements")) == "RequestCpus == 8 && RequestDisk == 20000000 && CondorCE == 1"
+    assert "RequestCpus" not in submit and "RequestGPUs" not in submit and "Owner" not in submit
+    assert submit["JobUniverse"] == 5 and submit["NodeNumber"] == 8 and submit["SMPGranularity"] == 8
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ('CERequirements = "RequestCpus RequestDisk, k8s_image"\nk8s_image = "img:1"\nRequestCpus = 2\nRequestDisk = 5',
+     'RequestCpus == 2 && RequestDisk == 5 && k8s_image == "img:1"'),
+    ('CERequirements = "RequestCpus,Missing"\nRequestCpus = 2', "RequestCpus == 2 && Missing == undefined"),
+    ('CERequirements = [ k8s_namespace = "pilots"; RequestCpus = 1 + 1 ]', None),
+    ("CERequirements = RequestCpus > 1\nRequestCpus = 2", "RequestCpus > 1"),
+], ids=["string-list", "undefined-name", "nested-ad", "other-expression-forwarded"])
+def test_ce_requirements_as_the_gridmanager_builds_them(extra: str, expected: str) -> None:
+    ad = predict_submit_ad(routed('Cmd = "/bin/p"\nIwd = "/h"\n' + extra), "s")
+    text = str(ad.lookup("CERequirements"))
+    if expected is None:  # member order of a nested ad is the ad's own
+        assert sorted(text.split(" && ")) == ['RequestCpus == 2', 'k8s_namespace == "pilots"']
+    else:
+        assert text == expected
+
+
+def test_queue_gpus_iwd_and_remote_attributes() -> None:
+    ad = predict_submit_ad(routed(
+        'Cmd = "/bin/p"\nIwd = "/h"\nRemoteIwd = "/remote"\nBatchQueue = ""\nRequestGPUs = 0\n'
+        'x509userproxy = "proxy"\nArgs = "a"\nArguments = "b"\nEnvironment = "A=1"\n'
+        'REMOTE_Arguments = strcat("x", "y")\nremote_Environment = "B=2"\nRemote_JobUniverse = 5\n'
+        'GridResource = "batch lancium"'), "s")
+    assert "Queue" not in ad and "GPUNumber" not in ad  # empty queue and zero GPUs are not sent
+    assert ad["Iwd"] == "/remote" and ad["x509userproxy"] == "/remote/proxy"
+    assert ad["gridtype"] == "lancium" and ad["JobDirectory"] == "home_bl_s"
+    assert "Args" not in ad  # any REMOTE_ argument attribute clears both argument forms
+    assert str(ad.lookup("Arguments")) == 'strcat("x","y")'  # copied unevaluated
+    assert ad["Environment"] == "B=2" and ad["JobUniverse"] == 5
+
+    ad = predict_submit_ad(routed('Cmd = "/bin/p"\nIwd = "/h"\nBatchQueue = "cpu"\nRequestGPUs = 2'), "s")
+    assert ad["Queue"] == "cpu" and ad["GPUNumber"] == 2
+
+
+@pytest.mark.parametrize("resource, expected", [
+    ("batch k8s", ("k8s", [])),
+    ("batch LANCIUM", ("lancium", [])),
+    ("batch k8s user@host", ("k8s", ["user@host"])),
+    ("pbs", ("pbs", [])),
+], ids=["k8s", "case", "remote-mode", "no-batch-prefix"])
+def test_grid_type(resource: str, expected: tuple) -> None:
+    assert grid_type(resource) == expected
+
+
+def test_samples_carry_what_the_router_needs() -> None:
+    ads = list(classad2.parseAds(routes.samples_text(), classad2.ParserType.Old))
+    assert len(ads) == len(SAMPLES) == 4
+    for ad in ads:
+        for name in ("Owner", "JobStatus", "ProcId", "ClusterId", "JobUniverse", "Requirements", "Iwd", "Cmd"):
+            assert name in ad
+        assert ad["JobUniverse"] == 5 and ad["JobStatus"] == 1
+    assert len({ad["ClusterId"] for ad in ads}) == 4
+
+
+# --------------------------------------------------------------------------------------------
+# convert
+
+ENTRIES = """\
+# site routes
+JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True
+MERGE_JOB_ROUTER_DEFAULT_ADS = True
+JOB_ROUTER_DEFAULTS = [ MaxIdleJobs = 7; set_Foo = 1; eval_set_Bar = Foo + 1 ] [ delete_C = true ]
+JOB_ROUTER_ENTRIES @=jre
+  [ name = "K8s"; GridResource = "batch k8s"; TargetUniverse = 9;
+    Requirements = target.queue =?= "target.x" && TARGET.RequestGPUs > 0;
+    set_Foo = 2; copy_E = "F"; eval_set_Baz = RequestCpus * 2; MaxJobs = 10 ]
+  [ name = "Other-Site"; GridResource = "batch lancium"; Requirements = true ]
+@jre
+OTHER_KNOB = kept
+"""
+
+
+def blocks(text: str) -> Dict[str, List[str]]:
+    """Route name -> statement lines of every JOB_ROUTER_ROUTE_<name> @=jrt block."""
+    found: Dict[str, List[str]] = {}
+    for match in re.finditer(r"^JOB_ROUTER_ROUTE_(\w+) @=jrt\n(.*?)^@jrt$", text, re.M | re.S):
+        found[match.group(1)] = [line.strip() for line in match.group(2).splitlines() if line.strip()
+                                 and not line.strip().startswith("#")]
+    return found
+
+
+def test_convert_output_shape() -> None:
+    out = convert(ENTRIES)
+    assert "JOB_ROUTER_ENTRIES" not in out.replace("from JOB_ROUTER_ENTRIES", "").replace(
+        "used JOB_ROUTER_ENTRIES", "")
+    assert "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True" not in out
+    assert "JOB_ROUTER_ROUTE_NAMES = $(JOB_ROUTER_ROUTE_NAMES) K8s Other_Site" in out
+    assert "OTHER_KNOB = kept" in out and "# site routes" in out
+    got = blocks(out)
+    assert got["K8s"] == [
+        "TargetUniverse = 9",
+        'GridResource = "batch k8s"',
+        "MaxJobs = 10",
+        "MaxIdleJobs = 7",
+        'REQUIREMENTS queue is "target.x" && RequestGPUs > 0',
+        "COPY E F",
+        "DELETE C",
+        "SET Foo 2",  # the entry wins over the defaults
+        "EVALSET Bar Foo + 1",
+        "EVALSET Baz RequestCpus * 2",
+    ]
+    assert got["Other_Site"] == ['GridResource = "batch lancium"', "MaxIdleJobs = 7", "REQUIREMENTS true",
+                                 "DELETE C", "SET Foo 1", "EVALSET Bar Foo + 1"]
+    assert "was named 'Other-Site'" in out
+
+
+@pytest.mark.parametrize("text, message", [
+    ("X = 1\n", "no JOB_ROUTER_ENTRIES"),
+    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = true; Bogus = 1 ]\n', "attribute Bogus"),
+    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = MY.x == 1 ]\n', "MY."),
+    ('JOB_ROUTER_ENTRIES = [ name = "A"; MaxJobs = $(LIMIT) ]\n', "config macros"),
+    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = true ] [ name = "A"; Requirements = true ]\n',
+     "two entries are named A"),
+    ('JOB_ROUTER_DEFAULTS = [ a = 1 ] [ b = 2 ]\nJOB_ROUTER_ENTRIES = [ name = "A"; Requirements = true ]\n',
+     "MERGE_JOB_ROUTER_DEFAULT_ADS"),
+    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = \n', "not a list of ClassAds"),
+    ("JOB_ROUTER_ENTRIES_FILE = /etc/routes\nJOB_ROUTER_ENTRIES = [ name = \"A\" ]\n", "JOB_ROUTER_ENTRIES_FILE"),
+    ("JOB_ROUTER_ENTRIES @=jre\n[ name = \"A\" ]\n", "no closing @jre"),
+], ids=["no-entries", "unknown-attribute", "my-scope", "macros", "duplicate", "defaults-without-merge",
+        "parse-error", "entries-file", "unclosed-block"])
+def test_convert_errors(text: str, message: str) -> None:
+    with pytest.raises(RoutesError, match=re.escape(message)):
+        convert(text)
+
+
+def normalized(statements: List[str]) -> List[str]:
+    """Statements with REQUIREMENTS unparsed by classad2 (``=?=`` and ``is`` are the same)."""
+    out = []
+    for line in statements:
+        if line.startswith("REQUIREMENTS "):
+            line = "REQUIREMENTS " + str(classad2.ExprTree(line[len("REQUIREMENTS "):]))
+        out.append(line)
+    return sorted(out)
+
+
+def test_the_shipped_entries_convert_to_the_shipped_routes() -> None:
+    converted = blocks(convert((ROUTES / "50-podgahp-routes.entries.conf").read_text()))
+    shipped = blocks((ROUTES / "50-podgahp-routes.conf").read_text())
+    assert list(converted) == list(shipped) == ["K8s_Opportunistic", "Lancium", "K8s_Gpu", "K8s_Cpu"]
+    for name in shipped:
+        assert normalized(converted[name]) == normalized(shipped[name]), name
+
+
+def test_every_shipped_route_sends_cpus_and_disk_both_ways() -> None:
+    for name, statements in blocks((ROUTES / "50-podgahp-routes.conf").read_text()).items():
+        lists = {line.split()[1]: line.split(None, 2)[2] for line in statements
+                 if line.split()[:2] in (["SET", "CERequirements"], ["SET", "default_CERequirements"])}
+        assert lists["CERequirements"] == lists["default_CERequirements"], name
+        names = lists["CERequirements"].strip('"').split(",")
+        assert names[:2] == ["RequestCpus", "RequestDisk"], name
+        for extra in names[2:]:  # every further name is set by the route itself
+            assert any(line.startswith(f"SET {extra} ") for line in statements), (name, extra)
+
+
+def transforms(text: str) -> Dict[str, List[str]]:
+    return {m.group(1): [line.strip() for line in m.group(2).splitlines() if line.strip()]
+            for m in re.finditer(r"^JOB_ROUTER_TRANSFORM_(\w+) @=jrt\n(.*?)^@jrt$", text, re.M | re.S)}
+
+
+def test_built_in_ce_transforms_match_the_ce_like_pool() -> None:
+    pool = transforms((REPO / "ce-config/standalone/config.d/01-ce-router-defaults.conf").read_text())
+    built_in = transforms(CE_ROUTER_TRANSFORMS)
+    for name in ("Base", "Cleanup", "OrigRequests", "Cpus", "Gpus", "Memory", "Queue", "BatchRuntime",
+                 "CERequirements"):
+        assert built_in[name] == pool[name], name
+
+
+# --------------------------------------------------------------------------------------------
+# Reading condor_job_router_info's output
+
+DIAGNOSTIC = """\
+Following source schedd (SCHEDD1): job_router_info
+route Good converted to :
+\tNAME Good
+ERROR in route Good :
+ERROR in transform Cpus :
+route Bad converted to :
+\tNAME Bad
+CONFIGURATION ERROR: Missing Requirements in job route.
+route 'Bad' from JOB_ROUTER_ROUTE_NAMES not found in the routing table.
+Routes will be matched in this order: Good
+
+
+Route 1
+Name         : "Good"
+Source       : Good
+Universe     : 9
+MaxJobs      : 100
+MaxIdleJobs  : 50
+GridResource : batch k8s
+Requirements : JobUniverse == 5
+\tNAME Good
+\tREQUIREMENTS JobUniverse == 5
+"""
+
+
+def test_router_errors_skip_25x_noise_and_name_the_route() -> None:
+    assert routes._router_errors(DIAGNOSTIC) == [
+        "route Bad: CONFIGURATION ERROR: Missing Requirements in job route.",
+        "route 'Bad' from JOB_ROUTER_ROUTE_NAMES not found in the routing table.",
+    ]
+
+
+def test_route_listing() -> None:
+    (route,) = routes._parse_listing(DIAGNOSTIC)
+    assert route == routes.Route("Good", "batch k8s", "JobUniverse == 5", "100", "50", False)
+
+
+def test_report_text() -> None:
+    _, job = gahp_view(routed(GPU_ROUTED), "ce_1.0")
+    report = routes.Report(
+        path="/etc/r.conf", ce=True, condor_version="23.9.6", transforms="t",
+        routes=(routes.Route("K8s_Gpu", "batch k8s", "true"),),
+        samples=(routes.SampleResult("gpu", "2.0", "8 cores", "K8s_Gpu", "batch k8s", "[ ]", job),
+                 routes.SampleResult("lost", "3.0", error="no route takes it")),
+        problems=("route(s) X of /etc/r.conf were dropped",))
+    text = report.text()
+    assert not report.ok
+    for expected in ("route          K8s_Gpu", "cpus           8", "memory         16000 MiB",
+                     "disk           20000000 KiB", "gpus           1", "wall time      172800 s",
+                     "route settings condorce = 1", "no route takes it", "Problems:", "FAILED"):
+        assert expected in text
