@@ -28,7 +28,7 @@ $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
 # mmdebstrap builds the Debian root filesystems that provide the HTCondor daemons (harness/rootfs.py).
 # rpm (rpmbuild) builds and inspects the RPM in tests/packaging.
 system-deps:
-	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null || \
+	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null && command -v cpio >/dev/null || \
 		{ apt-get update -q && apt-get install -y -q mmdebstrap rpm cpio; }
 
 check: $(VENV)/.installed

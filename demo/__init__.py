@@ -1,0 +1,1 @@
+"""``make demo``: a local CE on a simulated Kubernetes cluster, pilots flowing through it."""
