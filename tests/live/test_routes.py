@@ -1,0 +1,163 @@
+"""The shipped routes under HTCondor's own JobRouter code (condor_job_router_info), offline.
+
+Runs in every installation (23.x and 25.x): the routes parse with the expected route count, each
+sample pilot lands on its route and podgahp would receive the expected request; the old-syntax file
+and its `podgahp routes convert` output route every sample identically; `podgahp routes check`
+exits 0 on the shipped routes and non-zero, naming the route, on a broken one. No daemons run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from typing import Any, Dict, Iterator
+
+import pytest
+
+from harness import Installation
+from harness.rootfs import ROOT_SRC_DIR
+
+pytestmark = pytest.mark.live
+
+NEW = f"{ROOT_SRC_DIR}/routes/50-podgahp-routes.conf"
+OLD = f"{ROOT_SRC_DIR}/routes/50-podgahp-routes.entries.conf"
+ROUTE_NAMES = ["K8s_Opportunistic", "Lancium", "K8s_Gpu", "K8s_Cpu"]
+
+#: What podgahp receives for each built-in pilot behind an HTCondor-CE (its router transforms).
+EXPECTED_CE: Dict[str, Dict[str, Any]] = {
+    "plain": {"route": "K8s_Cpu", "grid_resource": "batch k8s", "queue": "cpu", "cpus": 1,
+              "memory_mb": 2000, "disk_kb": 1000000, "gpus": 0, "wall_time_s": 259200,
+              "settings": {"condorce": 1}},
+    "gpu": {"route": "K8s_Gpu", "grid_resource": "batch k8s", "queue": "gpu", "cpus": 8,
+            "memory_mb": 16000, "disk_kb": 20000000, "gpus": 1, "wall_time_s": 172800,
+            "settings": {"condorce": 1}},
+    "opportunistic": {"route": "K8s_Opportunistic", "grid_resource": "batch k8s", "queue": "opportunistic",
+                      "cpus": 4, "memory_mb": 8000, "disk_kb": 4000000, "gpus": 0, "wall_time_s": 43200,
+                      "settings": {"condorce": 1, "k8s_priority_class": "podgahp-opportunistic"}},
+    "lancium": {"route": "Lancium", "grid_resource": "batch lancium", "queue": "medium", "cpus": 2,
+                "memory_mb": 4000, "disk_kb": 2000000, "gpus": 0, "wall_time_s": 259200,
+                "settings": {"condorce": 1}},
+}
+
+#: The same in a plain pool: the job's own RequestCpus and RequestMemory, no wall time.
+EXPECTED_PLAIN: Dict[str, Dict[str, Any]] = {
+    name: dict(want, cpus=1, memory_mb=2048, wall_time_s=None,
+               settings={k: v for k, v in want["settings"].items() if k != "condorce"})
+    for name, want in EXPECTED_CE.items()
+}
+
+BROKEN = """\
+JOB_ROUTER_ROUTE_NAMES = Good Broken
+JOB_ROUTER_ROUTE_Good @=jrt
+  GridResource = "batch k8s"
+  REQUIREMENTS JobUniverse == 5
+  SET CERequirements "RequestCpus,RequestDisk"
+@jrt
+JOB_ROUTER_ROUTE_Broken @=jrt
+  GridResource = "batch k8s"
+  SET BatchQueue "cpu"
+@jrt
+"""
+
+#: Runs check_file inside the installation and prints its report as JSON.
+CHECK = ("import sys; from gahp.routes import check_file; "
+         "print(check_file(sys.argv[1], ce=sys.argv[2] == 'ce').to_json())")
+
+
+@pytest.fixture(scope="module")
+def inst(installation: Installation) -> Iterator[Installation]:
+    installation.acquire()
+    try:
+        yield installation
+    finally:
+        installation.release()
+
+
+@pytest.fixture
+def workdir(inst: Installation) -> Iterator[str]:
+    """A scratch directory inside the installation (path as the tools see it)."""
+    path = f"/tmp/podgahp-routes-test-{uuid.uuid4().hex[:8]}"
+    inst.host_path(path).mkdir(parents=True)
+    yield path
+    shutil.rmtree(inst.host_path(path), ignore_errors=True)
+
+
+def check(inst: Installation, path: str, ce: bool) -> Dict[str, Any]:
+    out = inst.run([inst.bin("python"), "-c", CHECK, path, "ce" if ce else "plain"]).stdout
+    report: Dict[str, Any] = json.loads(out)
+    return report
+
+
+def is_23x(inst: Installation) -> bool:
+    return inst.condor_version.startswith("23.")
+
+
+def gahp_views(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    views = {}
+    for sample in report["samples"]:
+        gahp = sample["gahp"] or {}
+        views[sample["name"]] = {
+            "route": sample["route"], "grid_resource": sample["grid_resource"],
+            **{k: gahp.get(k) for k in ("queue", "cpus", "memory_mb", "disk_kb", "gpus", "wall_time_s",
+                                        "settings")},
+        }
+    return views
+
+
+def routed_ads(report: Dict[str, Any]) -> Dict[str, str]:
+    return {s["name"]: s["routed_ad"] for s in report["samples"]}
+
+
+@pytest.mark.parametrize("ce, expected", [(True, EXPECTED_CE), (False, EXPECTED_PLAIN)], ids=["ce", "plain"])
+def test_shipped_routes_send_each_pilot_where_expected(inst: Installation, ce: bool,
+                                                       expected: Dict[str, Dict[str, Any]]) -> None:
+    report = check(inst, NEW, ce)
+    assert report["ok"], report["problems"]
+    assert [r["name"] for r in report["routes"]] == ROUTE_NAMES
+    assert report["expected_routes"] == ROUTE_NAMES
+    assert not any(r["old_syntax"] for r in report["routes"])
+    assert report["condor_version"] == inst.condor_version
+    assert gahp_views(report) == expected
+    assert not report["warnings"]
+
+
+def test_old_syntax_and_its_conversion_route_every_pilot_alike(inst: Installation, workdir: str) -> None:
+    converted = inst.run([inst.bin("podgahp"), "routes", "convert", OLD]).stdout
+    inst.host_path(f"{workdir}/converted.conf").write_text(converted)
+    new = check(inst, f"{workdir}/converted.conf", ce=False)
+    assert new["ok"], new["problems"]
+    assert [r["name"] for r in new["routes"]] == ROUTE_NAMES
+    assert gahp_views(new) == EXPECTED_PLAIN
+
+    old = check(inst, OLD, ce=False)
+    if is_23x(inst):
+        # 23.x reads the old syntax with JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True.
+        assert old["ok"], old["problems"]
+        assert sorted(r["name"] for r in old["routes"]) == sorted(ROUTE_NAMES)
+        assert all(r["old_syntax"] for r in old["routes"])
+        assert routed_ads(old) == routed_ads(new)
+        assert all(routed_ads(old).values())
+    else:
+        # 24.10 and later dropped it; the check says so and how to fix it.
+        assert not old["ok"]
+        assert any("not read by HTCondor" in p and "podgahp routes convert" in p for p in old["problems"])
+
+    # Behind a CE, the conversion routes exactly like the shipped new-syntax file.
+    assert routed_ads(check(inst, f"{workdir}/converted.conf", ce=True)) == routed_ads(check(inst, NEW, ce=True))
+
+
+def test_check_command_exit_status(inst: Installation, workdir: str) -> None:
+    good = inst.run([inst.bin("podgahp"), "routes", "check", NEW], check=False)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "cpus           8" in good.stdout and good.stdout.rstrip().endswith("OK")
+
+    inst.host_path(f"{workdir}/broken.conf").write_text(BROKEN)
+    broken = inst.run([inst.bin("podgahp"), "routes", "check", "--no-ce", f"{workdir}/broken.conf"], check=False)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "route(s) Broken of" in broken.stdout and "dropped by the JobRouter" in broken.stdout
+    assert "route Broken: CONFIGURATION ERROR: Missing Requirements in job route." in broken.stdout
+    assert broken.stdout.rstrip().endswith("FAILED")
+
+    missing = inst.run([inst.bin("podgahp"), "routes", "check", f"{workdir}/nothing.conf"], check=False)
+    assert missing.returncode != 0 and "nothing.conf" in missing.stderr
