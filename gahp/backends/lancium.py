@@ -530,6 +530,7 @@ class LanciumBackend(Backend):
 
     def _finish(self, tracked: Tracked, job_id: str, state: JobState) -> JobState:
         """COMPLETED once Out/Err are written; RUNNING while Lancium still prepares them."""
+        first = tracked.finished_seen is None
         if tracked.finished_seen is None:
             tracked.finished_seen = time.monotonic()
         try:
@@ -541,7 +542,8 @@ class LanciumBackend(Backend):
                            hold_code=HOLD_OUTPUT.code, hold_subcode=HOLD_OUTPUT.subcode)
         waited = time.monotonic() - tracked.finished_seen
         if not ready and waited < self.settings.output_wait_s:
-            log.info("%s: finished, waiting for Lancium to prepare its outputs", job_id)
+            if first:
+                log.info("%s: finished, waiting for Lancium to prepare its outputs", job_id)
             return replace(state, phase=Phase.RUNNING, exit_code=None)
         if not ready:
             log.warning("%s: outputs still not available after %.0f s, reporting completion without them",
