@@ -25,7 +25,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from gahp.backends.base import Backend
 from gahp.backends.lancium_client import (
@@ -319,7 +319,6 @@ class LanciumBackend(Backend):
         self._tracked: Dict[int, Tracked] = {}
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
         self._terminal_seen: Dict[int, float] = {}
-        self._cancelled: Set[int] = set()
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
@@ -457,6 +456,11 @@ class LanciumBackend(Backend):
             status = detail.get("status") or listed
         except LanciumNotFound:
             status = GONE
+        except TransientError as e:
+            if tracked.reported is None:
+                raise
+            log.warning("%s: cannot read the job's details now, reporting the last state: %s", job_id, e)
+            return tracked.reported
         if detail is not None and tracked.notes is None:
             tracked.notes = Notes.decode(detail.get("notes"))
         if status not in STATE_TABLE:
@@ -607,7 +611,6 @@ class LanciumBackend(Backend):
             log.info("%s: delete refused as a conflict, taken as already deleting: %s", job_id, e)
         with self._lock:
             self._tracked.pop(lancium_id, None)
-            self._cancelled.add(lancium_id)
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         """Accepted without action: Lancium cannot replace a submitted job's input files."""

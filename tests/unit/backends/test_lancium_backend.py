@@ -448,6 +448,16 @@ def test_status_keeps_the_last_good_list_while_lancium_fails(
     sim.clear_faults()
 
 
+def test_failed_detail_read_keeps_the_last_state(make_backend: BackendFactory, sim: LanciumSim,
+                                                 tmp_path: Path) -> None:
+    backend = make_backend(PODGAHP_LANCIUM_RETRIES="0")
+    job_id = backend.submit(make_pilot(tmp_path))
+    sim.advance(lancium_id_of(job_id), "running")
+    sim.inject(500, method="GET", path="/jobs/*", count=1)
+    assert backend.status(job_id).phase is Phase.IDLE  # the change is seen on the next query
+    assert backend.status(job_id).phase is Phase.RUNNING
+
+
 def test_status_without_any_list_is_transient(make_backend: BackendFactory, sim: LanciumSim) -> None:
     backend = make_backend(PODGAHP_LANCIUM_RETRIES="0")
     sim.inject(502, method="GET", path="/jobs", count=5)
