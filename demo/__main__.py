@@ -53,7 +53,6 @@ spec:
 apiVersion: v1
 kind: Pod
 spec:
-  priorityClassName: pilot-low
   containers:
   - name: pilot
     image: hub.opensciencegrid.org/osg-htc/ospool-ep:latest
@@ -146,7 +145,7 @@ def render(rows: List[Tuple[str, ...]], headers: Tuple[str, ...]) -> str:
 def table(pool: Pool, labels: Dict[int, str], sim: Optional[object]) -> Tuple[str, bool, List[Dict]]:
     """The live table and whether every pilot has reached an end."""
     attrs = ["ClusterId", "ProcId", "JobStatus", "RouteName", "GridJobId", "HoldReason", "ExitCode",
-             "RoutedFromJobId", "RemoteWallClockTime", "GridJobStatus"]
+             "ExitBySignal", "ExitSignal", "ExitReason", "RoutedFromJobId", "RemoteWallClockTime"]
     routed = {j.get("RoutedFromJobId"): j for j in pool.jobs("RoutedFromJobId =!= undefined", attrs)}
     sources = pool.jobs(f"ClusterId >= {min(labels)} && RoutedFromJobId =?= undefined", attrs)
     rows, done = [], True
@@ -168,7 +167,13 @@ def table(pool: Pool, labels: Dict[int, str], sim: Optional[object]) -> Tuple[st
             done = False
         outcome = ""
         if status == "completed":
-            outcome = f"exit {src.get('ExitCode', '?')}"
+            if src.get("ExitBySignal"):
+                outcome = f"signal {src.get('ExitSignal', '?')}"
+            else:
+                outcome = f"exit {src.get('ExitCode', '?')}"
+            reason = src.get("ExitReason") or job.get("ExitReason")
+            if reason:
+                outcome += f" ({reason[:60]})"
         elif status == "held":
             outcome = (src.get("HoldReason") or job.get("HoldReason") or "")[:70]
         rows.append((f"{src['ClusterId']}.{src['ProcId']}", labels.get(src["ClusterId"], ""),
@@ -209,7 +214,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                  SimNode("gpu-1", cpu="16", memory="64Gi", gpus=2, labels={"demo/gpu": "true"},
                          taints=(Taint("nvidia.com/gpu", "", "NoSchedule"),)))
         sim = KubeSim(SimConfig(nodes=nodes, namespaces=("default", NAMESPACE))).start()
-        sim.add_priority_class("pilot-low", -100)
+        sim.add_priority_class("podgahp-opportunistic", -100)  # set by the route
         with tempfile.NamedTemporaryFile("r", suffix=".yaml") as f:
             sim.write_kubeconfig(f.name, namespace=NAMESPACE)
             files["kubeconfig"] = Path(f.name).read_text()
