@@ -42,6 +42,9 @@ POOLS_DIR = "/srv/podgahp/pools"
 #: The same for native installations (host path).
 NATIVE_POOLS_DIR = "/var/tmp/podgahp-pools"
 
+#: Per-run directories older than this (seconds) are removed when a pool starts.
+KEEP_OLD_RUNS_S = 2 * 86400
+
 #: Knobs that make a test pool react within seconds (htcondor-setup.md §3); the defaults are
 #: minutes. Written after ce-config and condor_config.d, before the caller's extra config.
 FAST_CONFIG = """\
@@ -114,6 +117,7 @@ class Pool:
         self._acquired = False
         self._stopped = False
         self._user_dirs: List[str] = []
+        self._logs_dumped = False
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -130,6 +134,8 @@ class Pool:
     def start(self) -> "Pool":
         """Write the configuration, start condor_master and wait for schedd and JobRouter."""
         inst = self.installation
+        if os.geteuid() != 0:
+            raise PoolError("harness.pool needs root (chroot, mount, condor_master switching users)")
         try:
             inst.acquire()
             self._acquired = True
@@ -157,6 +163,7 @@ class Pool:
     def _write_config(self) -> None:
         inst = self.installation
         local = self.path(self.local_dir)
+        self._remove_old_runs(local.parent)
         local.mkdir(parents=True)
         condor = inst.user("condor")
         for sub in ("log", "spool", "lock", "execute", "run"):
@@ -184,6 +191,16 @@ class Pool:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             target.chmod(0o755 if text.startswith("#!") else 0o644)
+
+    @staticmethod
+    def _remove_old_runs(parent: Path) -> None:
+        # Per-run directories kept after failures pile up; drop those untouched for two days.
+        cutoff = time.time() - KEEP_OLD_RUNS_S
+        with contextlib.suppress(OSError):
+            for entry in parent.iterdir():
+                with contextlib.suppress(OSError):
+                    if entry.is_dir() and entry.stat().st_mtime < cutoff:
+                        shutil.rmtree(entry, ignore_errors=True)
 
     def _wait_ready(self) -> None:
         def schedd_up() -> bool:
@@ -378,8 +395,14 @@ class Pool:
         """The GAHP conversation lines of the gridmanager of `user` (`GAHP[pid] <- ...` / `-> ...`)."""
         return [line for line in self.log(f"GridmanagerLog.{user}").splitlines() if "GAHP[" in line]
 
-    def dump_logs(self, out: Optional[TextIO] = None, max_lines: int = 300) -> None:
-        """Print the end of every log (and the master's stdout) so a failing test shows them."""
+    def dump_logs(self, out: Optional[TextIO] = None, max_lines: int = 300, again: bool = False) -> None:
+        """Print the end of every log (and the master's stdout) so a failing test shows them.
+
+        Prints only once per pool unless `again`.
+        """
+        if self._logs_dumped and not again:
+            return
+        self._logs_dumped = True
         out = out or sys.stdout
         print(f"\n======== logs of pool {self.name} ({self.series}) in {self.path(self.local_dir)}", file=out)
         extra = [f"{self.local_dir}/master.out"]

@@ -25,13 +25,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 DEFAULT_CACHE_DIR = "/var/cache/podgahp/rootfs"
 
@@ -94,13 +95,16 @@ def _log(msg: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if missing) for the duration of the block."""
+def _locked(path: Path) -> Iterator[int]:
+    """Hold an exclusive flock on `path` (created if missing) for the duration of the block.
+
+    Yields the file descriptor: a child given it (pass_fds) keeps the lock held while it lives.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(str(path), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield fd
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
@@ -196,11 +200,12 @@ def build_rootfs(suite: str, cache: Optional[Path] = None) -> Path:
     mmdebstrap = shutil.which("mmdebstrap")
     if not mmdebstrap:
         raise HarnessError("mmdebstrap not found: run `apt-get update && apt-get install -y mmdebstrap`")
-    with _locked(cache / f"{suite}.lock"):
+    with _locked(cache / f"{suite}.lock") as lock_fd:
         if _rootfs_complete(target):
             return target
+        # Left by an interrupted build; no builder runs (mmdebstrap holds the lock too).
         for stale in cache.glob(f".{suite}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+            remove_tree(stale)
         tmp = cache / f".{suite}.tmp-{os.getpid()}"
         log_path = cache / f"{suite}.build.log"
         cmd = [mmdebstrap, "--variant=apt", "--include=" + ",".join(PACKAGES)]
@@ -211,9 +216,12 @@ def build_rootfs(suite: str, cache: Optional[Path] = None) -> Path:
         with open(log_path, "w") as log:
             log.write("+ " + " ".join(cmd) + "\n")
             log.flush()
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+            # mmdebstrap inherits the lock, so a build orphaned by a killed harness still blocks
+            # other builders until it ends, and it gets SIGTERM when the harness dies.
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, pass_fds=(lock_fd,),
+                                preexec_fn=_terminate_with_parent).returncode
         if rc != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
             tail = "".join(log_path.read_text(errors="replace").splitlines(True)[-30:])
             raise HarnessError(f"mmdebstrap {suite} failed (rc {rc}); end of {log_path}:\n{tail}")
         (tmp / _STAMP).write_text(json.dumps({
@@ -223,10 +231,44 @@ def build_rootfs(suite: str, cache: Optional[Path] = None) -> Path:
         if target.exists():
             old = cache / f".{suite}.tmp-old-{os.getpid()}"
             target.rename(old)
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)
         tmp.rename(target)
         _log(f"{suite} root filesystem ready after {time.monotonic() - started:.0f} s")
     return target
+
+
+def _terminate_with_parent() -> None:
+    """In a child: ask the kernel for SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG)."""
+    if _prctl is not None:
+        _prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
+try:  # resolved here, not in the forked child
+    import ctypes
+
+    _prctl: Optional[Callable[..., int]] = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _unmount_below(path: Path) -> None:
+    prefix = str(path).rstrip("/") + "/"
+    for point in sorted((p for p in _mount_points() if p.startswith(prefix)), reverse=True):
+        if subprocess.run(["umount", point], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory tree that may still have file systems mounted in it (a root filesystem
+    left by an interrupted build or run): unmount them first, never delete through a mount."""
+    if not path.exists():
+        return
+    _unmount_below(path)
+    prefix = str(path).rstrip("/") + "/"
+    left = [p for p in _mount_points() if p.startswith(prefix)]
+    if left:
+        raise HarnessError(f"cannot remove {path}: still mounted: {', '.join(left)}")
+    shutil.rmtree(path, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -284,6 +326,7 @@ class Installation:
         self.chroot = name != "native"
         self._cache = cache or cache_dir()
         self._lease: Optional[Path] = None
+        self._users = 0
         self._condor_version: Optional[str] = None
         if self.chroot:
             self.prefix = ROOT_PREFIX
@@ -322,6 +365,9 @@ class Installation:
             with _locked(self._cache / f"{self.name}.state.lock"):
                 if _read_passwd(self.root / "etc/passwd", name) is None:
                     self.run(["useradd", "--create-home", "--shell", "/bin/sh", name])
+        elif _read_passwd(Path("/etc/passwd"), name) is None:
+            # Not created on a host installation: that would change the host's accounts.
+            raise HarnessError(f"user {name!r} is missing; create it first: useradd --create-home {name}")
         return self.user(name)
 
     @property
@@ -346,19 +392,18 @@ class Installation:
         env.update(extra or {})
         return env
 
-    def _preexec(self, cwd: str, user: Optional[UserInfo]) -> Callable[[], None]:
-        root = str(self.root) if self.chroot else None
-
-        def setup() -> None:
-            if root:
-                os.chroot(root)
-            os.chdir(cwd)
+    def _command(self, argv: Sequence[str], cwd: str, user: Optional[UserInfo]) -> Tuple[List[str], Dict[str, Any]]:
+        # No preexec_fn: tests run simulators in threads, and forking a threaded process into
+        # Python code may deadlock. chroot(8) switches root and ids, the root's env(1) the directory.
+        if self.chroot:
+            cmd = ["chroot"]
             if user is not None:
-                os.setgroups([user.gid])
-                os.setgid(user.gid)
-                os.setuid(user.uid)
-
-        return setup
+                cmd += [f"--userspec={user.uid}:{user.gid}", f"--groups={user.gid}"]
+            return cmd + [str(self.root), "/usr/bin/env", "-C", cwd, "--", *argv], {}
+        kwargs: Dict[str, Any] = {"cwd": cwd}
+        if user is not None:
+            kwargs.update(user=user.uid, group=user.gid, extra_groups=[user.gid])
+        return list(argv), kwargs
 
     def popen(
         self,
@@ -366,18 +411,16 @@ class Installation:
         user: Optional[str] = None,
         cwd: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> "subprocess.Popen[str]":
         """Start `argv` inside the installation as `user` (None = root) in `cwd` (default: home)."""
         info = self.user(user) if user else None
         if cwd is None:
             cwd = info.home if info else "/"
+        cmd, extra = self._command(argv, cwd, info)
+        kwargs.update(extra)
         return subprocess.Popen(  # type: ignore[call-overload,no-any-return]
-            list(argv),
-            env=self.environment(info, env),
-            preexec_fn=self._preexec(cwd, info),
-            universal_newlines=True,
-            **kwargs,
+            cmd, env=self.environment(info, env), universal_newlines=True, **kwargs,
         )
 
     def run(
@@ -425,10 +468,17 @@ class Installation:
         return self._cache / f"{self.name}.leases"
 
     def acquire(self) -> None:
-        """Mount /proc and /dev/shm in the root (if not yet) and register this process as a user."""
-        if not self.chroot or self._lease is not None:
+        """Mount /proc and /dev/shm in the root (if not yet) and register one more user.
+
+        Every acquire() needs one release(). Users are counted per Installation object and, across
+        processes, by lease files of live pids; the last release anywhere unmounts.
+        """
+        if not self.chroot:
             return
         with _locked(self._cache / f"{self.name}.state.lock"):
+            self._users += 1
+            if self._lease is not None:
+                return
             self._prune_leases()
             mounted = _mount_points()
             for args, point in self._mounts():
@@ -441,10 +491,13 @@ class Installation:
             self._lease.write_text("")
 
     def release(self) -> None:
-        """Drop this process's registration; the last user unmounts. Never raises for mounts."""
+        """Undo one acquire(); the last user of the root unmounts. Never raises for mounts."""
         if not self.chroot or self._lease is None:
             return
         with _locked(self._cache / f"{self.name}.state.lock"):
+            self._users -= 1
+            if self._users > 0:
+                return
             with contextlib.suppress(FileNotFoundError):
                 self._lease.unlink()
             self._lease = None
@@ -467,10 +520,7 @@ class Installation:
 
     def unmount_all(self) -> None:
         """Unmount everything mounted below the root (lazily if busy)."""
-        prefix = str(self.root).rstrip("/") + "/"
-        for point in sorted((p for p in _mount_points() if p.startswith(prefix)), reverse=True):
-            if subprocess.run(["umount", point], capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", point], capture_output=True)
+        _unmount_below(self.root)
 
     # podgahp inside the root ----------------------------------------------------------------
 
