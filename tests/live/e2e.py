@@ -1,0 +1,312 @@
+"""Shared pieces of the end-to-end tests: a CE-like pool with the shipped routes whose gridmanager
+starts the installed ``k8s_gahp`` / ``lancium_gahp``, wired to a simulated Kubernetes cluster or
+Lancium service running in the test process.
+
+The simulators listen on 127.0.0.1 (port 0); the chroot shares the host's network namespace, so the
+GAHP inside the root reaches them. Their credentials are written into the pool's per-run directory,
+where the GAHP (running as the job owner ``pilot``) can read them.
+
+Test modules import the fixtures they use from here (``from e2e import kube_sim``); the pool
+fixtures themselves (``make_pool``, ``installation``) come from ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+
+import pytest
+
+from gahp.sim.k8s import KubeSim, SimConfig, SimNode, Taint
+from gahp.sim.lancium import LanciumSim
+from harness import Installation, Pool
+from harness.rootfs import ROOT_SRC_DIR
+
+#: Namespace of the pilot pods.
+NAMESPACE = "pilots"
+#: Image of every queue (the simulator pulls any image whose name lacks "does-not-exist").
+IMAGE = "registry.example.org/osg/pilot:1"
+#: An image the simulated cluster cannot pull.
+BAD_IMAGE = "registry.example.org/osg/does-not-exist:1"
+#: Value of the pods' podgahp.htcondor.org/ce label.
+CE_NAME = "e2e-ce"
+
+LABEL_SANDBOX = "podgahp.htcondor.org/sandbox"
+LABEL_QUEUE = "podgahp.htcondor.org/queue"
+ANN_SANDBOX_ID = "podgahp.htcondor.org/sandbox-id"
+
+#: The shipped routes (new syntax), as installed in the root.
+ROUTES_FILE = "routes/50-podgahp-routes.conf"
+
+#: Stand-in for a glidein: the pods run in the simulator, so only its name and arguments matter.
+PILOT_SCRIPT = """#!/bin/sh
+echo "pilot $* starting"
+"""
+
+#: Knobs of the Kubernetes backend for these tests; $(LOCAL_DIR) is the pool's per-run directory.
+K8S_KNOBS = f"""\
+PODGAHP_K8S_QUEUES = cpu gpu opportunistic
+PODGAHP_K8S_DEFAULT_QUEUE = cpu
+PODGAHP_K8S_KUBECONFIG = $(LOCAL_DIR)/kubeconfig
+PODGAHP_K8S_NAMESPACE = {NAMESPACE}
+PODGAHP_K8S_CE_NAME = {CE_NAME}
+PODGAHP_K8S_IMAGE = {IMAGE}
+PODGAHP_K8S_DELETE_GRACE_SECONDS = 2
+PODGAHP_K8S_RETRIES = 2
+PODGAHP_K8S_BACKOFF_SECONDS = 0.2
+PODGAHP_DEBUG = DEBUG
+"""
+
+#: JobStatus values.
+IDLE, RUNNING, REMOVED, COMPLETED, HELD = 1, 2, 3, 4, 5
+
+JOB_ATTRS = ["ClusterId", "ProcId", "JobStatus", "GridJobId", "GridResource", "HoldReason",
+             "HoldReasonCode", "HoldReasonSubCode", "ExitCode", "ExitBySignal", "RoutedFromJobId",
+             "RoutedToJobId", "RouteName", "GlobalJobId", "Iwd", "Out", "Err", "NumJobStarts",
+             "EnteredCurrentStatus", "Owner"]
+
+
+# ------------------------------------------------------------------------------------------------
+# simulators
+
+
+def sim_nodes() -> Sequence[SimNode]:
+    """Two CPU nodes and one GPU node (tainted, as GPU nodes usually are), each 16 cores / 64 GiB."""
+    return (
+        SimNode("cpu-1", cpu="16", memory="64Gi"),
+        SimNode("cpu-2", cpu="16", memory="64Gi"),
+        SimNode("gpu-1", cpu="16", memory="64Gi", gpus=2, labels={"e2e/gpu": "true"},
+                taints=(Taint("nvidia.com/gpu", "", "NoSchedule"),)),
+    )
+
+
+@pytest.fixture
+def kube_sim() -> Iterator[KubeSim]:
+    """A simulated Kubernetes cluster with the namespace of the pilots, stopped after the test."""
+    sim = KubeSim(SimConfig(nodes=tuple(sim_nodes()), namespaces=("default", NAMESPACE))).start()
+    sim.add_priority_class("podgahp-opportunistic", -100)
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+@pytest.fixture
+def lancium_sim() -> Iterator[LanciumSim]:
+    """A simulated Lancium service, stopped after the test."""
+    sim = LanciumSim().start()
+    try:
+        yield sim
+    finally:
+        sim.stop()
+
+
+def kubeconfig_text(sim: KubeSim) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kubeconfig")
+        sim.write_kubeconfig(path, namespace=NAMESPACE)
+        return Path(path).read_text()
+
+
+# GPU pods must tolerate the GPU nodes' taint: the gpu queue's template says so.
+GPU_TEMPLATE = """\
+apiVersion: v1
+kind: Pod
+spec:
+  nodeSelector: {e2e/gpu: "true"}
+  tolerations:
+  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}
+  containers:
+  - name: pilot
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# pools
+
+
+def routes_config(installation: Installation) -> str:
+    """Configuration that loads the shipped routes file (as the root sees it)."""
+    return f"include : {installation.src_dir}/{ROUTES_FILE}\n"
+
+
+def start_k8s_ce(make_pool: Callable[..., Pool], installation: Installation, sim: KubeSim,
+                 extra_config: str = "") -> Pool:
+    """A CE-like pool with the shipped routes, K8S_GAHP = the installed k8s_gahp, pointed at `sim`.
+
+    `extra_config` is read last (extra routes, limits, knobs)."""
+    config = (routes_config(installation)
+              + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n"
+              + K8S_KNOBS
+              + "PODGAHP_K8S_GPU_POD_TEMPLATE = $(LOCAL_DIR)/gpu-template.yaml\n"
+              + extra_config)
+    return make_pool(extra_config=config,
+                     files={"kubeconfig": kubeconfig_text(sim), "gpu-template.yaml": GPU_TEMPLATE})
+
+
+def iwd(pool: Pool, user: str = "pilot") -> str:
+    """A fresh Iwd owned by `user` holding the pilot script `pilot.sh`."""
+    path = pool.user_dir(user)
+    write_user_file(pool, f"{path}/pilot.sh", PILOT_SCRIPT, user, mode=0o755)
+    return path
+
+
+def write_user_file(pool: Pool, path: str, text: str, user: str = "pilot", mode: int = 0o644) -> None:
+    host = pool.path(path)
+    host.parent.mkdir(parents=True, exist_ok=True)
+    host.write_text(text)
+    owner = pool.installation.user(user)
+    os.chown(host, owner.uid, owner.gid)
+    os.chmod(host, mode)
+
+
+def pilot_submit(iwd: str, name: str, run_seconds: float = 3, exit_code: Optional[int] = None,
+                 extra: Sequence[str] = (), count: int = 1, env: Sequence[str] = ()) -> str:
+    """A pilot as a factory sends it to a CE: vanilla universe, CE attributes as `extra` lines.
+
+    With `count` > 1, $(Process) numbers the outputs."""
+    suffix = "-$(Process)" if count > 1 else ""
+    variables = [f"PODGAHP_SIM_RUN_SECONDS={run_seconds}"] + list(env)
+    if exit_code is not None:
+        variables.append(f"PODGAHP_SIM_EXIT_CODE={exit_code}")
+    return "\n".join([
+        "universe = vanilla",
+        f"executable = {iwd}/pilot.sh",
+        f"arguments = {name}{suffix} glidein",
+        f"output = {name}{suffix}.out",
+        f"error = {name}{suffix}.err",
+        f"log = {name}.log",
+        f"initialdir = {iwd}",
+        f'environment = "{" ".join(variables)}"',
+        *extra,
+        f"queue {count}",
+    ]) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# reading the queue and the simulated cluster
+
+
+def job_id(ad: Dict[str, Any]) -> str:
+    return f"{ad['ClusterId']}.{ad['ProcId']}"
+
+
+def routed_jobs(pool: Pool, source_cluster: Optional[int] = None, in_queue_only: bool = False) -> List[Dict[str, Any]]:
+    """Routed copies (grid jobs) in the queue, then in the history; of one source cluster if given."""
+    constraint = "RoutedFromJobId =!= undefined"
+    ads = pool.q(constraint, JOB_ATTRS) if in_queue_only else pool.jobs(constraint, JOB_ATTRS)
+    if source_cluster is None:
+        return ads
+    return [ad for ad in ads if str(ad["RoutedFromJobId"]).split(".")[0] == str(source_cluster)]
+
+
+def source_jobs(pool: Pool, cluster: int) -> List[Dict[str, Any]]:
+    return pool.jobs(f"ClusterId == {cluster}", JOB_ATTRS)
+
+
+def grid_parts(ad: Dict[str, Any]) -> List[str]:
+    return str(ad.get("GridJobId") or "").split()
+
+
+def pod_of(ad: Dict[str, Any]) -> Optional[str]:
+    """Pod name in a routed job's GridJobId (`batch k8s <sandbox> k8s/<ns>/<pod>`), else None."""
+    parts = grid_parts(ad)
+    if len(parts) == 4 and parts[3].startswith(f"k8s/{NAMESPACE}/"):
+        return parts[3].split("/", 2)[2]
+    return None
+
+
+def wait_for_pods(pool: Pool, cluster: int, count: int, timeout: float = 90) -> Dict[str, str]:
+    """Wait until `count` routed jobs of `cluster` name a pod; source job id -> pod name."""
+    def named() -> Optional[Dict[str, str]]:
+        pods = {ad["RoutedFromJobId"]: pod_of(ad) for ad in routed_jobs(pool, cluster, in_queue_only=True)}
+        found = {k: v for k, v in pods.items() if v}
+        return found if len(found) >= count else None
+    return pool.wait_for(named, timeout=timeout, interval=0.5, what=f"{count} routed jobs with a pod")
+
+
+def wait_done(pool: Pool, cluster: int, count: int, statuses: Sequence[int] = (COMPLETED,),
+              timeout: float = 120) -> List[Dict[str, Any]]:
+    """Wait until `count` source jobs of `cluster` are in one of `statuses` (queue or history)."""
+    def done() -> Optional[List[Dict[str, Any]]]:
+        ads = [ad for ad in source_jobs(pool, cluster) if "RoutedFromJobId" not in ad]
+        unique = {job_id(ad): ad for ad in reversed(ads)}  # queue ads win over history
+        finished = [ad for ad in unique.values() if ad.get("JobStatus") in statuses]
+        return finished if len(finished) >= count else None
+    return pool.wait_for(done, timeout=timeout, interval=1, what=f"{count} jobs of cluster {cluster} "
+                         f"in status {list(statuses)}")
+
+
+def pods_by_sandbox(sim: KubeSim) -> Dict[str, List[str]]:
+    """Pod names per sandbox label, every pod the simulator still has."""
+    out: Dict[str, List[str]] = {}
+    for pod in sim.pods(NAMESPACE):
+        label = pod["metadata"].get("labels", {}).get(LABEL_SANDBOX, "")
+        out.setdefault(label, []).append(pod["metadata"]["name"])
+    return out
+
+
+def pod_creations(sim: KubeSim) -> List[str]:
+    """Paths of the successful pod creations the simulator served (one per pod ever created)."""
+    return [r.path for r in sim.requests("POST", f"/namespaces/{NAMESPACE}/pods$") if r.status == 201]
+
+
+def pod_deletions(sim: KubeSim, name: str) -> List[int]:
+    """Status codes of DELETE requests for pod `name`."""
+    return [r.status for r in sim.requests("DELETE", f"/namespaces/{NAMESPACE}/pods/{re.escape(name)}$")]
+
+
+def container(pod: Dict[str, Any]) -> Dict[str, Any]:
+    for c in pod["spec"]["containers"]:
+        if c["name"] == "pilot":
+            return c
+    raise AssertionError(f"pod {pod['metadata']['name']} has no pilot container: {pod['spec']['containers']}")
+
+
+def env_of(pod: Dict[str, Any]) -> Dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container(pod).get("env", [])}
+
+
+def gahp_pids(pool: Pool, program: str) -> List[int]:
+    """Pids of the pool's processes running the installed `program` (k8s_gahp, lancium_gahp)."""
+    path = pool.installation.bin(program)
+    pids = []
+    for pid in pool.processes():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        # The console script runs under the venv's python: argv = [python, script].
+        if any(arg.decode(errors="replace") == path for arg in argv[:2]):
+            pids.append(pid)
+    return sorted(pids)
+
+
+@dataclass
+class Sampler:
+    """Calls `sample` every `interval` seconds while waiting; keeps the values (for maxima)."""
+
+    sample: Callable[[], Any]
+    values: List[Any]
+
+    def __call__(self) -> None:
+        self.values.append(self.sample())
+
+
+def wait_sampling(pool: Pool, predicate: Callable[[], Any], samplers: Sequence[Sampler], timeout: float,
+                  what: str, interval: float = 0.5) -> Any:
+    def step() -> Any:
+        for s in samplers:
+            s()
+        return predicate()
+    return pool.wait_for(step, timeout=timeout, interval=interval, what=what)
+
+
+def elapsed_since(start: float) -> float:
+    return time.monotonic() - start
