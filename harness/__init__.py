@@ -5,7 +5,7 @@ and installs podgahp into it; `harness.pool` runs a CE-like personal pool (colle
 JobRouter, and the gridmanager the schedd starts) from the files in `ce-config/`.
 
 The harness is not installed with podgahp and needs only the Python standard library on the host;
-it must be run as root (chroot, mount, starting condor_master).
+it must be run as root (chroot, mount, starting condor_master). Command line: `python -m harness`.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ PODGAHP_CE_PORT = 0
 #: Log files shown by dump_logs, in this order; other files in LOG follow.
 LOG_ORDER = ("MasterLog", "CollectorLog", "SchedLog", "JobRouterLog")
 
-_ROUTER_READY = re.compile(r"Routes will be matched in this order|JobRouter is disabled|routing table is")
+_ROUTER_READY = re.compile(
+    r"Routes will be matched in this order|routing table is|JobRouter is disabled|routing will not take place")
 
 _live_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
 

@@ -419,7 +419,7 @@ class Installation:
             cwd = info.home if info else "/"
         cmd, extra = self._command(argv, cwd, info)
         kwargs.update(extra)
-        return subprocess.Popen(  # type: ignore[call-overload,no-any-return]
+        return subprocess.Popen(
             cmd, env=self.environment(info, env), universal_newlines=True, **kwargs,
         )
 
@@ -590,23 +590,3 @@ def get_installation(series: str, cache: Optional[Path] = None) -> Installation:
             raise HarnessError("series 'native' asked for, but no condor_version >= 23 on PATH")
         return Installation("native", Path("/"), cache)
     return Installation(series, build_rootfs(series, cache), cache)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """`python -m harness.rootfs [SERIES...]`: build (or find) the installations and print them."""
-    names = list(argv if argv is not None else sys.argv[1:]) or series_from_env()
-    for name in names:
-        started = time.monotonic()
-        inst = get_installation(name)
-        inst.acquire()
-        try:
-            inst.install_podgahp()
-            print(f"{name}: {inst.root} HTCondor {inst.condor_version} "
-                  f"podgahp {inst.bin('podgahp')} ({time.monotonic() - started:.0f} s)")
-        finally:
-            inst.release()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,7 +9,7 @@ The harness needs root. Daemon logs of a failing test's pools are printed in its
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Generator, Iterator, List, Optional
 
 import pytest
 
@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Generator[None, Any, None]:
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"podgahp_rep_{report.when}", report)
