@@ -199,3 +199,13 @@ def test_api_messages_are_truncated() -> None:
     error = translate(_api_error(422, "x" * 5000), "create pod")
     assert len(str(error)) < 400 and str(error).endswith("...")
     assert truncate("a\n b   c") == "a b c"
+
+
+def test_example_template_builds_a_pod_the_client_models_accept(tmp_path: Path) -> None:
+    example = Path(__file__).parent.parent.parent.parent / "condor_config.d" / "podgahp-pod-template.yaml"
+    pod = _build(tmp_path, template=example.read_text(), gpus=1)
+    assert _pilot(pod)["image"] == "htcondor/execute:lts" and pod["spec"]["volumes"][0]["name"] == "cvmfs"
+    from kubernetes import client  # type: ignore[import-untyped,unused-ignore]
+
+    if hasattr(client.V1Pod, "model_validate"):  # pydantic models (kubernetes >= 37) reject unknown fields
+        client.V1Pod.model_validate(pod)
