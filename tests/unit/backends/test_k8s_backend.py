@@ -365,3 +365,16 @@ def test_no_cluster_configured_gives_errors_not_crashes(tmp_path: Path, monkeypa
     with pytest.raises(InvalidJob, match="not of the form"):
         backend.status("lancium/123")
     _ = AuthError  # the RBAC branch of translation is covered by test_k8s_api
+
+
+def test_name_taken_by_a_foreign_pod_gives_a_clear_error(backend: KubernetesBackend, sim: KubeSim,
+                                                         tmp_path: Path) -> None:
+    from gahp.backends.k8s_pod import pod_name
+    job = make_job(tmp_path, sandbox="taken_1.0_1")
+    with sim.store.lock:
+        sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": pod_name(job.sandbox_id, 1), "namespace": NAMESPACE, "uid": "u-1"},
+            "spec": {"containers": [{"name": "x", "image": IMAGE}]}, "status": {"phase": "Pending"}})
+    with pytest.raises(TransientError, match="another process is submitting the same sandbox"):
+        backend.submit(job)
+    assert len(sim.requests("POST", "/pods$")) == 3
