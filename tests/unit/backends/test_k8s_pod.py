@@ -202,7 +202,7 @@ def test_api_messages_are_truncated() -> None:
 
 
 def test_example_template_builds_a_pod_the_client_models_accept(tmp_path: Path) -> None:
-    example = Path(__file__).parent.parent.parent.parent / "condor_config.d" / "podgahp-pod-template.yaml"
+    example = Path(__file__).parent.parent.parent.parent / "docs" / "podgahp-pod-template.yaml"
     pod = _build(tmp_path, template=example.read_text(), gpus=1)
     assert _pilot(pod)["image"] == "htcondor/execute:lts" and pod["spec"]["volumes"][0]["name"] == "cvmfs"
     from kubernetes import client  # type: ignore[import-untyped,unused-ignore]
