@@ -65,6 +65,8 @@ def test_every_shipped_file_is_in_place(rpm_file: Path) -> None:
         expected.add(f"{where}/config.d/{conf.name}")
     for route in (ROOT / "routes").iterdir():
         expected.add(f"/usr/share/doc/podgahp/routes/{route.name}")
+    for doc in (ROOT / "docs").iterdir():
+        expected.add(f"/usr/share/doc/podgahp/{doc.name}")
     missing = expected - files
     assert not missing, f"not in the RPM: {sorted(missing)}"
     assert not any("/tests/" in f or f.endswith(".pyc") for f in files)

@@ -62,9 +62,12 @@ def _knobs_in_code() -> Set[str]:
         if "sim" in path.parts:
             continue  # simulators are configured by their callers, not by HTCondor config
         text = path.read_text()
-        for literal in re.findall(r"\.(?:raw|string|optional|integer|number|boolean|names)\(\s*\"([A-Z0-9_]+)\"", text):
-            if KNOB.fullmatch(literal):
-                found.add(literal)
+        reads = r"\.(?:raw|string|optional|integer|number|boolean|names)\(\s*"
+        names = re.findall(reads + r"\"([A-Z0-9_]+)\"", text)
+        prefix = re.search(r"^PREFIX = \"([A-Z0-9_]+)\"", text, re.MULTILINE)
+        if prefix:  # knobs built as PREFIX + "WHAT"
+            names += [prefix.group(1) + n for n in re.findall(reads + r"PREFIX \+ \"([A-Z0-9_]+)\"", text)]
+        found.update(n for n in names if KNOB.fullmatch(n))
     return found
 
 
