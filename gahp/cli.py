@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import IO
 
 import click
 
@@ -77,7 +78,7 @@ def routes_check(config_file: str, jobs_file: str | None, ce: bool) -> None:
 
 @routes.command("convert")
 @click.argument("config_file", type=click.File("r"))
-def routes_convert(config_file: "click.utils.LazyFile") -> None:
+def routes_convert(config_file: "IO[str]") -> None:
     """Print CONFIG_FILE's JOB_ROUTER_ENTRIES as JOB_ROUTER_ROUTE_* routes (HTCondor 24.10+ syntax)."""
     from gahp import routes as routes_lib
     from gahp.errors import GahpError

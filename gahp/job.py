@@ -360,6 +360,14 @@ class Phase(enum.Enum):
     REMOVED = "removed"
 
 
+# HoldReasonCode values of the holds podgahp's backends report (HTCondor's own codes are small
+# numbers), shared so that one site policy or pilot factory release rule covers every backend;
+# each backend's subcodes say why.
+HOLD_RETRYABLE = 1001
+"""The infrastructure failed the pilot; releasing the job (a fresh submit) may well succeed."""
+HOLD_FATAL = 1002
+"""The pilot cannot run as configured (image, container config); fix the route or knobs first."""
+
 #: BLAHP ``<jobstatus>`` code for each phase (1 IDLE, 2 RUNNING, 3 REMOVED, 4 COMPLETED, 5 HELD).
 BLAHP_STATUS: Mapping[Phase, int] = {
     Phase.IDLE: 1,

@@ -29,12 +29,12 @@ from gahp.backends.k8s_pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LA
                                    load_template, parse_job_id, pod_name, sandbox_hash, secret_body,
                                    selector, stage_inputs)
 from gahp.backends.k8s_settings import KubernetesSettings, QueueSettings, label_value
-from gahp.backends.k8s_state import (HOLD_RETRYABLE, SUB_OUTPUT, Classified, classify, job_state,
+from gahp.backends.k8s_state import (SUB_OUTPUT, Classified, classify, job_state,
                                      parse_time)
 from gahp.backends.k8s_watch import PodCache
 from gahp.config import Knobs
 from gahp.errors import BackendError, ConfigError, GahpError, InvalidJob, NotFound, TransientError
-from gahp.job import JobState, Phase, PilotJob
+from gahp.job import HOLD_RETRYABLE, JobState, Phase, PilotJob
 
 log = logging.getLogger(__name__)
 

@@ -15,15 +15,10 @@ from fractions import Fraction
 from typing import Any, Dict, List, Mapping, Optional
 
 from gahp.backends.k8s_pod import CONTAINER
-from gahp.job import JobState, Phase
+from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
 
 JsonObj = Dict[str, Any]
 
-# HoldReasonCode values (HTCondor's own codes are small numbers; these are podgahp's).
-HOLD_RETRYABLE = 1001
-"""The infrastructure failed the pilot; releasing the job may well succeed."""
-HOLD_FATAL = 1002
-"""The pilot cannot run as specified (image, container config); fix the route, template or image."""
 
 # HoldReasonSubCode values.
 SUB_UNSCHEDULABLE = 1

@@ -52,7 +52,7 @@ from gahp.backends.lancium_spec import (
 )
 from gahp.config import Knobs
 from gahp.errors import BackendError, ConfigError, GahpError, InvalidJob, TransientError
-from gahp.job import JobState, Phase, PilotJob
+from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase, PilotJob
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,7 @@ LIVE_STATES = frozenset({"submitted", "queued", "ready", "running"})
 CLEANUP_STATES = frozenset({"created", "finished", "error"})
 
 
-# Hold codes: the same HoldReasonCode values as the Kubernetes backend (1001 retryable, 1002
-# fatal), so one site policy (or a pilot factory's release rule) covers both; subcodes say why.
-HOLD_RETRYABLE = 1001
-"""The infrastructure failed the pilot; releasing the job (a fresh submit) may well succeed."""
-HOLD_FATAL = 1002
-"""The pilot cannot succeed as configured; change the route or knobs before releasing."""
+# Hold codes: gahp.job's HOLD_RETRYABLE / HOLD_FATAL, shared with every backend; subcodes say why.
 
 
 @dataclass(frozen=True)

@@ -378,8 +378,10 @@ class Cluster:
             else:
                 for container in run.containers:
                     self._step_container(pod, run, container, now)
+        # the terminal status is written first and the object removed on the next pass (kubelet >= 1.27)
+        was_terminal = (pod.get("status") or {}).get("phase") in TERMINAL
         pod = self._flush(pod, run, now)
-        if deleting and all(c.state == "terminated" for c in run.containers):
+        if deleting and was_terminal and all(c.state == "terminated" for c in run.containers):
             self.store.delete("pods", run.namespace, run.name)
             self.runs.pop(run.uid, None)
 

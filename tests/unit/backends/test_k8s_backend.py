@@ -12,11 +12,11 @@ import pytest
 
 from gahp.backends.k8s import KubernetesBackend
 from gahp.backends.k8s_pod import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX, sandbox_hash
-from gahp.backends.k8s_state import (HOLD_FATAL, HOLD_RETRYABLE, SUB_CONTAINER_CONFIG, SUB_EVICTED,
+from gahp.backends.k8s_state import (SUB_CONTAINER_CONFIG, SUB_EVICTED,
                                      SUB_IMAGE_PULL, SUB_INVALID_IMAGE, SUB_OUTPUT, SUB_UNSCHEDULABLE)
 from gahp.config import Knobs
 from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
-from gahp.job import Phase
+from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, Phase
 from gahp.sim.k8s import KubeSim, PodQuota
 
 from k8s_helpers import (IMAGE, NAMESPACE, BackendFactory, backend, kubeconfig, make_backend,  # noqa: F401

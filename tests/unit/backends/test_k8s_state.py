@@ -8,10 +8,10 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from gahp.backends.k8s_state import (HOLD_FATAL, HOLD_RETRYABLE, POD_STATES, SUB_CONTAINER_CONFIG, SUB_EVICTED,
+from gahp.backends.k8s_state import (POD_STATES, SUB_CONTAINER_CONFIG, SUB_EVICTED,
                                      SUB_IMAGE_PULL, SUB_INVALID_IMAGE, SUB_NODE_SHUTDOWN, SUB_PREEMPTED,
                                      SUB_UNSCHEDULABLE, classify, job_state, parse_time)
-from gahp.job import Phase
+from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, Phase
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=datetime.timezone.utc)
 JsonObj = Dict[str, Any]
