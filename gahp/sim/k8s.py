@@ -83,6 +83,7 @@ class KubeSim:
             return self
         self._server = make_server(self.api, self._host, self._port)
         self._stopping.clear()
+        self.store.closed = False
         serve_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="k8s-sim-http", daemon=True)
         tick_thread = threading.Thread(target=self._loop, name="k8s-sim-cluster", daemon=True)
@@ -99,6 +100,7 @@ class KubeSim:
         self.store.close()
         self._server.shutdown()
         self._server.server_close()
+        self._server.close_connections()
         for thread in self._threads:
             thread.join(timeout=5)
         self._server = None

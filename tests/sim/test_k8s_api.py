@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from typing import Any, Callable, Dict, List
 
 import pytest
 import urllib3
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gahp.sim.k8s import KubeSim, PodQuota, RbacRule
+from gahp.sim.k8s import KubeSim, PodQuota, RbacRule, serve
 from test_k8s_support import (CLIENT_MAJOR, NS, api_client_for, core, expect_error, make_sim, pod_body, raw,
                               roundtrip, sim, status_of)
 
@@ -535,7 +537,6 @@ def test_every_emitted_pod_deserialises(sim: KubeSim, api_client_for: Callable[.
         sim.tick()
         if ("ok", "Succeeded") in seen:
             break
-        import time
         time.sleep(0.02)
     assert {("ok", "Succeeded"), ("bad", "ImagePullBackOff"), ("big", "Unschedulable")} <= seen or \
         {("ok", "Succeeded"), ("bad", "ErrImagePull"), ("big", "Unschedulable")} <= seen
@@ -551,3 +552,32 @@ def phase_key(pod: Dict[str, Any]) -> str:
         if condition.get("reason") == "Unschedulable":
             return "Unschedulable"
     return str(status.get("phase"))
+
+
+def test_serve_runs_until_stopped(tmp_path: Any) -> None:
+    path = str(tmp_path / "kubeconfig")
+    ready: List[KubeSim] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, kwargs=dict(
+        port=0, kubeconfig_path=path, namespace="pilots", nodes=4, node_cpu="16", node_memory="64Gi", node_gpus=1,
+        ready=ready.append, stop=stop))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not ready and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready, "serve() did not report readiness"
+        contexts, active = config.list_kube_config_contexts(config_file=path)
+        assert active["context"]["namespace"] == "pilots"
+        api_client = config.new_client_from_config(config_file=path, persist_config=False)
+        core = client.CoreV1Api(api_client)
+        nodes = core.list_node().items
+        assert len(nodes) == 4
+        assert (nodes[0].status.allocatable["cpu"], nodes[0].status.allocatable["memory"],
+                nodes[0].status.allocatable["nvidia.com/gpu"]) == ("16", "64Gi", "1")
+        assert core.create_namespaced_pod("pilots", pod_body()).metadata.namespace == "pilots"
+        api_client.close()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()

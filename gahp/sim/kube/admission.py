@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .config import PodQuota
-from .errors import ApiError, FieldError, bad_request, forbidden
+from .errors import FieldError, bad_request, forbidden
 from .images import default_pull_policy
 from .quantity import QuantityError, format_quantity, is_binary_resource, parse_quantity
 from .selectors import label_key_error, label_value_error

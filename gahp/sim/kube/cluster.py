@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .admission import pod_requests
 from .config import SimConfig, SimNode, Taint

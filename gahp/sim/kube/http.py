@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import re
 import select
 import socket
 import threading
@@ -809,9 +808,36 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
+    """Tracks open connections so that stopping the simulator also cuts keep-alive and watch sockets."""
+
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
+
+    def __init__(self, address: Tuple[str, int], handler: Any) -> None:
+        super().__init__(address, handler)
+        self.connections: "set[socket.socket]" = set()
+        self.connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            open_now = list(self.connections)
+            self.connections.clear()
+        for conn in open_now:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def make_server(api: Api, host: str = "127.0.0.1", port: int = 0) -> Server:
