@@ -134,11 +134,14 @@ class KubeSim:
 
     def write_kubeconfig(self, path: str, namespace: str = "default", context_name: str = "podgahp-sim",
                          token: Optional[str] = None) -> str:
-        """Write a kubeconfig for this server (plain HTTP, bearer token) and return ``path``."""
+        """Write a kubeconfig for this server (plain HTTP, bearer token) and return ``path``.
+
+        ``token`` overrides the accepted token (e.g. a wrong one to provoke 401s)."""
         doc = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": context_name, "cluster": {"server": self.url}}],
-            "users": [{"name": context_name, "user": {"token": token if token is not None else self.api.token}}],
+            "users": [{"name": context_name,
+                       "user": {"token": token if token is not None else (self.api.token or "unused")}}],
             "contexts": [{"name": context_name,
                           "context": {"cluster": context_name, "user": context_name, "namespace": namespace}}],
             "current-context": context_name,
