@@ -75,3 +75,232 @@ def test_pilot_becomes_pod_and_completes(make_pool: Callable[..., Pool], install
     # Exactly one pod was ever created for this pilot.
     assert len(pod_creations(kube_sim)) == 1
     assert list(pods_by_sandbox(kube_sim).values()) == [[pod_name]]
+
+
+def _routed_of(pool: Pool, cluster: int) -> Dict[str, Any]:
+    ads = routed_jobs(pool, cluster, in_queue_only=True)
+    assert len(ads) == 1, ads
+    return ads[0]
+
+
+def _wait_pod_gone(pool: Pool, sim: KubeSim, name: str) -> None:
+    pool.wait_for(lambda: sim.pod(NAMESPACE, name) is None, timeout=60, interval=0.5,
+                  what=f"pod {name} to be deleted")
+    assert 200 in pod_deletions(sim, name) or 202 in pod_deletions(sim, name), pod_deletions(sim, name)
+
+
+def _wait_running(pool: Pool, sim: KubeSim, name: str) -> None:
+    def running() -> bool:
+        pod = sim.pod(NAMESPACE, name)
+        return pod is not None and pod["status"].get("phase") == "Running"
+    pool.wait_for(running, timeout=60, interval=0.5, what=f"pod {name} to run")
+
+
+def test_condor_rm_deletes_the_pod(make_pool: Callable[..., Pool], installation: Installation,
+                                   kube_sim: KubeSim) -> None:
+    """condor_rm of the pilot (the CE's source job) removes the routed job, whose pod is deleted."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "removed", run_seconds=300), cwd=home)
+    pod_name = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
+    _wait_running(pool, kube_sim, pod_name)
+
+    pool.run(["condor_rm", f"{cluster}.0"], user="pilot")
+    _wait_pod_gone(pool, kube_sim, pod_name)
+    pool.wait_for(lambda: not pool.q(f"ClusterId == {cluster} || RoutedFromJobId =?= \"{cluster}.0\""),
+                  timeout=60, what="the removed jobs to leave the queue")
+    history = pool.history(f"ClusterId == {cluster}", ["JobStatus"])
+    assert [ad["JobStatus"] for ad in history] == [3], history
+    assert len(pod_creations(kube_sim)) == 1
+
+
+def test_hold_deletes_the_pod_and_release_makes_a_new_one(make_pool: Callable[..., Pool],
+                                                          installation: Installation,
+                                                          kube_sim: KubeSim) -> None:
+    """condor_hold of the grid job deletes its pod; condor_release submits the same sandbox again,
+    which becomes a new pod (a later generation), and the pilot completes.
+
+    The CE removes routed jobs that return to idle after they started unless job retries are
+    enabled, so this CE enables them (ENABLE_JOB_RETRIES)."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config="ENABLE_JOB_RETRIES = True\n")
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "held", run_seconds=300), cwd=home)
+    first = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
+    _wait_running(pool, kube_sim, first)
+    routed = _routed_of(pool, cluster)
+    sandbox = grid_parts(routed)[2]
+    first_pod = kube_sim.pod(NAMESPACE, first)
+    assert first_pod is not None
+    label = first_pod["metadata"]["labels"][LABEL_SANDBOX]
+
+    pool.run(["condor_hold", job_id(routed)], user="pilot")
+    _wait_pod_gone(pool, kube_sim, first)
+    held = pool.wait_for(lambda: [ad for ad in routed_jobs(pool, cluster, in_queue_only=True)
+                                  if ad["JobStatus"] == HELD and len(grid_parts(ad)) < 4],
+                         timeout=60, what="the held grid job to forget its pod")
+    assert job_id(held[0]) == job_id(routed)
+
+    pool.run(["condor_release", job_id(routed)], user="pilot")
+
+    # The new pod may reuse the deleted pod's name (the next free generation): it is a new object.
+    def new_pod() -> str:
+        name = pod_of(_routed_of(pool, cluster))
+        pod = kube_sim.pod(NAMESPACE, name) if name else None
+        return name if pod and pod["metadata"]["uid"] != first_pod["metadata"]["uid"] else ""  # type: ignore[index,return-value]
+    second = pool.wait_for(new_pod, timeout=90, interval=0.5, what="a new pod after condor_release")
+    assert grid_parts(_routed_of(pool, cluster))[2] == sandbox  # the same sandbox, submitted again
+    pod = kube_sim.pod(NAMESPACE, second)
+    assert pod is not None and pod["metadata"]["labels"][LABEL_SANDBOX] == label
+    assert pods_by_sandbox(kube_sim) == {label: [second]}
+
+    kube_sim.wait_for_phase(NAMESPACE, second, "Running", timeout=30)
+    kube_sim.exit_pod(NAMESPACE, second, 0)
+    done = wait_done(pool, cluster, 1)
+    assert done[0]["ExitCode"] == 0
+    assert len(pod_creations(kube_sim)) == 2
+    assert f"pod {NAMESPACE}/{second} container pilot" in pool.path(f"{home}/held.out").read_text()
+
+
+#: A queue whose image cannot be pulled, reached through its own route (matched first).
+BAD_IMAGE_CONFIG = f"""\
+PODGAHP_K8S_QUEUES = cpu gpu opportunistic broken
+PODGAHP_K8S_BROKEN_IMAGE = {BAD_IMAGE}
+JOB_ROUTER_ROUTE_NAMES = BadImage $(JOB_ROUTER_ROUTE_NAMES)
+JOB_ROUTER_ROUTE_BadImage @=jrt
+  TargetUniverse = 9
+  GridResource = "batch k8s"
+  REQUIREMENTS queue =?= "broken"
+  SET BatchQueue "broken"
+  SET default_CERequirements "RequestCpus,RequestDisk"
+@jrt
+"""
+
+
+def test_bad_image_is_held_naming_it(make_pool: Callable[..., Pool], installation: Installation,
+                                     kube_sim: KubeSim) -> None:
+    """A pod whose image cannot be pulled holds the pilot's grid job with a reason naming the image
+    (HoldReasonCode 1002: fix the route or queue first), and the pod is deleted."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=BAD_IMAGE_CONFIG)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "broken", extra=['+queue = "broken"']), cwd=home)
+    pod_name = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
+    pod = kube_sim.pod(NAMESPACE, pod_name)
+    assert pod is not None and container(pod)["image"] == BAD_IMAGE
+
+    def held() -> List[Dict[str, Any]]:
+        return [ad for ad in routed_jobs(pool, cluster, in_queue_only=True) if ad["JobStatus"] == HELD]
+    ad = pool.wait_for(held, timeout=90, what="the grid job to be held")[0]
+    assert ad["RouteName"] == "BadImage"
+    assert BAD_IMAGE in ad["HoldReason"], ad
+    assert ad["HoldReasonCode"] == 1002, ad
+    _wait_pod_gone(pool, kube_sim, pod_name)
+    assert not pool.path(f"{home}/broken.out").exists()
+
+
+#: A route that lets at most 2 pilots be routed at a time, at most 1 of them idle. It is the only
+#: route: a full route makes the router try the next one, and the shipped K8s_Cpu takes any queue.
+LIMITED_CONFIG = """\
+JOB_ROUTER_ROUTE_NAMES = Limited
+JOB_ROUTER_ROUTE_Limited @=jrt
+  TargetUniverse = 9
+  GridResource = "batch k8s"
+  REQUIREMENTS queue =?= "limited"
+  MaxJobs = 2
+  MaxIdleJobs = 1
+  SET BatchQueue "cpu"
+  SET default_CERequirements "RequestCpus,RequestDisk"
+@jrt
+"""
+
+
+def test_route_max_jobs_and_max_idle_jobs(make_pool: Callable[..., Pool], installation: Installation,
+                                          kube_sim: KubeSim) -> None:
+    """A route's MaxJobs and MaxIdleJobs bound the routed jobs (and so the pods) at every moment;
+    the pilots beyond them wait at the CE and all run eventually."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=LIMITED_CONFIG)
+    home = iwd(pool)
+    # Long enough for two pilots to overlap: a routed pilot counts as idle until the GAHP reports
+    # its pod running (the next status poll), and only then may the router route the next one.
+    pilots = 3
+    cluster = pool.submit(pilot_submit(home, "limited", run_seconds=12, count=pilots,
+                                       extra=['+queue = "limited"']), cwd=home)
+    samples: List[Dict[str, int]] = []
+
+    def step() -> bool:
+        ads = pool.q(f"ClusterId == {cluster} || RoutedFromJobId =!= undefined",
+                     ["ClusterId", "JobStatus", "RoutedFromJobId", "RouteName"])
+        routed = [ad for ad in ads if "RoutedFromJobId" in ad and ad["JobStatus"] in (IDLE, RUNNING)]
+        live_pods = [p for p in kube_sim.pods(NAMESPACE)
+                     if p["status"].get("phase") in ("Pending", "Running")
+                     and not p["metadata"].get("deletionTimestamp")]
+        samples.append({"routed": len(routed), "idle": sum(ad["JobStatus"] == IDLE for ad in routed),
+                        "waiting": sum("RoutedFromJobId" not in ad and ad["JobStatus"] == IDLE
+                                       and ad["ClusterId"] == cluster for ad in ads),
+                        "pods": len(live_pods)})
+        assert all(ad.get("RouteName", "Limited") == "Limited" for ad in routed), routed
+        return not any(ad["ClusterId"] == cluster for ad in ads)
+
+    pool.wait_for(step, timeout=180, interval=0.3, what="every limited pilot to finish")
+    assert max(s["routed"] for s in samples) == 2, samples
+    assert max(s["idle"] for s in samples) == 1, samples
+    assert max(s["pods"] for s in samples) <= 2, samples
+    # MaxJobs held a pilot back while two were routed.
+    assert any(s["waiting"] > 0 and s["routed"] == 2 for s in samples), samples
+    done = wait_done(pool, cluster, pilots, timeout=10)
+    assert sorted(ad["ExitCode"] for ad in done) == [0] * pilots
+    assert len(pod_creations(kube_sim)) == pilots
+
+
+def test_pilot_resources_become_the_pod_spec(make_pool: Callable[..., Pool], installation: Installation,
+                                            kube_sim: KubeSim) -> None:
+    """A pilot asking 8 cores (xcount), 16000 MB (maxMemory), 1 GPU (RequestGPUs) and 20 GB of disk
+    takes the K8s_Gpu route and gets exactly that as requests and limits of its pod."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "gpu", run_seconds=2, extra=[
+        "+xcount = 8", "+maxMemory = 16000", "request_gpus = 1", "request_disk = 20000000"]), cwd=home)
+    pod_name = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
+    assert _routed_of(pool, cluster)["RouteName"] == "K8s_Gpu"
+    pod = kube_sim.pod(NAMESPACE, pod_name)
+    assert pod is not None
+    want = {"cpu": "8", "memory": "16000Mi", "nvidia.com/gpu": "1", "ephemeral-storage": "20000000Ki"}
+    resources = container(pod)["resources"]
+    assert resources["requests"] == want, resources
+    assert resources["limits"] == want, resources
+    assert pod["metadata"]["labels"][LABEL_QUEUE] == "gpu"
+    done = wait_done(pool, cluster, 1)
+    assert done[0]["ExitCode"] == 0
+    final = kube_sim.pod(NAMESPACE, pod_name)
+    assert final is not None and final["spec"]["nodeName"] == "gpu-1", final
+
+
+def test_gahp_killed_mid_run(make_pool: Callable[..., Pool], installation: Installation,
+                             kube_sim: KubeSim) -> None:
+    """kill -9 of k8s_gahp while pilots run: the gridmanager gets a new GAHP, which finds the pods
+    again; no pilot gets a second pod and every pilot completes exactly once."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    pilots = 3
+    cluster = pool.submit(pilot_submit(home, "survivor", run_seconds=15, exit_code=7, count=pilots), cwd=home)
+    pods = wait_for_pods(pool, cluster, pilots)
+    for name in pods.values():
+        _wait_running(pool, kube_sim, name)
+    old = gahp_pids(pool, "k8s_gahp")
+    assert len(old) == 1, old
+    os.kill(old[0], signal.SIGKILL)
+
+    def new_gahp() -> List[int]:
+        return [pid for pid in gahp_pids(pool, "k8s_gahp") if pid not in old]
+    pool.wait_for(new_gahp, timeout=90, interval=0.5, what="a new k8s_gahp")
+
+    done = wait_done(pool, cluster, pilots, timeout=120)
+    assert sorted(ad["ExitCode"] for ad in done) == [7] * pilots
+    assert len(pod_creations(kube_sim)) == pilots
+    by_sandbox = pods_by_sandbox(kube_sim)
+    assert sorted(n for names in by_sandbox.values() for n in names) == sorted(pods.values())
+    assert all(len(names) == 1 for names in by_sandbox.values()), by_sandbox
+    for i in range(pilots):
+        out = pool.path(f"{home}/survivor-{i}.out").read_text()
+        assert out.count("exited with code 7") == 1, out
+    routed = [ad for ad in routed_jobs(pool, cluster) if ad["JobStatus"] == COMPLETED]
+    assert sorted(ad["RoutedFromJobId"] for ad in routed) == sorted(pods), routed
