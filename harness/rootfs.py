@@ -61,7 +61,8 @@ SUITE_APT_OPTIONS: Dict[str, Tuple[str, ...]] = {
     "sid": ('Acquire::Check-Valid-Until "false"',),
 }
 
-#: Where podgahp lives inside a root (paths as the daemons see them).
+#: Where podgahp lives inside a root (paths as the daemons see them): symlinks to the
+#: directories of the newest installed checkout (ROOT_SRC_DIR.<digest>, ROOT_PREFIX.<digest>).
 ROOT_SRC_DIR = "/opt/podgahp-src"
 ROOT_PREFIX = "/opt/podgahp"
 
@@ -70,6 +71,9 @@ _SKIP_DIRS = {
     ".git", "tests", "harness", "build", "dist", "demo-run", ".venv", "__pycache__",
     ".mypy_cache", ".pytest_cache", ".hypothesis",
 }
+
+#: Installed versions of earlier checkouts always kept (see Installation._prune_versions).
+KEEP_VERSIONS = 4
 
 _STAMP = ".podgahp-rootfs.json"
 _SRC_STAMP = ".podgahp-src.sha256"
@@ -328,12 +332,10 @@ class Installation:
         self._lease: Optional[Path] = None
         self._users = 0
         self._condor_version: Optional[str] = None
-        if self.chroot:
-            self.prefix = ROOT_PREFIX
-            self.src_dir = ROOT_SRC_DIR
-        else:
-            self.prefix = str(self._cache / "native" / "podgahp")
-            self.src_dir = str(REPO_DIR)
+        #: The podgahp virtualenv and the checkout's copy, as the daemons see them; install_podgahp()
+        #: sets them to the directories of the installed checkout.
+        self.prefix = self._base_prefix()
+        self.src_dir = ROOT_SRC_DIR if self.chroot else str(REPO_DIR)
 
     def __repr__(self) -> str:
         return f"Installation({self.name!r}, root={str(self.root)!r})"
@@ -525,40 +527,86 @@ class Installation:
     # podgahp inside the root ----------------------------------------------------------------
 
     def install_podgahp(self, src: Path = REPO_DIR) -> None:
-        """Install the checkout `src` into a virtualenv at `self.prefix`, if it changed.
+        """Install the checkout `src` into a virtualenv, unless this exact checkout is installed.
 
-        In a root the checkout is copied to ROOT_SRC_DIR (so ce-config/ and condor_config.d/ are
-        visible to the daemons) and installed with the root's python3 into a virtualenv that
-        sees Debian's packages (--system-site-packages): htcondor2/classad2, kubernetes, requests,
-        click, yaml. No network access is needed. Call after `acquire()`.
+        Each checkout state (a digest of its files) gets its own directories, so pools already
+        running keep a consistent installation while another test process installs a newer
+        checkout: in a root, a copy of the checkout at ROOT_SRC_DIR.<digest> (so ce-config/,
+        condor_config.d/ and routes/ are visible to the daemons) and a virtualenv at
+        ROOT_PREFIX.<digest> made with the root's python3 and --system-site-packages (Debian's
+        htcondor2/classad2, kubernetes, requests, click, yaml); no network access is needed.
+        Afterwards `self.src_dir` and `self.prefix` name these directories, and the symlinks
+        ROOT_SRC_DIR and ROOT_PREFIX point at the newest one. Call after `acquire()`.
         """
         files = _source_files(src)
-        digest = _digest(src, files)
-        prefix_host = self.host_path(self.prefix)
-        stamp = prefix_host / _SRC_STAMP
+        version = _digest(src, files)[:16]
+        base_prefix = self._base_prefix()
+        prefix = f"{base_prefix}.{version}"
+        src_dir = f"{ROOT_SRC_DIR}.{version}" if self.chroot else str(src)
         with _locked(self._cache / f"{self.name}.install.lock"):
-            if stamp.is_file() and stamp.read_text() == digest and (prefix_host / "bin/podgahp").exists():
-                return
-            _log(f"installing podgahp from {src} into {self.name}:{self.prefix}")
+            done = self.host_path(prefix) / _SRC_STAMP
+            if not done.is_file():
+                _log(f"installing podgahp from {src} into {self.name}:{prefix}")
+                self._install(src, files, src_dir, prefix)
+                done.write_text(version)
             if self.chroot:
-                dest = self.host_path(self.src_dir)
-                shutil.rmtree(dest, ignore_errors=True)
-                for rel in files:
-                    target = dest / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(src / rel, target)
-                python = "/usr/bin/python3"
-            else:
-                python = os.environ.get("PODGAHP_NATIVE_PYTHON") or shutil.which("python3") or sys.executable
-            if not (prefix_host / "bin/python").exists():
-                self.run([python, "-m", "venv", "--system-site-packages", self.prefix], timeout=300)
-            self.run(
-                [f"{self.prefix}/bin/pip", "install", "--quiet", "--no-index", "--no-deps",
-                 "--no-build-isolation", "--force-reinstall", self.src_dir],
-                env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"},
-                timeout=600,
-            )
-            stamp.write_text(digest)
+                _point_symlink(self.host_path(ROOT_SRC_DIR), Path(src_dir).name)
+            _point_symlink(self.host_path(base_prefix), Path(prefix).name)
+            self._prune_versions(base_prefix, keep=prefix)
+            if self.chroot:
+                self._prune_versions(ROOT_SRC_DIR, keep=src_dir)
+        self.src_dir, self.prefix = src_dir, prefix
+
+    def _base_prefix(self) -> str:
+        return ROOT_PREFIX if self.chroot else str(self._cache / "native" / "podgahp")
+
+    def _install(self, src: Path, files: Sequence[str], src_dir: str, prefix: str) -> None:
+        for path in (src_dir, prefix):
+            if self.chroot:
+                remove_tree(self.host_path(path))
+        if self.chroot:
+            dest = self.host_path(src_dir)
+            for rel in files:
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src / rel, target)
+            python = "/usr/bin/python3"
+        else:
+            shutil.rmtree(prefix, ignore_errors=True)
+            python = os.environ.get("PODGAHP_NATIVE_PYTHON") or shutil.which("python3") or sys.executable
+        self.run([python, "-m", "venv", "--system-site-packages", prefix], timeout=300)
+        self.run(
+            [f"{prefix}/bin/pip", "install", "--quiet", "--no-index", "--no-deps",
+             "--no-build-isolation", src_dir],
+            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"},
+            timeout=600,
+        )
+
+    def _prune_versions(self, base: str, keep: str) -> None:
+        # Versions of earlier checkouts: keep the newest few and anything used within a day
+        # (a long-running pool may still start GAHPs from its version).
+        host = self.host_path(base)
+        versions = sorted(host.parent.glob(host.name + ".*"), key=lambda p: p.stat().st_mtime, reverse=True)
+        cutoff = time.time() - 86400
+        for path in versions[KEEP_VERSIONS:]:
+            if path.name != Path(keep).name and path.stat().st_mtime < cutoff:
+                if self.chroot:
+                    remove_tree(path)
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+
+
+def _point_symlink(link: Path, target: str) -> None:
+    """Make `link` a symlink to `target` (relative), replacing it atomically."""
+    if link.is_symlink() and os.readlink(link) == target:
+        return
+    if link.exists() and not link.is_symlink():
+        shutil.rmtree(link)  # a directory from an older harness layout
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
 
 
 def _source_files(src: Path) -> List[str]:
