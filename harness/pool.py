@@ -48,7 +48,11 @@ KEEP_OLD_RUNS_S = 2 * 86400
 #: Knobs that make a test pool react within seconds (htcondor-setup.md §3); the defaults are
 #: minutes. Written after ce-config and condor_config.d, before the caller's extra config.
 FAST_CONFIG = """\
-## Fast-turnaround knobs for tests (defaults in parentheses).
+## Fast-turnaround knobs for tests. HTCondor's defaults (seconds): SCHEDD_INTERVAL 300 (starting
+## gridmanagers for new grid jobs), JOB_ROUTER_POLLING_PERIOD 10, PERIODIC_EXPR_INTERVAL 60
+## (CE hold/remove policy), GRIDMANAGER_CONTACT_SCHEDD_DELAY 5, GRIDMANAGER_JOB_PROBE_INTERVAL 60
+## (BLAH_JOB_STATUS), GRIDMANAGER_RESOURCE_PROBE_INTERVAL 300 (re-ping after a failed BLAH_PING).
+## (HTCondor has no trailing comments: a "#" after a value would become part of it.)
 SCHEDD_INTERVAL = 5
 JOB_ROUTER_POLLING_PERIOD = 2
 PERIODIC_EXPR_INTERVAL = 5
@@ -58,7 +62,7 @@ GRIDMANAGER_RESOURCE_PROBE_INTERVAL = 10
 ## Every GAHP line in and out appears in GridmanagerLog.<user>.
 GRIDMANAGER_DEBUG = D_FULLDEBUG
 JOB_ROUTER_DEBUG = D_FULLDEBUG
-## Several pools run side by side: the collector takes a free port.
+## Several pools run side by side: the collector takes a free port (address in LOG).
 PODGAHP_CE_PORT = 0
 """
 
