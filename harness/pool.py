@@ -33,7 +33,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, TypeVar, Union
 
-from harness.rootfs import HarnessError, Installation, get_installation
+from harness.rootfs import HarnessError, Installation, pid_alive, get_installation
 
 T = TypeVar("T")
 
@@ -142,6 +142,7 @@ class Pool:
         if os.geteuid() != 0:
             raise PoolError("harness.pool needs root (chroot, mount, condor_master switching users)")
         try:
+            self._kill_orphans()
             inst.acquire()
             self._acquired = True
             inst.install_podgahp()
@@ -196,6 +197,31 @@ class Pool:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
             target.chmod(0o755 if text.startswith("#!") else 0o644)
+
+    def _kill_orphans(self) -> None:
+        """Kill daemons of pools whose owning process died without stopping them (e.g. SIGKILL).
+
+        A pool's directory name carries the pid of the process that started it.
+        """
+        base = POOLS_DIR if self.installation.chroot else NATIVE_POOLS_DIR
+        pattern = re.compile(rb"CONDOR_CONFIG=" + re.escape(base.encode()) + rb"/[^/\0]*-(\d+)-[0-9a-f]{6}/condor_config\0")
+        killed = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if self.installation.chroot and os.readlink(f"/proc/{entry}/root") != str(self.installation.root):
+                    continue
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    m = pattern.search(f.read() + b"\0")
+            except OSError:
+                continue
+            if m and not pid_alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry), signal.SIGKILL)
+                    killed.append(int(entry))
+        if killed:
+            print(f"[harness] killed processes of abandoned pools: {killed}", file=sys.stderr)
 
     @staticmethod
     def _remove_old_runs(parent: Path) -> None:

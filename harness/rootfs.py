@@ -308,7 +308,7 @@ def _mount_points() -> List[str]:
     return points
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except OSError as e:
@@ -516,7 +516,7 @@ class Installation:
                 pid = int(lease.name.split(".")[0])
             except ValueError:
                 pid = -1
-            if pid != os.getpid() and not _pid_alive(pid):
+            if pid != os.getpid() and not pid_alive(pid):
                 with contextlib.suppress(FileNotFoundError):
                     lease.unlink()
 
