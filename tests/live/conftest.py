@@ -40,8 +40,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "live: drives real HTCondor daemons (slow; runs last)")
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
-    # Live tests take minutes: run them after everything else.
+    # Live tests take minutes: run them after everything else. A stable sort, after pytest has
+    # grouped the tests by installation, so each root filesystem is set up once.
     items.sort(key=lambda item: item.get_closest_marker("live") is not None)
 
 
