@@ -124,6 +124,16 @@ def test_submit_ad_reaches_gahp(k8s_pool: Pool) -> None:
     assert "BLAH_JOB_SUBMIT" in commands and "BLAH_JOB_STATUS" in commands
 
     (ad,) = submit_ads(pool)
+    # ... and the GAHP accepted it: the result for that request id carries the job id the
+    # gridmanager recorded in GridJobId.
+    reqid = next(gahp_split(m.group(1))[1] for m in (re.search(r"<- '(BLAH_JOB_SUBMIT .*)'$", line)
+                                                      for line in lines) if m)
+    results = [line for line in lines if re.search(rf"-> '{reqid}' '0' 'NULL' '[^']+'$", line)]
+    assert results, f"no successful result for BLAH_JOB_SUBMIT {reqid}"
+    job_id = results[0].rsplit("'", 2)[1]
+    (routed,) = routed_copies(pool, cluster, ["GridJobId"])
+    assert routed["GridJobId"].split(" ")[3] == job_id
+
     assert ad["GridResource"] == "batch k8s"
     assert ad["gridtype"] == "k8s"
     assert ad["JobUniverse"] == 5
