@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from e2e import (ANN_SANDBOX_ID, COMPLETED, NAMESPACE, container, grid_parts, iwd, kube_sim, pod_creations,
+from e2e import (ANN_SANDBOX_ID, E2E_FAST, COMPLETED, NAMESPACE, container, grid_parts, iwd, kube_sim, pod_creations,
                  pods_by_sandbox, routed_jobs, start_k8s_ce, wait_for_pods)
 from gahp.sim.k8s import KubeSim
 from harness import Installation, Pool
@@ -29,7 +29,7 @@ JOB_ROUTER_ROUTE_NAMES =
 SYSTEM_PERIODIC_HOLD = false
 SYSTEM_PERIODIC_REMOVE = false
 C_GAHP_CONTACT_SCHEDD_DELAY = 1
-"""
+""" + E2E_FAST
 
 
 #: The CE's schedd needs a name HTCondor-C can look up in the CE's collector. By default it is

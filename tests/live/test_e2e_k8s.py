@@ -222,7 +222,7 @@ def test_route_max_jobs_and_max_idle_jobs(make_pool: Callable[..., Pool], instal
     # Long enough for two pilots to overlap: a routed pilot counts as idle until the GAHP reports
     # its pod running (the next status poll), and only then may the router route the next one.
     pilots = 3
-    cluster = pool.submit(pilot_submit(home, "limited", run_seconds=12, count=pilots,
+    cluster = pool.submit(pilot_submit(home, "limited", run_seconds=8, count=pilots,
                                        extra=['+queue = "limited"']), cwd=home)
     samples: List[Dict[str, int]] = []
 
@@ -281,16 +281,16 @@ def test_gahp_killed_mid_run(make_pool: Callable[..., Pool], installation: Insta
     pool = start_k8s_ce(make_pool, installation, kube_sim)
     home = iwd(pool)
     pilots = 3
-    cluster = pool.submit(pilot_submit(home, "survivor", run_seconds=15, exit_code=7, count=pilots), cwd=home)
+    cluster = pool.submit(pilot_submit(home, "survivor", run_seconds=10, exit_code=7, count=pilots), cwd=home)
     pods = wait_for_pods(pool, cluster, pilots)
     for name in pods.values():
         _wait_running(pool, kube_sim, name)
-    old = gahp_pids(pool, "k8s_gahp")
+    old = gahp_pids(pool)
     assert len(old) == 1, old
     os.kill(old[0], signal.SIGKILL)
 
     def new_gahp() -> List[int]:
-        return [pid for pid in gahp_pids(pool, "k8s_gahp") if pid not in old]
+        return [pid for pid in gahp_pids(pool) if pid not in old]
     pool.wait_for(new_gahp, timeout=90, interval=0.5, what="a new k8s_gahp")
 
     done = wait_done(pool, cluster, pilots, timeout=120)

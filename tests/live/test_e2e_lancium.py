@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from e2e import (COMPLETED, HELD, grid_parts, iwd, lancium_sim, pilot_submit, routed_jobs, routes_config,
+from e2e import (E2E_FAST, COMPLETED, HELD, grid_parts, iwd, lancium_sim, pilot_submit, routed_jobs, routes_config,
                  wait_done)
 from gahp.sim.lancium import LanciumSim
 from harness import Installation, Pool
@@ -32,7 +32,8 @@ def start_lancium_ce(make_pool: Callable[..., Pool], installation: Installation,
               + "PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS = 1\n"
               + "PODGAHP_LANCIUM_RETRIES = 1\n"
               + "PODGAHP_LANCIUM_BACKOFF_SECONDS = 0.2\n"
-              + "PODGAHP_DEBUG = DEBUG\n")
+              + "PODGAHP_DEBUG = DEBUG\n"
+              + E2E_FAST)
     pool = make_pool(extra_config=config, files={KEY_FILE: sim.api_key + "\n"})
     # The GAHP runs as the job owner and refuses a key file others can read.
     owner = installation.user("pilot")
