@@ -378,8 +378,21 @@ class Pool:
         return self._json(["condor_history"], constraint, attrs)
 
     def jobs(self, constraint: str = "true", attrs: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
-        """Ads from the queue and then the history."""
-        return self.q(constraint, attrs) + self.history(constraint, attrs)
+        """Ads from the queue and then the history; a job that leaves the queue between the two
+        queries is listed once (from the queue)."""
+        added = attrs is not None and "GlobalJobId" not in attrs
+        want = list(attrs) + ["GlobalJobId"] if attrs is not None and added else attrs
+        seen = set()
+        ads = []
+        for ad in self.q(constraint, want) + self.history(constraint, want):
+            key = ad.get("GlobalJobId")
+            if key is not None and key in seen:
+                continue
+            seen.add(key)
+            if added:
+                ad.pop("GlobalJobId", None)
+            ads.append(ad)
+        return ads
 
     def wait_for(
         self,
