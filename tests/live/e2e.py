@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -25,7 +23,6 @@ import pytest
 from gahp.sim.k8s import KubeSim, SimConfig, SimNode, Taint
 from gahp.sim.lancium import LanciumSim
 from harness import Installation, Pool
-from harness.rootfs import ROOT_SRC_DIR
 
 #: Namespace of the pilot pods.
 NAMESPACE = "pilots"
@@ -48,10 +45,13 @@ PILOT_SCRIPT = """#!/bin/sh
 echo "pilot $* starting"
 """
 
-#: Faster than the harness's fast knobs: status polls every 2 s (the harness polls every 5 s), so
-#: a pilot's end reaches the queue sooner and the suite stays within its time budget.
+#: Faster than the harness's fast knobs, so the suite stays within its time budget: status polls
+#: every 2 s (harness 5 s), and the schedd counts jobs, and so tells the gridmanager about newly
+#: routed grid jobs, every 2 s (harness 5 s; SCHEDD_MIN_INTERVAL, default 5, bounds it).
 E2E_FAST = """\
 GRIDMANAGER_JOB_PROBE_INTERVAL = 2
+SCHEDD_INTERVAL = 2
+SCHEDD_MIN_INTERVAL = 1
 """
 
 #: Knobs of the Kubernetes backend for these tests; $(LOCAL_DIR) is the pool's per-run directory.
@@ -294,27 +294,3 @@ def gahp_pids(pool: Pool, knob: str = "K8S_GAHP") -> List[int]:
         if any(arg.decode(errors="replace") == path for arg in argv[:2]):
             pids.append(pid)
     return sorted(pids)
-
-
-@dataclass
-class Sampler:
-    """Calls `sample` every `interval` seconds while waiting; keeps the values (for maxima)."""
-
-    sample: Callable[[], Any]
-    values: List[Any]
-
-    def __call__(self) -> None:
-        self.values.append(self.sample())
-
-
-def wait_sampling(pool: Pool, predicate: Callable[[], Any], samplers: Sequence[Sampler], timeout: float,
-                  what: str, interval: float = 0.5) -> Any:
-    def step() -> Any:
-        for s in samplers:
-            s()
-        return predicate()
-    return pool.wait_for(step, timeout=timeout, interval=interval, what=what)
-
-
-def elapsed_since(start: float) -> float:
-    return time.monotonic() - start

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any, Callable, Dict, List
 
 import pytest
 
 from e2e import (ANN_SANDBOX_ID, BAD_IMAGE, COMPLETED, HELD, IDLE, LABEL_QUEUE, LABEL_SANDBOX, NAMESPACE,
                  RUNNING, container, env_of, gahp_pids, grid_parts, iwd, job_id, kube_sim, pilot_submit,
-                 pod_creations, pod_deletions, pod_of, pods_by_sandbox, routed_jobs, source_jobs,
+                 pod_creations, pod_deletions, pod_of, pods_by_sandbox, routed_jobs,
                  start_k8s_ce, wait_done, wait_for_pods)
 from gahp.sim.k8s import KubeSim
 from harness import Installation, Pool
@@ -146,7 +147,8 @@ def test_hold_deletes_the_pod_and_release_makes_a_new_one(make_pool: Callable[..
     def new_pod() -> str:
         name = pod_of(_routed_of(pool, cluster))
         pod = kube_sim.pod(NAMESPACE, name) if name else None
-        return name if pod and pod["metadata"]["uid"] != first_pod["metadata"]["uid"] else ""  # type: ignore[index,return-value]
+        fresh = pod is not None and pod["metadata"]["uid"] != first_pod["metadata"]["uid"]  # type: ignore[index]
+        return name if fresh and name else ""
     second = pool.wait_for(new_pod, timeout=90, interval=0.5, what="a new pod after condor_release")
     assert grid_parts(_routed_of(pool, cluster))[2] == sandbox  # the same sandbox, submitted again
     pod = kube_sim.pod(NAMESPACE, second)
@@ -225,17 +227,19 @@ def test_route_max_jobs_and_max_idle_jobs(make_pool: Callable[..., Pool], instal
     cluster = pool.submit(pilot_submit(home, "limited", run_seconds=8, count=pilots,
                                        extra=['+queue = "limited"']), cwd=home)
     samples: List[Dict[str, int]] = []
+    start = time.monotonic()
 
     def step() -> bool:
         ads = pool.q(f"ClusterId == {cluster} || RoutedFromJobId =!= undefined",
-                     ["ClusterId", "JobStatus", "RoutedFromJobId", "RouteName"])
+                     ["ClusterId", "JobStatus", "RoutedFromJobId", "RoutedToJobId", "RouteName"])
         routed = [ad for ad in ads if "RoutedFromJobId" in ad and ad["JobStatus"] in (IDLE, RUNNING)]
         live_pods = [p for p in kube_sim.pods(NAMESPACE)
                      if p["status"].get("phase") in ("Pending", "Running")
                      and not p["metadata"].get("deletionTimestamp")]
-        samples.append({"routed": len(routed), "idle": sum(ad["JobStatus"] == IDLE for ad in routed),
-                        "waiting": sum("RoutedFromJobId" not in ad and ad["JobStatus"] == IDLE
-                                       and ad["ClusterId"] == cluster for ad in ads),
+        samples.append({"t": round(time.monotonic() - start), "routed": len(routed),
+                        "idle": sum(ad["JobStatus"] == IDLE for ad in routed),
+                        "waiting": sum(ad["ClusterId"] == cluster and ad["JobStatus"] == IDLE
+                                       and "RoutedToJobId" not in ad for ad in ads),
                         "pods": len(live_pods)})
         assert all(ad.get("RouteName", "Limited") == "Limited" for ad in routed), routed
         return not any(ad["ClusterId"] == cluster for ad in ads)
