@@ -1,0 +1,94 @@
+"""Benchmark: k8s_gahp driven over its protocol against the simulated cluster.
+
+Submits N pilots through the real GAHP process (as the gridmanager would, in async mode), then polls
+the status of every pilot several rounds, and reports: how long the GAHP takes to accept requests
+(every line must be answered within the gridmanager's 20 s response timeout), submit and status
+throughput, and how many Kubernetes API requests the status rounds cost (they come from one watch
+per namespace, so the count must not grow with N).
+
+    .venv/bin/python benchmarks/k8s_gahp.py --pilots 10 100 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from gahp.sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
+from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
+
+
+def submit_ad(iwd: str, i: int) -> str:
+    return ("[ Cmd = \"/bin/true\"; Iwd = \"%s\"; Out = \"p%d.out\"; Err = \"p%d.err\"; "
+            "JobDirectory = \"home_bl_bench_%d.0\"; RequestMemory = 100; "
+            "Environment = \"PODGAHP_SIM_RUN_SECONDS=3600\" ]" % (iwd, i, i, i))
+
+
+def run(pilots: int, rounds: int) -> Dict[str, float]:
+    node = SimNode("big", cpu="100000", memory="100000Gi", pods=100000)
+    with KubeSim(SimConfig(nodes=(node,), namespaces=("default", "bench"))) as sim, \
+            tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = os.path.join(tmp, "kubeconfig")
+        sim.write_kubeconfig(kubeconfig, namespace="bench")
+        env = gahp_env(tmp, PODGAHP_K8S_KUBECONFIG=kubeconfig, PODGAHP_K8S_IMAGE="pilot:1",
+                       PODGAHP_K8S_CE_NAME="bench", PODGAHP_K8S_REAP_INTERVAL_SECONDS="0")
+        with GahpProcess([script("k8s_gahp")], env=env, cwd=tmp) as gahp:
+            gahp.start()
+            gahp.command("ASYNC_MODE_ON")
+            started = time.monotonic()
+            slowest_ack = 0.0
+            for i in range(pilots):
+                t = time.monotonic()
+                assert gahp.command("BLAH_JOB_SUBMIT", str(i + 2), submit_ad(tmp, i)) == ["S"]
+                slowest_ack = max(slowest_ack, time.monotonic() - t)
+            results = gahp.wait_results([str(i + 2) for i in range(pilots)], timeout=600)
+            submit_s = time.monotonic() - started
+            job_ids: List[str] = [r[2] for r in results.values() if r[0] == "0"]
+            assert len(job_ids) == pilots, [r for r in results.values() if r[0] != "0"][:3]
+            # one status round first, so the watch is running before we count
+            request = 100000
+            gahp.wait_results([_status(gahp, (request := request + 1), j) for j in job_ids], timeout=600)
+            sim.clear_requests()
+            started = time.monotonic()
+            for _ in range(rounds):
+                ids = []
+                for job_id in job_ids:
+                    request += 1
+                    ids.append(_status(gahp, request, job_id))
+                gahp.wait_results(ids, timeout=600)
+            status_s = time.monotonic() - started
+            api_requests = len(sim.requests())
+            gahp.command("QUIT")
+    return {"pilots": pilots, "submit_s": submit_s, "submits_per_s": pilots / submit_s,
+            "slowest_ack_ms": slowest_ack * 1000, "status_per_s": pilots * rounds / status_s,
+            "api_requests_during_status": api_requests}
+
+
+def _status(gahp: GahpProcess, request: int, job_id: str) -> str:
+    assert gahp.command("BLAH_JOB_STATUS", str(request), job_id) == ["S"]
+    return str(request)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pilots", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--rounds", type=int, default=3, help="status rounds over every pilot")
+    args = parser.parse_args()
+    print(f"{'pilots':>7} {'submit s':>9} {'submits/s':>10} {'slowest S ms':>13} {'status/s':>9} "
+          f"{'API requests in ' + str(args.rounds) + ' status rounds':>34}")
+    for n in args.pilots:
+        r = run(n, args.rounds)
+        print(f"{r['pilots']:>7} {r['submit_s']:>9.1f} {r['submits_per_s']:>10.1f} {r['slowest_ack_ms']:>13.1f} "
+              f"{r['status_per_s']:>9.0f} {r['api_requests_during_status']:>34}")
+
+
+if __name__ == "__main__":
+    main()
