@@ -72,6 +72,9 @@ LOG_ORDER = ("MasterLog", "CollectorLog", "SchedLog", "JobRouterLog")
 _ROUTER_READY = re.compile(
     r"Routes will be matched in this order|routing table is|JobRouter is disabled|routing will not take place")
 
+#: Name of a pool's per-run directory (and of its user_dir): <prefix>-<pid>-<6 hex digits>.
+_RUN_NAME = re.compile(r".+-\d+-[0-9a-f]{6}")
+
 _live_pools: "weakref.WeakSet[Pool]" = weakref.WeakSet()
 
 
@@ -170,6 +173,9 @@ class Pool:
         inst = self.installation
         local = self.path(self.local_dir)
         self._remove_old_runs(local.parent)
+        for user in self.users:
+            with contextlib.suppress(HarnessError):
+                self._remove_old_runs(self.path(inst.user(user).home), only=_RUN_NAME)
         local.mkdir(parents=True)
         condor = inst.user("condor")
         for sub in ("log", "spool", "lock", "execute", "run"):
@@ -224,11 +230,14 @@ class Pool:
             print(f"[harness] killed processes of abandoned pools: {killed}", file=sys.stderr)
 
     @staticmethod
-    def _remove_old_runs(parent: Path) -> None:
-        # Per-run directories kept after failures pile up; drop those untouched for two days.
+    def _remove_old_runs(parent: Path, only: Optional["re.Pattern[str]"] = None) -> None:
+        # Per-run directories (and users' job directories) kept after failures pile up; drop
+        # those untouched for two days.
         cutoff = time.time() - KEEP_OLD_RUNS_S
         with contextlib.suppress(OSError):
             for entry in parent.iterdir():
+                if only is not None and not only.fullmatch(entry.name):
+                    continue
                 with contextlib.suppress(OSError):
                     if entry.is_dir() and entry.stat().st_mtime < cutoff:
                         shutil.rmtree(entry, ignore_errors=True)
