@@ -12,6 +12,8 @@ from typing import Any, Callable, Dict, List
 import classad2
 import pytest
 
+from gahp import protocol
+
 from harness import Pool
 
 pytestmark = pytest.mark.live
@@ -49,31 +51,13 @@ def wait_completed(pool: Pool, cluster: int) -> Dict[str, Any]:
     return pool.wait_for(completed, timeout=RUN_TIMEOUT, interval=1, what=f"pilot {cluster}.0 to complete")
 
 
-def gahp_split(line: str) -> List[str]:
-    """Split a GAHP command line as the gridmanager escaped it (backslash escapes, space splits)."""
-    args, current, escaped = [], [], False
-    for ch in line:
-        if escaped:
-            current.append(ch)
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == " ":
-            args.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    args.append("".join(current))
-    return args
-
-
 def submit_ads(pool: Pool) -> List[Any]:
     """The ClassAds of every BLAH_JOB_SUBMIT the gridmanager sent, from GridmanagerLog.pilot."""
     ads = []
     for line in pool.gahp_lines("pilot"):
         m = re.search(r"GAHP\[\d+\] <- '(BLAH_JOB_SUBMIT .*)'$", line)
         if m:
-            args = gahp_split(m.group(1))
+            args = protocol.split(m.group(1))
             assert len(args) == 3, f"BLAH_JOB_SUBMIT with {len(args)} arguments: {line}"
             ads.append(classad2.parseOne(args[2]))
     return ads
@@ -126,7 +110,7 @@ def test_submit_ad_reaches_gahp(k8s_pool: Pool) -> None:
     (ad,) = submit_ads(pool)
     # ... and the GAHP accepted it: the result for that request id carries the job id the
     # gridmanager recorded in GridJobId.
-    reqid = next(gahp_split(m.group(1))[1] for m in (re.search(r"<- '(BLAH_JOB_SUBMIT .*)'$", line)
+    reqid = next(protocol.split(m.group(1))[1] for m in (re.search(r"<- '(BLAH_JOB_SUBMIT .*)'$", line)
                                                       for line in lines) if m)
     results = [line for line in lines if re.search(rf"-> '{reqid}' '0' 'NULL' '[^']+'$", line)]
     assert results, f"no successful result for BLAH_JOB_SUBMIT {reqid}"
