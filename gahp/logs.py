@@ -66,14 +66,23 @@ class _MaskingFormatter(logging.Formatter):
 def setup(settings: ServerSettings) -> str:
     """Send the ``gahp`` loggers to the configured file; returns where the log really goes."""
     handler: logging.Handler
-    where = settings.log_file
-    try:
-        os.makedirs(os.path.dirname(settings.log_file) or ".", exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(
-            settings.log_file, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups)
-    except OSError as e:
-        handler = logging.StreamHandler(sys.stderr)
-        where = f"stderr ({settings.log_file} cannot be opened: {e.strerror})"
+    # On a CE, $(LOG) belongs to condor while the GAHP runs as the mapped user: then the log goes to
+    # that user's home, and only if that fails too to stderr (the gridmanager's D_FULLDEBUG log).
+    candidates = [settings.log_file,
+                  os.path.join(os.path.expanduser("~"), ".podgahp", os.path.basename(settings.log_file))]
+    problems = []
+    handler, where = logging.StreamHandler(sys.stderr), ""
+    for path in candidates:
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            handler = logging.handlers.RotatingFileHandler(
+                path, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups)
+            where = path
+            break
+        except OSError as e:
+            problems.append(f"{path}: {e.strerror}")
+    if not where:
+        where = "stderr (cannot open " + "; ".join(problems) + ")"
     handler.addFilter(_ContextFilter())
     handler.setFormatter(_MaskingFormatter(FORMAT))
     root = logging.getLogger()

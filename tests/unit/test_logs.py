@@ -35,8 +35,13 @@ def test_lines_carry_request_and_job_ids_and_no_secrets(tmp_path: Path) -> None:
     assert "req=- job=-" in lines[1]
 
 
-def test_an_unwritable_log_falls_back_to_stderr(tmp_path: Path) -> None:
+def test_an_unwritable_log_falls_back_to_home_then_stderr(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(blocker / "sub" / "log")}), "k8s")
-    assert logs.setup(settings).startswith("stderr")
+    settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(blocker / "sub" / "PodgahpLog.k8s.x")}), "k8s")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert logs.setup(settings) == str(tmp_path / "home" / ".podgahp" / "PodgahpLog.k8s.x")
+    monkeypatch.setenv("HOME", str(blocker))
+    where = logs.setup(settings)
+    assert where.startswith("stderr") and "PodgahpLog.k8s.x" in where
