@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.pool import Pool  # noqa: E402
-from harness.rootfs import HarnessError, get_installation, native_condor_version  # noqa: E402
+from harness.rootfs import HarnessError, Installation, get_installation, native_condor_version  # noqa: E402
 
 NAMESPACE = "pilots"
 
@@ -113,10 +112,10 @@ def routes_file() -> Path:
     return candidates[0]
 
 
-def pool_config(src_dir: str, routes: Path, kubeconfig: str, real_cluster: bool) -> str:
+def pool_config(installation: Installation, routes: Path, kubeconfig: str, real_cluster: bool) -> str:
     lines = [
-        f"include : {src_dir}/routes/{routes.name}",
-        "K8S_GAHP = /opt/podgahp/bin/k8s_gahp" if src_dir != str(ROOT) else f"K8S_GAHP = {shutil.which('k8s_gahp')}",
+        f"include : {installation.src_dir}/routes/{routes.name}",
+        f"K8S_GAHP = {installation.bin('k8s_gahp')}",
         "PODGAHP_K8S_QUEUES = cpu gpu opportunistic",
         "PODGAHP_K8S_DEFAULT_QUEUE = cpu",
         f"PODGAHP_K8S_KUBECONFIG = {kubeconfig}",
@@ -199,6 +198,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"podgahp demo: HTCondor '{series}' ...", flush=True)
     try:
         installation = get_installation(series)
+        installation.acquire()
+        try:
+            installation.install_podgahp()  # so the paths in the pool's config are this checkout's
+        finally:
+            installation.release()
     except HarnessError as e:
         print(f"cannot get HTCondor: {e}", file=sys.stderr)
         return 1
@@ -223,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     routes = routes_file()
     try:
         with Pool(installation, name="demo", files=files, extra_config=pool_config(
-                installation.src_dir, routes, "$(LOCAL_DIR)/kubeconfig", bool(args.kubeconfig))) as pool:
+                installation, routes, "$(LOCAL_DIR)/kubeconfig", bool(args.kubeconfig))) as pool:
             print(f"local CE up ({installation.name}, HTCondor {installation.condor_version}); "
                   f"routes from routes/{routes.name}", flush=True)
             iwd = pool.user_dir("pilot")
