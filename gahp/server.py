@@ -70,16 +70,18 @@ class Server:
 
     # ---------------------------------------------------------------------------------- output
     def _write(self, lines: List[str]) -> None:
-        data = "".join(line + "\n" for line in lines).encode(_ENCODING, _ERRORS)
         with self._out_lock:
-            view = memoryview(data)
-            while view:
-                try:
-                    written = os.write(self._out_fd, view)
-                except BrokenPipeError:
-                    self._stop.set()
-                    return
-                view = view[written:]
+            self._write_locked(lines)
+
+    def _write_locked(self, lines: List[str]) -> None:
+        """Write whole lines; the caller holds the output lock."""
+        view = memoryview("".join(line + "\n" for line in lines).encode(_ENCODING, _ERRORS))
+        while view:
+            try:
+                view = view[os.write(self._out_fd, view):]
+            except BrokenPipeError:  # the gridmanager is gone
+                self._stop.set()
+                return
 
     def _reply(self, *fields: str) -> None:
         self._write([protocol.join(fields)])
@@ -98,18 +100,11 @@ class Server:
             self._write(["R"])
 
     def _results_reply(self) -> None:
-        with self._out_lock, self._lock:
-            batch, self._results = self._results, []
-            self._r_written = False
-            data = "".join(line + "\n" for line in [f"S {len(batch)}", *batch])
-            encoded = data.encode(_ENCODING, _ERRORS)
-            view = memoryview(encoded)
-            while view:
-                try:
-                    view = view[os.write(self._out_fd, view):]
-                except BrokenPipeError:
-                    self._stop.set()
-                    return
+        with self._out_lock:
+            with self._lock:
+                batch, self._results = self._results, []
+                self._r_written = False
+            self._write_locked([f"S {len(batch)}", *batch])
 
     # ---------------------------------------------------------------------------------- requests
     def _run(self, request_id: str, command: protocol.AsyncCommand, args: List[str]) -> None:
