@@ -66,6 +66,7 @@ import logging
 import os
 import re
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -73,7 +74,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Callable, Dict, List, NamedTuple, Optional, Pattern, Sequence, Tuple, Union, cast
+from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Pattern, Sequence, Tuple, Union, cast
 from urllib.parse import unquote, urlsplit
 
 from gahp.sim.lancium_fields import (
@@ -827,11 +828,18 @@ def serve(
         stream.write("lancium sim: url=%s key_file=%s\n" % (sim.url, key_file))
         stream.flush()
         event = stop if stop is not None else threading.Event()
+        # Handlers for both signals, set explicitly: a parent started in the background (nohup,
+        # `make test &`) may have left SIGINT ignored, and SIGTERM is what service managers send.
+        handlers: Dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handlers[signum] = signal.signal(signum, lambda *_: event.set())
         try:
             while not event.wait(0.5):
                 pass
-        except KeyboardInterrupt:
-            pass
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
 
 
 def _write_private(path: str, text: str) -> None:

@@ -5,6 +5,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import requests
 from click.testing import CliRunner
 
@@ -50,10 +51,17 @@ def test_sim_k8s_serves_the_official_client(tmp_path: Path) -> None:
         proc.stdout.close()  # type: ignore[union-attr]
 
 
-def test_sim_lancium_writes_a_private_key(tmp_path: Path) -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sim_lancium_writes_a_private_key(tmp_path: Path, signum: signal.Signals) -> None:
+    # Started as `nohup make test &` would start it: SIGINT ignored by the parent. Both signals
+    # still stop the simulator.
     key, url = tmp_path / "key", tmp_path / "url"
     proc = subprocess.Popen([script("podgahp"), "sim", "lancium", "--key-file", str(key),
-                             "--url-file", str(url)], stdout=subprocess.DEVNULL)
+                             "--url-file", str(url)], stdout=subprocess.DEVNULL, preexec_fn=_ignore_sigint)
     try:
         base = _wait_for(url).strip()
         assert key.stat().st_mode & 0o077 == 0
@@ -61,5 +69,5 @@ def test_sim_lancium_writes_a_private_key(tmp_path: Path) -> None:
                               headers={"Authorization": f"Bearer {key.read_text().strip()}"}, timeout=10)
         assert reply.status_code == 201 and reply.headers["Authorization"].startswith("Bearer ")
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        proc.send_signal(signum)
+        assert proc.wait(10) == 0
