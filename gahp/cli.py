@@ -106,17 +106,27 @@ def sim() -> None:
 @click.option("--node-gpus", type=int, default=0, show_default=True, help="nvidia.com/gpu of each node.")
 @click.option("--run-seconds", type=float, default=None,
               help="How long a simulated pilot runs unless its PODGAHP_SIM_RUN_SECONDS says otherwise.")
+@click.option("--plain-http", is_flag=True,
+              help="Serve plain HTTP instead of HTTPS (clients then need PODGAHP_K8S_ALLOW_INSECURE_HTTP).")
 def sim_k8s(port: int, kubeconfig: str, namespace: str, namespaces: "tuple[str, ...]", nodes: int,
-            node_cpu: str, node_memory: str, node_gpus: int, run_seconds: "float | None") -> None:
-    """A simulated Kubernetes API server with nodes, a scheduler and kubelets; runs until ^C."""
+            node_cpu: str, node_memory: str, node_gpus: int, run_seconds: "float | None",
+            plain_http: bool) -> None:
+    """A simulated Kubernetes API server with nodes, a scheduler and kubelets; runs until ^C.
+
+    It serves HTTPS with a CA of its own; the kubeconfig it writes carries that CA and a token."""
     from gahp.sim.k8s import serve
+    from gahp.sim.kube.tls import TlsUnavailable
 
     def ready(cluster: object) -> None:
         click.echo(f"simulated Kubernetes API at {getattr(cluster, 'url', '?')}; kubeconfig {kubeconfig}")
+        click.echo(f"watch the pods: KUBECONFIG={kubeconfig} kubectl get pods -o wide -w")
 
-    serve(port, kubeconfig, namespace=namespace, nodes=nodes, node_cpu=node_cpu,
-          node_memory=node_memory, node_gpus=node_gpus, run_seconds=run_seconds,
-          namespaces=list(namespaces), ready=ready)
+    try:
+        serve(port, kubeconfig, namespace=namespace, nodes=nodes, node_cpu=node_cpu,
+              node_memory=node_memory, node_gpus=node_gpus, run_seconds=run_seconds,
+              namespaces=list(namespaces), ready=ready, tls=not plain_http)
+    except TlsUnavailable as e:
+        raise click.ClickException(str(e)) from None
 
 
 @sim.command("lancium")

@@ -26,6 +26,7 @@ import urllib3
 k8s_client: Any = importlib.import_module("kubernetes.client")
 k8s_config: Any = importlib.import_module("kubernetes.config")
 ApiException: Any = importlib.import_module("kubernetes.client.exceptions").ApiException
+InClusterConfigLoader: Any = importlib.import_module("kubernetes.config.incluster_config").InClusterConfigLoader
 
 from gahp.backends.k8s_settings import KubernetesSettings, QueueSettings
 from gahp.errors import AuthError, BackendError, ConfigError, NotFound, TransientError
@@ -175,12 +176,7 @@ class KubeApi:
                                                 client_configuration=configuration,
                                                 persist_config=False)
                 elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                    k8s_config.load_incluster_config(client_configuration=configuration)
-                    try:
-                        with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
-                            self._default_namespace = f.read().strip() or "default"
-                    except OSError:
-                        pass
+                    self._load_service_account(configuration)
                 else:
                     raise ConfigError("no Kubernetes cluster is configured: set PODGAHP_K8S_KUBECONFIG "
                                       "to a kubeconfig file readable by the job owner, or run podgahp "
@@ -189,11 +185,39 @@ class KubeApi:
                 raise
             except Exception as e:  # noqa: BLE001 - the loaders raise many kinds (ConfigException, YAML, OS)
                 raise ConfigError(f"{self.description} cannot be loaded: {truncate(str(e))}") from e
+            self._refuse_plain_http(configuration)
             configuration.retries = False  # our own loop retries; urllib3 must not retry behind it
             api_client = k8s_client.ApiClient(configuration)
             self._groups = {"authorization": k8s_client.AuthorizationV1Api(api_client)}
             self._core = k8s_client.CoreV1Api(api_client)
             return self._core
+
+    def _load_service_account(self, configuration: Any) -> None:
+        """The in-cluster identity: token (re-read as the kubelet rotates it), CA and namespace
+        from the service-account directory, the API server from ``KUBERNETES_SERVICE_HOST``/``_PORT``."""
+        directory = self.settings.service_account_dir
+        token, ca = os.path.join(directory, "token"), os.path.join(directory, "ca.crt")
+        for path in (token, ca):
+            if not os.path.isfile(path):
+                raise ConfigError(f"in-cluster service account: {path} does not exist "
+                                  "(PODGAHP_K8S_SERVICE_ACCOUNT_DIR; or set PODGAHP_K8S_KUBECONFIG)")
+        InClusterConfigLoader(token_filename=token, cert_filename=ca).load_and_set(configuration)
+        try:
+            with open(os.path.join(directory, "namespace"), encoding="utf-8") as f:
+                self._default_namespace = f.read().strip() or "default"
+        except OSError:
+            pass
+
+    def _refuse_plain_http(self, configuration: Any) -> None:
+        """A credential never goes over plain HTTP unless the admin says so (client-go refuses it)."""
+        if not str(configuration.host).lower().startswith("http://") or self.settings.allow_insecure_http:
+            return
+        credential = configuration.api_key or configuration.cert_file or configuration.username \
+            or configuration.refresh_api_key_hook is not None
+        if credential:
+            raise ConfigError(f"{self.description}: the API server {configuration.host} is plain HTTP and "
+                              "a credential would be sent unencrypted; use https, or set "
+                              "PODGAHP_K8S_ALLOW_INSECURE_HTTP = True (test clusters only)")
 
     def namespace(self, queue: QueueSettings) -> str:
         """The queue's namespace: its knob, else the kubeconfig context's namespace, else default."""

@@ -27,6 +27,9 @@ DISRUPTION_ACTIONS = ("complete", "hold")
 _QUEUE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
+#: Where the kubelet mounts a pod's service account.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
 #: Name of the queue used when ``PODGAHP_K8S_QUEUES`` is not set.
 IMPLICIT_QUEUE = "default"
 
@@ -122,6 +125,13 @@ class KubernetesSettings:
     long after it finished; default 604800 (7 days)."""
     reap_interval_s: int
     """``PODGAHP_K8S_REAP_INTERVAL_SECONDS``: period of the clean-up pass; default 300, 0 = never."""
+    service_account_dir: str
+    """``PODGAHP_K8S_SERVICE_ACCOUNT_DIR``: the in-cluster service account's directory (``token``,
+    ``ca.crt``, ``namespace``), used when a queue has no kubeconfig and ``KUBERNETES_SERVICE_HOST`` is
+    set; default ``/var/run/secrets/kubernetes.io/serviceaccount``."""
+    allow_insecure_http: bool
+    """``PODGAHP_K8S_ALLOW_INSECURE_HTTP``: send credentials to an ``http://`` API server; default
+    false (a credential over plain HTTP is refused, as client-go refuses it)."""
 
     def queue(self, name: Optional[str]) -> QueueSettings:
         """The queue named by the submit ad's ``Queue`` (case-insensitive), or the default queue."""
@@ -169,6 +179,8 @@ class KubernetesSettings:
             unreported_retention_s=knobs.integer(PREFIX + "UNREPORTED_RETENTION_SECONDS", 7 * 86400,
                                                  minimum=0),
             reap_interval_s=knobs.integer(PREFIX + "REAP_INTERVAL_SECONDS", 300, minimum=0),
+            service_account_dir=knobs.string(PREFIX + "SERVICE_ACCOUNT_DIR", SERVICE_ACCOUNT_DIR),
+            allow_insecure_http=knobs.boolean(PREFIX + "ALLOW_INSECURE_HTTP", False),
         )
 
 

@@ -1,4 +1,4 @@
-"""Simulated Kubernetes API server for tests and demos: a stateful HTTP server speaking the pod,
+"""Simulated Kubernetes API server for tests and demos: a stateful HTTPS server speaking the pod,
 secret, namespace, node, priority-class and self-subject-access-review REST surface of the official
 ``kubernetes`` Python client, with a scheduler and kubelet simulation behind it.
 
@@ -6,6 +6,11 @@ Owns :class:`KubeSim` (server lifecycle, kubeconfig, state access, fault injecti
 request log) and :func:`serve` (the blocking entry point of ``podgahp sim k8s``).  The pieces live in
 :mod:`gahp.sim.kube`.  It must not import ``gahp.backends`` or the ``kubernetes`` client: code under
 test reaches it only over HTTP, through a kubeconfig written by :meth:`KubeSim.write_kubeconfig`.
+
+It serves HTTPS by default, with a CA of its own (:mod:`gahp.sim.kube.tls`), and authenticates a
+request by the bearer token or by a client certificate that CA signed; the kubeconfig carries the CA
+(``certificate-authority-data``), and :meth:`KubeSim.write_service_account` lays out the in-cluster
+service-account directory.  ``tls=False`` serves plain HTTP.
 
 Simulated container behaviour is configured by env vars (``value`` only) of each container:
 
@@ -36,14 +41,17 @@ transition of that pod overwrites it.
 
 from __future__ import annotations
 
+import base64
 import copy
+import ipaddress
 import logging
 import os
 import re
 import signal
+import ssl
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -51,6 +59,7 @@ from .kube.cluster import SIM_ENV, Cluster
 from .kube.config import PodQuota, RbacRule, SimConfig, SimNode, Taint
 from .kube.http import Api, Fault, RequestRecord, Server, make_server
 from .kube.store import JsonObj, Store
+from .kube.tls import ClientCert, ClusterCa
 
 __all__ = ["KubeSim", "SimConfig", "SimNode", "Taint", "RbacRule", "PodQuota", "RequestRecord", "Fault",
            "SIM_ENV", "serve"]
@@ -64,8 +73,12 @@ class KubeSim:
     Use as a context manager or call :meth:`start` / :meth:`stop`.  All methods are thread-safe.
     """
 
-    def __init__(self, config: Optional[SimConfig] = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, config: Optional[SimConfig] = None, host: str = "127.0.0.1", port: int = 0,
+                 tls: bool = True) -> None:
+        """``tls``: serve HTTPS with a CA of its own (as every real API server does); ``False``
+        serves plain HTTP, which clients must be told to accept for a bearer token."""
         self.config = config or SimConfig()
+        self.ca: Optional[ClusterCa] = ClusterCa(_cert_hosts(host)) if tls else None
         self.store = Store(self.config.event_log_size)
         self.cluster = Cluster(self.store, self.config)
         self.api = Api(self.store, self.cluster, self.config)
@@ -81,7 +94,8 @@ class KubeSim:
         """Bind, start serving and ticking; returns once requests are accepted."""
         if self._server is not None:
             return self
-        self._server = make_server(self.api, self._host, self._port)
+        self._server = make_server(self.api, self._host, self._port,
+                                   self.ca.context if self.ca is not None else None)
         self._stopping.clear()
         self.store.closed = False
         serve_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -130,18 +144,49 @@ class KubeSim:
 
     @property
     def url(self) -> str:
-        return "http://%s:%d" % (self._host, self.port)
+        scheme = "https" if self.ca is not None else "http"
+        host = "[%s]" % self._host if ":" in self._host else self._host
+        return "%s://%s:%d" % (scheme, host, self.port)
+
+    @property
+    def ca_pem(self) -> bytes:
+        """The cluster CA certificate (PEM); the server's certificate is valid for its host."""
+        if self.ca is None:
+            raise RuntimeError("the simulated API server runs without TLS")
+        return self.ca.ca_pem
+
+    def client_context(self) -> Optional[ssl.SSLContext]:
+        """An ``SSLContext`` that trusts this server (for raw HTTP clients); ``None`` without TLS."""
+        if self.ca is None:
+            return None
+        return ssl.create_default_context(cadata=self.ca.ca_pem.decode("ascii"))
+
+    def client_cert(self, user: str = "podgahp", groups: Tuple[str, ...] = ()) -> ClientCert:
+        """A client certificate signed by the cluster CA; the server authenticates it as ``user``."""
+        if self.ca is None:
+            raise RuntimeError("client certificates need TLS")
+        return self.ca.client_cert(user, groups)
 
     def write_kubeconfig(self, path: str, namespace: str = "default", context_name: str = "podgahp-sim",
-                         token: Optional[str] = None) -> str:
-        """Write a kubeconfig for this server (plain HTTP, bearer token) and return ``path``.
+                         token: Optional[str] = None, client_cert: bool = False) -> str:
+        """Write a kubeconfig for this server and return ``path``.
 
-        ``token`` overrides the accepted token (e.g. a wrong one to provoke 401s)."""
+        With TLS the cluster entry carries ``certificate-authority-data``; the user authenticates with
+        the bearer token, or with a client certificate when ``client_cert`` is true.  ``token``
+        overrides the accepted token (e.g. a wrong one to provoke 401s)."""
+        cluster: Dict[str, Any] = {"server": self.url}
+        if self.ca is not None:
+            cluster["certificate-authority-data"] = _b64(self.ca.ca_pem)
+        user: Dict[str, Any]
+        if client_cert:
+            cert = self.client_cert()
+            user = {"client-certificate-data": _b64(cert.cert_pem), "client-key-data": _b64(cert.key_pem)}
+        else:
+            user = {"token": token if token is not None else (self.api.token or "unused")}
         doc = {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
-            "clusters": [{"name": context_name, "cluster": {"server": self.url}}],
-            "users": [{"name": context_name,
-                       "user": {"token": token if token is not None else (self.api.token or "unused")}}],
+            "clusters": [{"name": context_name, "cluster": cluster}],
+            "users": [{"name": context_name, "user": user}],
             "contexts": [{"name": context_name,
                           "context": {"cluster": context_name, "user": context_name, "namespace": namespace}}],
             "current-context": context_name,
@@ -149,6 +194,19 @@ class KubeSim:
         with open(path, "w", encoding="utf-8") as f:
             yaml.safe_dump(doc, f, default_flow_style=False)
         return path
+
+    def write_service_account(self, directory: str, namespace: str = "default") -> Dict[str, str]:
+        """Lay out an in-cluster service-account directory (``token``, ``ca.crt``, ``namespace``) as
+        the kubelet mounts it in a pod, and return the environment a pod of this cluster sees
+        (``KUBERNETES_SERVICE_HOST`` / ``_PORT``)."""
+        os.makedirs(directory, exist_ok=True)
+        files = {"token": (self.api.token or "unused").encode(), "namespace": namespace.encode()}
+        if self.ca is not None:
+            files["ca.crt"] = self.ca.ca_pem
+        for name, data in files.items():
+            with open(os.path.join(directory, name), "wb") as f:
+                f.write(data)
+        return {"KUBERNETES_SERVICE_HOST": self._host, "KUBERNETES_SERVICE_PORT": str(self.port)}
 
     # ------------------------------------------------------------------ state
 
@@ -309,7 +367,8 @@ class KubeSim:
 def serve(port: int, kubeconfig_path: str, namespace: str = "default", nodes: int = 2, node_cpu: str = "4",
           node_memory: str = "16Gi", node_gpus: int = 0, token: Optional[str] = None, host: str = "127.0.0.1",
           run_seconds: Optional[float] = None, namespaces: Optional[List[str]] = None,
-          ready: Optional[Callable[[KubeSim], None]] = None, stop: Optional[threading.Event] = None) -> None:
+          ready: Optional[Callable[[KubeSim], None]] = None, stop: Optional[threading.Event] = None,
+          tls: bool = True) -> None:
     """Run a simulator until SIGINT/SIGTERM (or ``stop`` is set): ``podgahp sim k8s``.
 
     Writes a kubeconfig for it to ``kubeconfig_path`` (context namespace ``namespace``), then calls
@@ -329,7 +388,7 @@ def serve(port: int, kubeconfig_path: str, namespace: str = "default", nodes: in
         for signum in (signal.SIGINT, signal.SIGTERM):
             handlers[signum] = signal.signal(signum, lambda *_: done.set())
     try:
-        with KubeSim(config, host=host, port=port) as sim:
+        with KubeSim(config, host=host, port=port, tls=tls) as sim:
             sim.write_kubeconfig(kubeconfig_path, namespace=namespace)
             os.chmod(kubeconfig_path, 0o600)
             log.info("simulated Kubernetes API server at %s, kubeconfig %s", sim.url, kubeconfig_path)
@@ -340,6 +399,21 @@ def serve(port: int, kubeconfig_path: str, namespace: str = "default", nodes: in
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _cert_hosts(host: str) -> Tuple[str, ...]:
+    """Names the server certificate is valid for: its address, plus the loopback names."""
+    hosts = [host]
+    try:
+        if ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified:
+            hosts += ["127.0.0.1", "localhost"]
+    except ValueError:
+        pass
+    return tuple(dict.fromkeys(hosts))
 
 
 def _replace(config: SimConfig, **changes: Any) -> SimConfig:

@@ -112,7 +112,7 @@ def raw(sim: KubeSim, method: str, path: str, body: Optional[bytes] = None, toke
     """A plain HTTP request (for what the typed client cannot send: bad JSON, raw watch flags)."""
     all_headers = {"Authorization": "Bearer %s" % (sim.token if token is None else token)}
     all_headers.update(headers or {})
-    http = urllib3.PoolManager()
+    http = urllib3.PoolManager(ssl_context=sim.client_context())
     return http.request(method, sim.url + path, body=body, headers=all_headers, timeout=timeout,
                         preload_content=True, retries=False)
 

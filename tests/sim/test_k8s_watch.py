@@ -34,8 +34,8 @@ def events(core: client.CoreV1Api, seconds: int = 1, count: int = 0, **kwargs: A
 
 
 def raw_events(sim: KubeSim, query: str, count: int) -> List[Dict[str, Any]]:
-    """The first ``count`` NDJSON events of a watch request sent with plain HTTP."""
-    http = urllib3.PoolManager()
+    """The first ``count`` NDJSON events of a watch request sent without the typed client."""
+    http = urllib3.PoolManager(ssl_context=sim.client_context())
     response = http.request("GET", sim.url + "/api/v1/namespaces/default/pods?" + query,
                             headers={"Authorization": "Bearer " + str(sim.token)}, preload_content=False)
     assert response.headers.get("Transfer-Encoding") == "chunked"

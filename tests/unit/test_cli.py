@@ -40,7 +40,7 @@ def test_sim_k8s_serves_the_official_client(tmp_path: Path) -> None:
                              "--namespace", "pilots", "--nodes", "1"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        assert "simulated Kubernetes API at http://127.0.0.1:" in proc.stdout.readline()
+        assert "simulated Kubernetes API at https://127.0.0.1:" in proc.stdout.readline()
         api = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig),
                                                              persist_config=False))
         assert api.list_namespaced_pod("pilots").items == []

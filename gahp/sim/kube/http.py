@@ -14,6 +14,7 @@ import json
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from .errors import ApiError, FieldError, already_exists, bad_request, conflict,
 from .patch import PATCH_TYPES, PatchError, apply_patch
 from .selectors import FieldSelector, LabelSelector, SelectorError
 from .store import JsonObj, Store, WatchStream, now_rfc3339
+from .tls import peer_user
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +146,9 @@ class Api:
         return None
 
     def handle(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
-               body: bytes) -> Reply:
+               body: bytes, cert_user: Optional[str] = None) -> Reply:
+        """Answer one request.  ``cert_user``: the user a verified client certificate names (it
+        authenticates the request as a bearer token does)."""
         fault = self.take_fault(method, path)
         if fault is not None:
             if fault.delay:
@@ -153,7 +157,7 @@ class Api:
                 extra = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                 return Reply(fault.status, fault.body or _fault_body(fault.status, fault.retry_after), extra)
         try:
-            if self.token is not None:
+            if self.token is not None and cert_user is None:
                 auth = headers.get("authorization", "")
                 scheme, _, token = auth.partition(" ")
                 if scheme.lower() != "bearer" or token.strip() != self.token:
@@ -744,8 +748,11 @@ class Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length > 0 else b""
+        cert_user = None
+        if isinstance(self.connection, ssl.SSLSocket):
+            cert_user = peer_user(self.connection.getpeercert())
         try:
-            reply = self.api.handle(self.command, url.path, query, headers, body)
+            reply = self.api.handle(self.command, url.path, query, headers, body, cert_user)
         except Exception:  # the request boundary: answer 500 and keep serving
             log.exception("simulated API server failed on %s %s", self.command, self.path)
             reply = Reply(500, status_body(500, "InternalError", "Internal error occurred: simulator failure"))
@@ -798,10 +805,22 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _peer_closed(self) -> bool:
+        """Whether the client went away (watch streams poll this between events)."""
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
+            if not readable:
+                return False
+            if isinstance(self.connection, ssl.SSLSocket):
+                # TLS cannot peek: a watch client sends nothing more, so what is readable is its
+                # close_notify or the end of the connection.
+                previous = self.connection.gettimeout()
+                self.connection.settimeout(0.5)
+                try:
+                    return bool(self.connection.recv(1) == b"")
+                finally:
+                    self.connection.settimeout(previous)
+            return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
+        except (OSError, ValueError):
             return True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
@@ -814,10 +833,24 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     block_on_close = False
 
-    def __init__(self, address: Tuple[str, int], handler: Any) -> None:
+    def __init__(self, address: Tuple[str, int], handler: Any, tls: Optional[ssl.SSLContext] = None) -> None:
         super().__init__(address, handler)
         self.connections: "set[socket.socket]" = set()
         self.connections_lock = threading.Lock()
+        self.tls = tls
+
+    def get_request(self) -> Tuple[socket.socket, Any]:
+        conn, address = super().get_request()
+        if self.tls is not None:
+            # The handshake runs on the connection's own thread, at its first read: a slow or broken
+            # client cannot stall the accept loop.
+            conn = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        return conn, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that fails the TLS handshake (wrong CA, plain HTTP to the HTTPS port) is the
+        # client's problem, as on a real API server: log it briefly instead of a traceback on stderr.
+        log.info("connection from %s failed", client_address, exc_info=log.isEnabledFor(logging.DEBUG))
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.connections_lock:
@@ -840,8 +873,9 @@ class Server(ThreadingHTTPServer):
                 pass
 
 
-def make_server(api: Api, host: str = "127.0.0.1", port: int = 0) -> Server:
+def make_server(api: Api, host: str = "127.0.0.1", port: int = 0, tls: Optional[ssl.SSLContext] = None) -> Server:
+    """A server for ``api``; HTTPS when ``tls`` is given."""
     handler = type("BoundHandler", (Handler,), {"api": api})
-    server = Server((host, port), handler)
+    server = Server((host, port), handler, tls)
     api.server_address = "%s:%d" % (host, server.server_address[1])
     return server

@@ -39,7 +39,7 @@ def _create_pods(sim: KubeSim, names: List[str], labels: dict = {}) -> None:  # 
                                          data=json.dumps(body).encode(),
                                          headers={"Authorization": f"Bearer {sim.token}",
                                                   "Content-Type": "application/json"})
-        with urllib.request.urlopen(request) as response:
+        with urllib.request.urlopen(request, context=sim.client_context()) as response:
             assert response.status == 201
 
 
