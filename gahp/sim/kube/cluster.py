@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .admission import pod_requests
 from .config import SimConfig, SimNode, Taint
+from .events import SCHEDULER, EventRecorder
 from .images import backoff_message, image_id, invalid_name_message, normalised, parse_reference, \
     pull_error_message
 from .quantity import format_quantity, parse_quantity
@@ -139,6 +140,11 @@ def _node_state(node: SimNode, index: int) -> NodeState:
     return NodeState(node, allocatable, labels, list(node.taints), "10.0.0.%d" % (10 + index))
 
 
+def _process_name(spec: JsonObj) -> str:
+    command = list(spec.get("command") or []) + list(spec.get("args") or [])
+    return str(command[0]).rsplit("/", 1)[-1] if command else "pilot"
+
+
 def _tolerates(tolerations: List[JsonObj], taint: Taint) -> bool:
     for tol in tolerations:
         if tol.get("effect") and tol.get("effect") != taint.effect:
@@ -202,6 +208,7 @@ class Cluster:
         self.pullable = None if config.pullable_images is None else (
             set(config.pullable_images) | {normalised(i) for i in config.pullable_images})
         self._ip_counter = 1
+        self.events = EventRecorder(store, config)
 
     # ------------------------------------------------------------------ helpers
 
@@ -323,6 +330,7 @@ class Cluster:
         current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
         if current and current.get("message") == message and current.get("status") == "False":
             return
+        self.events.pod(pod, "Warning", "FailedScheduling", message, SCHEDULER, now=now)
         new = copy.deepcopy(pod)
         status = new.setdefault("status", {})
         status["conditions"] = [c for c in conditions if c.get("type") != "PodScheduled"] + [{
@@ -339,6 +347,8 @@ class Cluster:
             "type": "PodScheduled", "status": "True", "lastProbeTime": None,
             "lastTransitionTime": self._transition(run, "PodScheduled", "True", now)}]
         self._write(new)
+        self.events.pod(new, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (
+            run.namespace, run.name, node), SCHEDULER, now=now)
         self._start_kubelet(run, node, now)
 
     def _start_kubelet(self, run: PodRun, node: str, now: float) -> None:
@@ -374,6 +384,7 @@ class Cluster:
                 self._kill_all(run, now, 137, "Error")
                 run.override = ("Failed", "DeadlineExceeded",
                                 "Pod was active on the node longer than the specified deadline")
+                self.events.pod(pod, "Normal", "DeadlineExceeded", run.override[2], node=run.node, now=now)
                 run.frozen = True
             else:
                 for container in run.containers:
@@ -394,6 +405,9 @@ class Cluster:
         elif c.state == "running" and c.exit_at is not None and now >= c.exit_at:
             code, reason = c.exit_plan
             self._finish(c, now, code, reason)
+            if reason == "OOMKilled" and run.node is not None:
+                self.events.node(run.node, "Warning", "SystemOOM", "System OOM encountered, victim process: %s, pid: %d"
+                                 % (_process_name(c.spec), 1000 + self._ip_counter), now)
             run.dirty = True
             policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
             if policy == "Always" or (policy == "OnFailure" and code != 0):
@@ -401,29 +415,50 @@ class Cluster:
                 c.last_state = {"terminated": c.terminated}
                 delay = min(MAX_BACKOFF, self.config.crash_backoff_seconds * 2 ** (c.restart_count - 1))
                 c.state, c.reason = "waiting", "CrashLoopBackOff"
+                self.events.pod(pod, "Warning", "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)"
+                                % (c.name, run.name, run.namespace, run.uid), node=run.node, container=c.name,
+                                now=now)
                 c.message = "back-off %ds restarting failed container=%s pod=%s_%s(%s)" % (
                     max(1, int(delay)), c.name, run.name, run.namespace, run.uid)
                 c.next_at = now + delay
 
     def _create_container(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
         previous = (c.reason, c.message)
+
+        def event(etype: str, reason: str, message: str) -> None:
+            self.events.pod(pod, etype, reason, message, node=run.node, container=c.name, now=now)
         if parse_reference(c.image) is None:
             c.reason, c.message, c.next_at = "InvalidImageName", invalid_name_message(c.image), float("inf")
+            event("Warning", "InspectFailed", c.message)
+            event("Warning", "Failed", "Error: InvalidImageName")
         elif not self._pullable(c.image):
             if c.reason == "ErrImagePull":
                 delay = min(MAX_BACKOFF, self.config.image_backoff_seconds * 2 ** max(0, c.pull_failures - 1))
                 c.reason, c.message, c.next_at = "ImagePullBackOff", backoff_message(c.image), now + delay
+                event("Normal", "BackOff", 'Back-off pulling image "%s"' % c.image)
+                event("Warning", "Failed", "Error: ImagePullBackOff")
             else:
                 c.pull_failures += 1
                 c.reason = "ErrImagePull"
                 c.message = "rpc error: code = NotFound desc = " + pull_error_message(c.image)
                 c.next_at = now + self.config.image_backoff_seconds / 2
+                event("Normal", "Pulling", 'Pulling image "%s"' % c.image)
+                event("Warning", "Failed", 'Failed to pull image "%s": %s' % (c.image, c.message))
+                event("Warning", "Failed", "Error: ErrImagePull")
         else:
             problem = self._config_error(pod, c)
             if problem is None:
+                if c.restart_count == 0:
+                    event("Normal", "Pulling", 'Pulling image "%s"' % c.image)
+                    event("Normal", "Pulled", 'Successfully pulled image "%s" in %dms' % (
+                        c.image, int(self.config.container_create_seconds * 1000)))
                 self._run_container(pod, run, c, now)
+                event("Normal", "Created", "Created container: %s" % c.name)
+                event("Normal", "Started", "Started container %s" % c.name)
                 return
             c.reason, c.message, c.next_at = problem[0], problem[1], now + self.config.tick_seconds
+            if problem[0] != "ContainerCreating" and (c.reason, c.message) != previous:
+                event("Warning", "Failed", "Error: %s" % problem[1])
         if (c.reason, c.message) != previous:
             run.dirty = True
 
@@ -508,6 +543,8 @@ class Cluster:
             run.sigterm_at = now
             for c in run.containers:
                 if c.state == "running":
+                    self.events.pod(pod, "Normal", "Killing", "Stopping container %s" % c.name, node=run.node,
+                                    container=c.name, now=now)
                     if c.sigterm_seconds <= grace:
                         c.exit_at = min(c.exit_at or float("inf"), now + c.sigterm_seconds)
                         c.exit_plan = (c.sigterm_exit_code, "Completed" if c.sigterm_exit_code == 0 else "Error")
@@ -658,6 +695,7 @@ class Cluster:
                     self._finish(container, now, 137, "ContainerStatusUnknown" if resource == "memory" else "Error",
                                  UNKNOWN_MESSAGE if resource == "memory" else "")
             run.override = ("Failed", "Evicted", message)
+            self.events.pod(pod, "Warning", "Evicted", message, node=run.node, now=now)
             run.disruption = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
                               "lastTransitionTime": now_rfc3339(now), "reason": "TerminationByKubelet",
                               "message": message}
@@ -676,6 +714,8 @@ class Cluster:
                               "message": "%s: preempting to accommodate a higher priority pod"
                               % pod["spec"].get("schedulerName", "default-scheduler")}
             run.dirty = True
+            self.events.pod(pod, "Normal", "Preempted", "Preempted by a pod on node %s" % (run.node or "(none)"),
+                            SCHEDULER, now=now)
             if run.node is None:
                 self._flush(pod, run, now)
                 return self.store.delete("pods", namespace, name) or pod

@@ -104,6 +104,8 @@ class SimConfig:
     every valid reference is pullable except names containing ``does-not-exist``."""
     gc_seconds: float = 0.3
     """Delay before the garbage collector deletes an object whose owners are all gone."""
+    events_max: int = 1000
+    """Most core/v1 Events kept; the oldest are deleted first."""
     event_log_size: int = 1000
     """Number of watch events kept for resuming watches; older resource versions get 410 Expired."""
     watch_max_seconds: float = 1800.0

@@ -35,7 +35,7 @@ from .tls import peer_user
 
 log = logging.getLogger(__name__)
 
-KINDS = {"pods": "Pod", "secrets": "Secret"}
+KINDS = {"pods": "Pod", "secrets": "Secret", "events": "Event"}
 UPDATE_FORBIDDEN = ("pod updates may not change fields other than `spec.containers[*].image`,"
                     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions "
                     "to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
@@ -217,7 +217,14 @@ class Api:
             return self.collection(method, resource, namespace, query, headers, body)
         name = rest[3]
         if resource == "events":
-            raise not_found("events", name)
+            self.authorize("get", "events", namespace, name)
+            if len(rest) != 4 or method != "GET":
+                raise method_not_allowed()
+            with self.store.lock:
+                event = self.store.get("events", namespace, name)
+                if event is None:
+                    raise not_found("events", name)
+                return Reply(200, copy.deepcopy(event))
         if len(rest) == 4:
             return self.item(method, resource, namespace, name, query, headers, body)
         if len(rest) == 5 and resource == "pods" and rest[4] in ("status", "log"):
@@ -402,10 +409,7 @@ class Api:
         limit = _int_param(query, "limit")
         start = query.get("continue", "")
         with self.store.lock:
-            if resource == "events":
-                items: List[JsonObj] = []
-            else:
-                items = [self._bare(o) for o in self.store.items(resource, namespace) if matches(o)]
+            items = [self._bare(o) for o in self.store.items(resource, namespace) if matches(o)]
             rv = str(self.store.rv)
         meta: JsonObj = {"resourceVersion": rv}
         if start:

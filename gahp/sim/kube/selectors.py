@@ -245,6 +245,20 @@ SELECTABLE_FIELDS: Dict[str, Dict[str, FieldGetter]] = {
     "secrets": dict(_COMMON, type=_path("type")),
     "namespaces": dict(_COMMON, **{"status.phase": _path("status", "phase")}),
     "nodes": dict(_COMMON, **{"spec.unschedulable": _path("spec", "unschedulable")}),
+    # pkg/registry/core/event/strategy.go (ToSelectableFields)
+    "events": dict(_COMMON, **{
+        "involvedObject.kind": _path("involvedObject", "kind"),
+        "involvedObject.namespace": _path("involvedObject", "namespace"),
+        "involvedObject.name": _path("involvedObject", "name"),
+        "involvedObject.uid": _path("involvedObject", "uid"),
+        "involvedObject.apiVersion": _path("involvedObject", "apiVersion"),
+        "involvedObject.resourceVersion": _path("involvedObject", "resourceVersion"),
+        "involvedObject.fieldPath": _path("involvedObject", "fieldPath"),
+        "reason": _path("reason"),
+        "reportingComponent": _path("reportingComponent"),
+        "source": _path("source", "component"),
+        "type": _path("type"),
+    }),
 }
 
 

@@ -56,9 +56,12 @@ class Store:
         self.changed = threading.Condition(self.lock)
         self.rv = 1
         self.objects: Dict[Key, JsonObj] = {}
-        self.log: Deque[Event] = deque()
+        # One history per resource, as kube-apiserver keeps one watch cache per resource: a burst of
+        # Events does not push pod history out.
+        self.logs: Dict[str, Deque[Event]] = {}
         self.log_size = max(1, log_size)
-        self.compacted_rv = 0
+        self.compacted: Dict[str, int] = {}
+        self.compacted_all = 0
         self.drop_generation = 0
         self.closed = False
 
@@ -82,9 +85,10 @@ class Store:
     # ------------------------------------------------------------------ writes
 
     def _record(self, etype: str, resource: str, obj: JsonObj, old: Optional[JsonObj]) -> None:
-        self.log.append(Event(self.rv, etype, resource, copy.deepcopy(obj), old))
-        while len(self.log) > self.log_size:
-            self.compacted_rv = self.log.popleft().rv
+        log = self.logs.setdefault(resource, deque())
+        log.append(Event(self.rv, etype, resource, copy.deepcopy(obj), old))
+        while len(log) > self.log_size:
+            self.compacted[resource] = log.popleft().rv
         self.changed.notify_all()
 
     def _bump(self, obj: JsonObj) -> None:
@@ -123,8 +127,8 @@ class Store:
     def compact(self) -> None:
         """Forget every event: watches resuming from an older version get 410."""
         with self.lock:
-            self.compacted_rv = self.rv
-            self.log.clear()
+            self.compacted_all = self.rv
+            self.logs.clear()
             self.changed.notify_all()
 
     def drop_watches(self) -> None:
@@ -140,14 +144,14 @@ class Store:
     # ------------------------------------------------------------------ watch
 
     def events_after(self, resource: str, rv: int) -> List[Event]:
-        if rv < self.compacted_rv:
-            raise Expired(rv, self.log[0].rv if self.log else self.rv)
+        log = self.logs.get(resource, deque())
+        if rv < max(self.compacted_all, self.compacted.get(resource, 0)):
+            raise Expired(rv, log[0].rv if log else self.rv)
         found: List[Event] = []
-        for event in reversed(self.log):
+        for event in reversed(log):
             if event.rv <= rv:
                 break
-            if event.resource == resource:
-                found.append(event)
+            found.append(event)
         found.reverse()
         return found
 
