@@ -27,10 +27,12 @@ $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 # mmdebstrap builds the Debian root filesystems that provide the HTCondor daemons (harness/rootfs.py).
-# rpm (rpmbuild) builds and inspects the RPM in tests/packaging.
+# rpm (rpmbuild) builds and inspects the RPM in tests/packaging. kubectl drives the simulated cluster
+# in tests/sim/test_kubectl.py: the machine's own when it has one, else Debian's kubernetes-client.
 system-deps:
 	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null && command -v cpio >/dev/null || \
 		{ apt-get update -q && apt-get install -y -q mmdebstrap rpm cpio; }
+	@command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
 
 check: $(VENV)/.installed
 	$(VENV)/bin/lint-imports

@@ -36,6 +36,10 @@ exec {podgahp} gahp --backend memory
 """
 
 
+#: Bound of one live test, set-up included (a first root filesystem build takes a few minutes).
+LIVE_TIMEOUT_SECONDS = 1800
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "live: drives real HTCondor daemons (slow; runs last)")
 
@@ -45,6 +49,11 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     # Live tests take minutes: run them after everything else. A stable sort, after pytest has
     # grouped the tests by installation, so each root filesystem is set up once.
     items.sort(key=lambda item: item.get_closest_marker("live") is not None)
+    # A live test may first build a root filesystem and start pools (fixture set-up counts against
+    # the timeout): a longer bound than the unit tests' default of setup.cfg.
+    for item in items:
+        if item.get_closest_marker("live") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LIVE_TIMEOUT_SECONDS))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -209,6 +209,7 @@ class Cluster:
             set(config.pullable_images) | {normalised(i) for i in config.pullable_images})
         self._ip_counter = 1
         self.events = EventRecorder(store, config)
+        self.started = time.time()
 
     # ------------------------------------------------------------------ helpers
 
@@ -854,13 +855,21 @@ class Cluster:
             result.append({
                 "metadata": {"name": node.config.name, "labels": dict(node.labels),
                              "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, node.config.name)),
-                             "resourceVersion": "1", "creationTimestamp": "2024-01-01T00:00:00Z"},
+                             "resourceVersion": "1", "creationTimestamp": now_rfc3339(self.started)},
                 "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]
                          + ([{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}] if node.lost else [])},
                 "status": {"capacity": capacity, "allocatable": dict(capacity),
                            "conditions": [{"type": "Ready", "status": ready,
                                            "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown"}],
                            "addresses": [{"type": "InternalIP", "address": node.ip},
-                                         {"type": "Hostname", "address": node.config.name}]},
+                                         {"type": "Hostname", "address": node.config.name}],
+                           "nodeInfo": {"kubeletVersion": self.config.git_version,
+                                        "kubeProxyVersion": self.config.git_version,
+                                        "osImage": "podgahp simulated node", "kernelVersion": "sim",
+                                        "containerRuntimeVersion": "containerd://sim",
+                                        "operatingSystem": "linux", "architecture": "amd64",
+                                        "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, node.config.name).hex,
+                                        "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_URL, node.config.name)),
+                                        "bootID": str(uuid.uuid5(uuid.NAMESPACE_OID, node.config.name))}},
             })
         return result

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
 from urllib.parse import parse_qs, urlsplit
 
-from . import admission
+from . import admission, openapi
 from .cluster import TERMINAL, Cluster
 from .config import PodQuota, RbacRule, SimConfig
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, \
@@ -31,6 +31,7 @@ from .errors import ApiError, FieldError, already_exists, bad_request, conflict,
 from .patch import PATCH_TYPES, PatchError, apply_patch
 from .selectors import FieldSelector, LabelSelector, SelectorError
 from .store import JsonObj, Store, WatchStream, now_rfc3339
+from .tables import to_table, wants_table
 from .tls import peer_user
 
 log = logging.getLogger(__name__)
@@ -162,9 +163,37 @@ class Api:
                 scheme, _, token = auth.partition(" ")
                 if scheme.lower() != "bearer" or token.strip() != self.token:
                     raise unauthorized()
-            return self.route(method, path.rstrip("/") or "/", query, headers, body)
+            reply = self.route(method, path.rstrip("/") or "/", query, headers, body)
         except ApiError as e:
             return Reply(e.code, e.body, e.headers)
+        if reply.code == 200 and wants_table(headers.get("accept", "")):
+            return self._as_table(reply, query.get("includeObject") or "Metadata")
+        return reply
+
+    @staticmethod
+    def _as_table(reply: Reply, include: str) -> Reply:
+        """Server-side printing: objects, lists and watch events as ``meta.k8s.io/v1`` Tables."""
+        if reply.stream is None:
+            if isinstance(reply.body, dict) and reply.body.get("kind") not in (None, "", "Status", "Table"):
+                reply.body = to_table(reply.body, include)
+            return reply
+        events = reply.stream
+
+        def tables() -> Iterator[Optional[bytes]]:
+            try:
+                for chunk in events:
+                    if not chunk:
+                        yield chunk
+                        continue
+                    event = json.loads(chunk)
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        event["object"] = to_table(event["object"], include)
+                    yield (json.dumps(event, separators=(",", ":")) + "\n").encode()
+            finally:
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
+        return Reply(reply.code, reply.body, reply.headers, tables())
 
     # ------------------------------------------------------------------ routing
 
@@ -173,6 +202,15 @@ class Api:
         parts = path.strip("/").split("/")
         if path == "/version":
             return Reply(200, self.version())
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            if method != "GET":
+                raise method_not_allowed()
+            gv = path[len("/openapi/v3/"):]
+            if not gv:
+                return Reply(200, openapi.root(self.config.git_version))
+            if gv not in openapi.group_versions():
+                raise no_route()
+            return Reply(200, openapi.group_version_doc(gv, self.config.git_version))
         if path in ("/api", "/apis") or path.startswith("/api/v1") and len(parts) == 2 or \
                 path.startswith("/apis/") and len(parts) == 3:
             if method != "GET":
@@ -298,8 +336,15 @@ class Api:
                 "platform": "linux/amd64"}
 
     def discovery(self, path: str) -> JsonObj:
-        def res(name: str, kind: str, namespaced: bool, verbs: List[str], singular: str = "") -> JsonObj:
-            return {"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind, "verbs": verbs}
+        def res(name: str, kind: str, namespaced: bool, verbs: List[str], singular: str = "",
+                short: Tuple[str, ...] = (), categories: Tuple[str, ...] = ()) -> JsonObj:
+            found: JsonObj = {"name": name, "singularName": singular, "namespaced": namespaced, "kind": kind,
+                              "verbs": verbs}
+            if short:
+                found["shortNames"] = list(short)
+            if categories:
+                found["categories"] = list(categories)
+            return found
 
         crud = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         if path == "/api":
@@ -307,15 +352,15 @@ class Api:
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": self.server_address}]}
         if path == "/api/v1":
             return {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-                res("namespaces", "Namespace", False, ["get", "list"], "namespace"),
-                res("nodes", "Node", False, ["get", "list"], "node"),
-                res("pods", "Pod", True, crud, "pod"),
+                res("namespaces", "Namespace", False, ["get", "list"], "namespace", ("ns",)),
+                res("nodes", "Node", False, ["get", "list"], "node", ("no",)),
+                res("pods", "Pod", True, crud, "pod", ("po",), ("all",)),
                 res("pods/log", "Pod", True, ["get"]),
                 res("pods/status", "Pod", True, ["get", "patch", "update"]),
                 res("secrets", "Secret", True, crud, "secret"),
-                res("events", "Event", True, ["list"], "event")]}
+                res("events", "Event", True, ["get", "list", "watch"], "event", ("ev",))]}
         groups = {"scheduling.k8s.io": [res("priorityclasses", "PriorityClass", False, ["get", "list"],
-                                            "priorityclass")],
+                                            "priorityclass", ("pc",))],
                   "authorization.k8s.io": [res("selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
                                                ["create"], "selfsubjectaccessreview")]}
         if path == "/apis":
@@ -456,6 +501,7 @@ class Api:
         kind = KINDS[resource]
         obj = self._decode(body)
         admission.check_decodable(kind, obj)
+        warnings = self._validate_fields(kind, obj, query)
         if obj.get("kind") not in (None, "", kind) or obj.get("apiVersion") not in (None, "", "v1"):
             raise bad_request("the API version in the data (%s) does not match the expected API version (v1)"
                               % obj.get("apiVersion") if obj.get("apiVersion") not in (None, "", "v1") else
@@ -501,10 +547,9 @@ class Api:
                 obj["status"] = {"phase": "Pending", "qosClass": admission.qos_class(obj)}
             obj.pop("kind", None)
             obj.pop("apiVersion", None)
-            if query.get("dryRun"):
-                return Reply(201, self._typed(resource, obj))
-            self.store.create(resource, obj)
-            return Reply(201, self._typed(resource, obj))
+            if not query.get("dryRun"):
+                self.store.create(resource, obj)
+            return Reply(201, self._typed(resource, obj), warnings)
 
     # ------------------------------------------------------------------ items
 
@@ -539,7 +584,26 @@ class Api:
                         raise bad_request(str(e)) from None
                     raise ApiError(422, status_body(422, "Invalid", str(e))) from None
                 admission.check_decodable(KINDS[resource], new)
-            return self._update(resource, current, new, subresource, query)
+            warnings = self._validate_fields(KINDS[resource], new, query)
+            reply = self._update(resource, current, new, subresource, query)
+            reply.headers.update(warnings)
+            return reply
+
+    @staticmethod
+    def _validate_fields(kind: str, obj: JsonObj, query: Mapping[str, str]) -> Dict[str, str]:
+        """``fieldValidation``: Strict refuses unknown fields (400), Warn (the default) answers them
+        in a ``Warning`` header, Ignore drops them silently; returns the headers to add."""
+        mode = query.get("fieldValidation") or "Warn"
+        if mode not in ("Strict", "Warn", "Ignore"):
+            raise bad_request('fieldValidation: Unsupported value: "%s": supported values: "Ignore", "Strict", "Warn"'
+                              % mode)
+        unknown = openapi.unknown_fields(kind, obj)
+        if not unknown or mode == "Ignore":
+            return {}
+        if mode == "Strict":
+            raise bad_request('%s in version "v1" cannot be handled as a %s: strict decoding error: %s' % (
+                kind, kind, ", ".join('unknown field "%s"' % f for f in unknown)))
+        return {"Warning": ", ".join('299 - "unknown field \\"%s\\""' % f for f in unknown)}
 
     def _update(self, resource: str, current: JsonObj, new: JsonObj, subresource: str,
                 query: Mapping[str, str]) -> Reply:
