@@ -12,7 +12,6 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,10 +218,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                          taints=(Taint("nvidia.com/gpu", "", "NoSchedule"),)))
         sim = KubeSim(SimConfig(nodes=nodes, namespaces=("default", NAMESPACE))).start()
         sim.add_priority_class("podgahp-opportunistic", -100)  # set by the route
-        with tempfile.NamedTemporaryFile("r", suffix=".yaml") as f:
-            sim.write_kubeconfig(f.name, namespace=NAMESPACE)
-            files["kubeconfig"] = Path(f.name).read_text()
-        print(f"simulated Kubernetes cluster at {sim.url}: 3 nodes (one with 2 GPUs)", flush=True)
+        admin = Path("demo-run").resolve() / "kubeconfig"
+        admin.parent.mkdir(exist_ok=True)
+        sim.write_kubeconfig(str(admin), namespace=NAMESPACE)
+        admin.chmod(0o600)
+        files["kubeconfig"] = admin.read_text()
+        print(f"simulated Kubernetes cluster at {sim.url} (HTTPS, its own CA): 3 nodes (one with 2 GPUs)\n"
+              f"watch the pilots' pods from another shell:  KUBECONFIG={admin} kubectl get pods -o wide -w",
+              flush=True)
 
     routes = routes_file()
     try:
