@@ -122,6 +122,8 @@ def pool_config(installation: Installation, routes: Path, kubeconfig: str, real_
         "PODGAHP_K8S_CE_NAME = demo-ce",
         "PODGAHP_K8S_UNSCHEDULABLE_TIMEOUT_SECONDS = 60",
         "PODGAHP_K8S_DELETE_GRACE_SECONDS = 5",
+        "PODGAHP_K8S_GPU_MAX_GPUS = 2",
+        "PODGAHP_K8S_OPPORTUNISTIC_ALLOWED_PRIORITY_CLASSES = podgahp-opportunistic",
     ]
     for queue in POD_TEMPLATES:
         lines.append(f"PODGAHP_K8S_{queue.upper()}_POD_TEMPLATE = $(LOCAL_DIR)/pod-template-{queue}.yaml")

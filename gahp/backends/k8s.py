@@ -24,10 +24,10 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from gahp.backends.base import Backend
 from gahp.backends.k8s_api import Conflict, KubeApi, truncate
 from gahp.backends.k8s_output import write_outputs
+from gahp.backends.k8s_identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
 from gahp.backends.k8s_pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_GENERATION,
-                                   LABEL_QUEUE, LABEL_SANDBOX, OVERRIDES, PROXY_KEY, build_pod, job_id,
-                                   load_template, parse_job_id, pod_name, sandbox_hash, secret_body,
-                                   selector, stage_inputs)
+                                   LABEL_QUEUE, OVERRIDES, PROXY_KEY, build_pod, job_id,
+                                   load_template, parse_job_id, pod_name, secret_body, stage_inputs)
 from gahp.backends.k8s_settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s_state import (SUB_OUTPUT, Classified, classify, job_state,
                                      parse_time)
@@ -108,7 +108,7 @@ class KubernetesBackend(Backend):
             cache = self._caches.get(key)
             if cache is None:
                 cache = self._caches[key] = PodCache(
-                    api, namespace, selector(self.settings.ce_name),
+                    api, namespace, owner_selector(self.settings.ce_name, self.user),
                     watch_timeout_s=self.settings.watch_timeout_s, backoff_s=max(self.settings.backoff_s, 0.1),
                     backoff_max_s=self.settings.backoff_max_s)
             start_reaper = self._reaper is None and self.settings.reap_interval_s > 0
@@ -200,7 +200,7 @@ class KubernetesBackend(Backend):
             where = f"queue {queue.name} (namespace {namespace}, {api.description})"
             try:
                 api.call(f"list pods in {namespace}", "list_namespaced_pod", namespace,
-                         label_selector=selector(self.settings.ce_name), limit=1)
+                         label_selector=owner_selector(self.settings.ce_name, self.user), limit=1)
                 for verb, resource in (("create", "pods"), ("delete", "pods"), ("create", "secrets"),
                                        ("patch", "secrets")):
                     allowed, reason = self._may(api, namespace, verb, resource)
@@ -238,7 +238,8 @@ class KubernetesBackend(Backend):
                             "(allowed: %s)", job.sandbox_id, setting, ", ".join(sorted(OVERRIDES)))
         template = load_template(queue.pod_template)
         staged = stage_inputs(job, queue, self.settings.secret_max_bytes)
-        sandbox_selector = f"{selector(self.settings.ce_name)},{LABEL_SANDBOX}={sandbox_hash(job.sandbox_id)}"
+        key = sandbox_key(self.settings.ce_name, self.user, job.sandbox_id)
+        sandbox_selector = f"{owner_selector(self.settings.ce_name, self.user)},{LABEL_SANDBOX}={key}"
 
         for _ in range(CREATE_ATTEMPTS):
             existing = api.call(f"list pods of sandbox {job.sandbox_id}", "list_namespaced_pod", namespace,
@@ -254,7 +255,7 @@ class KubernetesBackend(Backend):
             generation = max([_generation(p) for p in existing] + [0]) + 1
             if queue.max_pods:
                 self._check_cap(api, namespace, queue)
-            name = pod_name(job.sandbox_id, generation)
+            name = pod_name(key, generation)
             jid = job_id(namespace, name)
             body = build_pod(job, queue, template, name=name, namespace=namespace,
                              ce_name=self.settings.ce_name, generation=generation, user=self.user,
@@ -329,6 +330,7 @@ class KubernetesBackend(Backend):
                 return final
             pod, api, _ = self._find(job_id)
             if pod is None or api is None:
+                self._refuse_foreign(job_id)
                 log.info("[%s] pod not found after a full list: reporting it removed", job_id)
                 return JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1])
             queue = self._queue_of(pod)
@@ -380,22 +382,45 @@ class KubernetesBackend(Backend):
 
     def cancel(self, job_id: str) -> None:
         namespace, name = parse_job_id(job_id)
-        apis = self._clusters_for(namespace)
-        for api in apis:
-            grace = self.settings.queue(None).delete_grace_s
-            with self._lock:
-                cache = self._caches.get(((api.kubeconfig, api.context), namespace))
-            pod = cache.get(name) if cache is not None and cache.synced else None
-            if pod is not None:
-                grace = self._queue_of(pod).delete_grace_s
-            try:
-                api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace,
-                         job_id=job_id, grace_period_seconds=grace, propagation_policy="Background")
-                log.info("[%s] deleted pod (grace %d s)", job_id, grace)
-            except NotFound:
-                log.info("[%s] pod is already gone", job_id)
+        pod, api, _ = self._find(job_id)
+        if pod is None or api is None:
+            self._refuse_foreign(job_id)
+            log.info("[%s] pod is already gone", job_id)
+        else:
+            self._delete_own(api, pod, job_id, self._queue_of(pod).delete_grace_s)
         with self._lock:
             self._final.pop(job_id, None)
+
+    def _delete_own(self, api: KubeApi, pod: JsonObj, jid: str, grace: Optional[int]) -> None:
+        """Delete a pod of this user, and only that pod: the uid precondition makes the API server
+        refuse if the name now holds another pod."""
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        why = refusal(pod, self.settings.ce_name, self.user)
+        if why is not None:
+            raise InvalidJob(f"{why}; refusing to delete it")
+        extra: JsonObj = {} if grace is None else {"grace_period_seconds": grace}
+        try:
+            api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace, job_id=jid,
+                     body={"preconditions": {"uid": meta.get("uid")}}, propagation_policy="Background", **extra)
+            log.info("[%s] deleted pod (grace %s s)", jid, grace if grace is not None else "default")
+        except NotFound:
+            log.info("[%s] pod is already gone", jid)
+        except Conflict as e:
+            log.info("[%s] pod was replaced meanwhile; not deleting the new one (%s)", jid, truncate(str(e)))
+
+    def _refuse_foreign(self, jid: str) -> None:
+        """A job id naming a pod that is not in this user's copy: if such a pod exists, it is another
+        user's or another CE's, and the request is refused naming why (a read, never a write)."""
+        namespace, name = parse_job_id(jid)
+        for api in self._clusters_for(namespace):
+            try:
+                pod = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace, job_id=jid)
+            except NotFound:
+                continue
+            why = refusal(pod, self.settings.ce_name, self.user)
+            if why is not None:
+                raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         namespace, name = parse_job_id(job_id)
@@ -408,8 +433,12 @@ class KubernetesBackend(Backend):
             raise InvalidJob(f"proxy {proxy_path} is larger than PODGAHP_K8S_SECRET_MAX_BYTES")
         pod, api, _ = self._find(job_id)
         if pod is None or api is None:
+            self._refuse_foreign(job_id)
             log.info("[%s] no pod to refresh the proxy of", job_id)
             return
+        why = refusal(pod, self.settings.ce_name, self.user)
+        if why is not None:
+            raise InvalidJob(f"{why}; its proxy is not refreshed")
         if not _is_live(pod):
             log.info("[%s] pod has finished; proxy not refreshed", job_id)
             return

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import copy
 import fnmatch
-import hashlib
 import os
 import re
 import threading
@@ -19,6 +18,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from gahp.backends.k8s_identity import (ANN_USER, DOMAIN, LABEL_CE, LABEL_MANAGED_BY, LABEL_OWNER,
+                                        LABEL_SANDBOX, MANAGED_BY, job_id, owner_labels, parse_job_id,
+                                        pod_name, sandbox_key)
 from gahp.backends.k8s_settings import QueueSettings, label_value
 from gahp.errors import ConfigError, InvalidJob
 from gahp.job import PilotJob
@@ -28,19 +30,12 @@ JsonObj = Dict[str, Any]
 # ----------------------------------------------------------------------------------------------
 # Labels and annotations: everything a fresh process needs is on the pod.
 
-DOMAIN = "podgahp.htcondor.org"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "podgahp"
-LABEL_CE = f"{DOMAIN}/ce"
 LABEL_QUEUE = f"{DOMAIN}/queue"
-LABEL_SANDBOX = f"{DOMAIN}/sandbox"
-"""Hash of the sandbox id (ids may be longer than a label value allows)."""
 LABEL_GENERATION = f"{DOMAIN}/generation"
 ANN_SANDBOX_ID = f"{DOMAIN}/sandbox-id"
 ANN_IWD = f"{DOMAIN}/iwd"
 ANN_OUT = f"{DOMAIN}/out"
 ANN_ERR = f"{DOMAIN}/err"
-ANN_USER = f"{DOMAIN}/user"
 ANN_CMD = f"{DOMAIN}/cmd"
 ANN_PROXY_KEY = f"{DOMAIN}/proxy-key"
 ANN_REPORTED = f"{DOMAIN}/reported"
@@ -66,25 +61,8 @@ OVERRIDES = {
 _KEY_BAD = re.compile(r"[^-._a-zA-Z0-9]+")
 
 
-def sandbox_hash(sandbox_id: str) -> str:
-    return hashlib.sha256(sandbox_id.encode()).hexdigest()[:20]
-
-
-def pod_name(sandbox_id: str, generation: int) -> str:
-    """Deterministic per (sandbox, generation): a repeated submit collides instead of duplicating."""
-    return f"pilot-{sandbox_hash(sandbox_id)}-{generation}"
-
-
-def job_id(namespace: str, name: str) -> str:
-    return f"k8s/{namespace}/{name}"
-
-
-def parse_job_id(text: str) -> Tuple[str, str]:
-    """(namespace, pod name) of ``k8s/<namespace>/<pod>``; InvalidJob for anything else."""
-    parts = text.split("/")
-    if len(parts) != 3 or parts[0] != "k8s" or not parts[1] or not parts[2]:
-        raise InvalidJob(f"job id {text!r} is not of the form k8s/<namespace>/<pod>")
-    return parts[1], parts[2]
+__all__ = ["ANN_USER", "LABEL_CE", "LABEL_MANAGED_BY", "LABEL_OWNER", "LABEL_SANDBOX", "MANAGED_BY", "job_id",
+           "parse_job_id", "pod_name", "sandbox_key"]
 
 
 def selector(ce_name: str) -> str:
@@ -271,21 +249,42 @@ def _set_resources(container: JsonObj, job: PilotJob, queue: QueueSettings) -> N
         resources.pop("limits", None)
 
 
+def _allowed(value: str, patterns: Tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def _knob(queue: QueueSettings, what: str) -> str:
+    return f"PODGAHP_K8S_{queue.name.upper()}_{what} (or PODGAHP_K8S_{what})"
+
+
+def check_limits(job: PilotJob, queue: QueueSettings) -> None:
+    """A job ad's cores, memory and GPUs are user input: refuse what the queue's caps do not allow."""
+    asked = (("cores", job.cpus, queue.max_cpus, "MAX_CPUS"),
+             ("MiB of memory", job.memory_mb or 0, queue.max_memory_mb, "MAX_MEMORY_MB"),
+             ("GPUs", job.gpus, queue.max_gpus, "MAX_GPUS"))
+    for what, value, cap, knob in asked:
+        if value > cap:
+            raise InvalidJob(f"the pilot asks for {value} {what}; queue {queue.name} allows at most {cap} "
+                             f"per pilot ({_knob(queue, knob)})")
+
+
 def _apply_overrides(job: PilotJob, queue: QueueSettings, spec: JsonObj, container: JsonObj) -> None:
     image = job.setting("k8s_image")
     if image is not None:
         image = str(image)
-        if not any(fnmatch.fnmatchcase(image, p) for p in queue.allowed_images):
-            raise InvalidJob(f"image {image!r} (k8s_image from the route) is not allowed in queue "
-                             f"{queue.name} (PODGAHP_K8S_ALLOWED_IMAGES = {' '.join(queue.allowed_images)})")
+        if not _allowed(image, queue.allowed_images):
+            raise InvalidJob(f"image {image!r} (k8s_image from the job ad) is not allowed in queue {queue.name}; "
+                             f"an admin allows image overrides with {_knob(queue, 'ALLOWED_IMAGES')} = "
+                             f"{' '.join(queue.allowed_images) or '(empty: none allowed)'}")
         container["image"] = image
     priority = job.setting("k8s_priority_class")
     if priority is not None:
         priority = str(priority)
-        if not any(fnmatch.fnmatchcase(priority, p) for p in queue.allowed_priority_classes):
-            raise InvalidJob(f"priority class {priority!r} (k8s_priority_class from the route) is not "
-                             f"allowed in queue {queue.name} (PODGAHP_K8S_ALLOWED_PRIORITY_CLASSES = "
-                             f"{' '.join(queue.allowed_priority_classes)})")
+        if not _allowed(priority, queue.allowed_priority_classes):
+            raise InvalidJob(f"priority class {priority!r} (k8s_priority_class from the job ad) is not allowed "
+                             f"in queue {queue.name}; an admin allows it with "
+                             f"{_knob(queue, 'ALLOWED_PRIORITY_CLASSES')} = "
+                             f"{' '.join(queue.allowed_priority_classes) or '(empty: none allowed)'}")
         spec["priorityClassName"] = priority
         spec.pop("priority", None)
 
@@ -324,11 +323,10 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
                 "ownerReferences", "finalizers"):
         meta.pop(key, None)
     labels = dict(meta.get("labels") or {})
+    labels.update(owner_labels(ce_name, user))
     labels.update({
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_CE: ce_name,
         LABEL_QUEUE: label_value(queue.name.lower()),
-        LABEL_SANDBOX: sandbox_hash(job.sandbox_id),
+        LABEL_SANDBOX: sandbox_key(ce_name, user, job.sandbox_id),
         LABEL_GENERATION: str(generation),
     })
     annotations = dict(meta.get("annotations") or {})
@@ -346,6 +344,7 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
     pod["metadata"] = meta
     pod.pop("status", None)
 
+    check_limits(job, queue)
     spec: JsonObj = pod["spec"]
     container = pilot_container(spec)
     container["name"] = container.get("name") or CONTAINER
@@ -357,6 +356,8 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
         container["image"] = queue.image
 
     spec["restartPolicy"] = "Never"
+    # A pilot runs user code: it gets no API credentials unless the admin's template asks for them.
+    spec.setdefault("automountServiceAccountToken", False)
     if job.wall_time_s:
         spec["activeDeadlineSeconds"] = job.wall_time_s
     _set_resources(container, job, queue)

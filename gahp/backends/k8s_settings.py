@@ -74,9 +74,17 @@ class QueueSettings:
     token_file: Optional[str]
     """``TOKEN_FILE``: a token file staged with every pilot (``BEARER_TOKEN_FILE``); default empty."""
     allowed_images: Tuple[str, ...]
-    """``ALLOWED_IMAGES``: shell patterns a route's ``k8s_image`` must match; default ``*``."""
+    """``ALLOWED_IMAGES``: shell patterns a job's ``k8s_image`` must match; default empty = no image
+    override is accepted (job ads are user input: ``+remote_CERequirements`` reaches this)."""
     allowed_priority_classes: Tuple[str, ...]
-    """``ALLOWED_PRIORITY_CLASSES``: patterns a route's ``k8s_priority_class`` must match; default ``*``."""
+    """``ALLOWED_PRIORITY_CLASSES``: patterns a job's ``k8s_priority_class`` must match; default empty =
+    none accepted."""
+    max_cpus: int
+    """``MAX_CPUS``: most cores one pilot of the queue may ask for; default 8."""
+    max_memory_mb: int
+    """``MAX_MEMORY_MB``: most memory (MiB) one pilot may ask for; default 32768."""
+    max_gpus: int
+    """``MAX_GPUS``: most GPUs one pilot may ask for; default 0 (set it on GPU queues)."""
     disruption_action: str
     """``DISRUPTION_ACTION``: ``complete`` (default) reports evicted/preempted pilots as completed
     with an ``ExitReason``; ``hold`` holds them with a retryable hold code."""
@@ -246,7 +254,10 @@ def _queue_from_knobs(knobs: Knobs, name: str, implicit: bool) -> QueueSettings:
         cpu_request_percent=percent,
         workdir=workdir,
         token_file=q.optional("TOKEN_FILE"),
-        allowed_images=q.names("ALLOWED_IMAGES", ("*",)),
-        allowed_priority_classes=q.names("ALLOWED_PRIORITY_CLASSES", ("*",)),
+        allowed_images=q.names("ALLOWED_IMAGES", ()),
+        allowed_priority_classes=q.names("ALLOWED_PRIORITY_CLASSES", ()),
+        max_cpus=q.integer("MAX_CPUS", 8, minimum=1),
+        max_memory_mb=q.integer("MAX_MEMORY_MB", 32768, minimum=1),
+        max_gpus=q.integer("MAX_GPUS", 0, minimum=0),
         disruption_action=action,
     )

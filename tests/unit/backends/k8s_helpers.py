@@ -40,7 +40,11 @@ def knobs_for(kubeconfig: str, **extra: str) -> Dict[str, str]:
     knobs = {"PODGAHP_K8S_KUBECONFIG": kubeconfig, "PODGAHP_K8S_IMAGE": IMAGE,
              "PODGAHP_K8S_CE_NAME": "ce.test", "PODGAHP_K8S_BACKOFF_SECONDS": "0.05",
              "PODGAHP_K8S_BACKOFF_MAX_SECONDS": "0.2", "PODGAHP_K8S_REQUEST_TIMEOUT_SECONDS": "3",
-             "PODGAHP_K8S_SYNC_TIMEOUT_SECONDS": "5", "PODGAHP_K8S_REAP_INTERVAL_SECONDS": "0"}
+             "PODGAHP_K8S_SYNC_TIMEOUT_SECONDS": "5", "PODGAHP_K8S_REAP_INTERVAL_SECONDS": "0",
+             # Most backend tests ask for more than fits (64 cores) to keep a pod pending; the caps and
+             # allow-lists themselves are tested with their defaults in test_k8s_policy.py.
+             "PODGAHP_K8S_MAX_CPUS": "128", "PODGAHP_K8S_MAX_GPUS": "8",
+             "PODGAHP_K8S_ALLOWED_IMAGES": "*", "PODGAHP_K8S_ALLOWED_PRIORITY_CLASSES": "*"}
     knobs.update(extra)
     return knobs
 

@@ -11,7 +11,8 @@ from typing import Any, Dict
 import pytest
 
 from gahp.backends.k8s import KubernetesBackend
-from gahp.backends.k8s_pod import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX, sandbox_hash
+from gahp.backends.k8s_identity import sandbox_key
+from gahp.backends.k8s_pod import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX
 from gahp.backends.k8s_state import (SUB_CONTAINER_CONFIG, SUB_EVICTED,
                                      SUB_IMAGE_PULL, SUB_INVALID_IMAGE, SUB_OUTPUT, SUB_UNSCHEDULABLE)
 from gahp.config import Knobs
@@ -34,7 +35,7 @@ def test_full_lifecycle_writes_out_and_err_before_completed(backend: KubernetesB
     assert pod is not None
     meta: Dict[str, Any] = pod["metadata"]  # type: ignore[assignment]
     assert meta["labels"][LABEL_CE] == "ce.test" and meta["labels"][LABEL_QUEUE] == "default"
-    assert meta["labels"][LABEL_SANDBOX] == sandbox_hash(job.sandbox_id)
+    assert meta["labels"][LABEL_SANDBOX] == sandbox_key("ce.test", backend.user, job.sandbox_id)
     spec: Dict[str, Any] = pod["spec"]  # type: ignore[assignment]
     container = spec["containers"][0]
     assert spec["restartPolicy"] == "Never"
@@ -190,7 +191,7 @@ def test_pod_deleted_by_someone_else_is_removed(backend: KubernetesBackend, sim:
     with sim.store.lock:
         sim.store.delete("pods", NAMESPACE, job_id.split("/")[2])
     assert wait_state(backend, job_id, *DONE).phase is Phase.REMOVED
-    assert backend.status("k8s/pilots/never-existed").phase is Phase.REMOVED
+    assert backend.status("k8s/pilots/pilot-00000000000000000000-1").phase is Phase.REMOVED
 
 
 # ------------------------------------------------------------------------------------------------
@@ -330,7 +331,7 @@ def test_cancel_is_idempotent(make_backend: BackendFactory, sim: KubeSim, tmp_pa
     backend.cancel(job_id)
     backend.cancel(job_id)
     assert pod_of(sim, job_id) is None
-    backend.cancel("k8s/pilots/never-existed")
+    backend.cancel("k8s/pilots/pilot-00000000000000000000-1")
     delete = sim.requests("DELETE", "/pods/")[0]
     assert delete.query.get("gracePeriodSeconds") == "0"
 
@@ -357,7 +358,7 @@ def test_no_cluster_configured_gives_errors_not_crashes(tmp_path: Path, monkeypa
     with pytest.raises(ConfigError, match="PODGAHP_K8S_KUBECONFIG"):
         backend.submit(make_job(tmp_path))
     with pytest.raises(ConfigError):
-        backend.status("k8s/pilots/x")
+        backend.status("k8s/pilots/pilot-00000000000000000000-1")
     missing = KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_KUBECONFIG": str(tmp_path / "nope")}))
     with pytest.raises(ConfigError, match="does not exist"):
         missing.ping()
@@ -372,7 +373,8 @@ def test_name_taken_by_a_foreign_pod_gives_a_clear_error(backend: KubernetesBack
     job = make_job(tmp_path, sandbox="taken_1.0_1")
     with sim.store.lock:
         sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": pod_name(job.sandbox_id, 1), "namespace": NAMESPACE, "uid": "u-1"},
+            "name": pod_name(sandbox_key("ce.test", backend.user, job.sandbox_id), 1), "namespace": NAMESPACE,
+            "uid": "u-1"},
             "spec": {"containers": [{"name": "x", "image": IMAGE}]}, "status": {"phase": "Pending"}})
     with pytest.raises(TransientError, match="another process is submitting the same sandbox"):
         backend.submit(job)

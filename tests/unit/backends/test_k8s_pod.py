@@ -11,6 +11,7 @@ import pytest
 
 from gahp.backends import k8s_api
 from gahp.backends.k8s_api import Conflict, Expired, Invalid, QuotaExceeded, translate, truncate
+from gahp.backends.k8s_identity import sandbox_key
 from gahp.backends.k8s_pod import (ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, build_pod, load_template, parse_job_id,
                                    pod_name, stage_inputs)
 from gahp.backends.k8s_settings import KubernetesSettings
@@ -57,7 +58,8 @@ def _pilot(pod: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def test_template_is_kept_and_the_job_fills_the_pilot_container(tmp_path: Path) -> None:
-    pod = _build(tmp_path, env=[("SHARED", "job"), ("X", "1")], gpus=2, disk_kb=1000, wall_time_s=3600)
+    pod = _build(tmp_path, {"PODGAHP_K8S_MAX_GPUS": "2"}, env=[("SHARED", "job"), ("X", "1")], gpus=2, disk_kb=1000,
+                 wall_time_s=3600)
     spec, container = pod["spec"], _pilot(pod)
     assert pod["metadata"]["name"] == "pilot-x-1" and pod["metadata"]["labels"]["site"] == "example"
     assert pod["metadata"]["annotations"]["note"] == "kept"
@@ -94,7 +96,8 @@ def test_template_limit_kept_when_the_job_is_silent(tmp_path: Path) -> None:
 
 
 def test_route_overrides_only_from_the_allow_list(tmp_path: Path) -> None:
-    pod = _build(tmp_path, {"PODGAHP_K8S_ALLOWED_IMAGES": "registry.example/*"},
+    pod = _build(tmp_path, {"PODGAHP_K8S_ALLOWED_IMAGES": "registry.example/*",
+                            "PODGAHP_K8S_ALLOWED_PRIORITY_CLASSES": "pilot-*"},
                  settings={"k8s_image": "registry.example/pilot:2", "k8s_priority_class": "pilot-high",
                            "k8s_namespace": "kube-system", "k8s_hostnetwork": True})
     assert _pilot(pod)["image"] == "registry.example/pilot:2"
@@ -154,12 +157,10 @@ def test_staging_refusals(tmp_path: Path) -> None:
 
 
 def test_names_and_job_ids() -> None:
-    assert pod_name("a_1.0_1", 2) == pod_name("a_1.0_1", 2) != pod_name("a_1.0_1", 1)
-    assert len(pod_name("x" * 500, 99)) <= 63
-    assert parse_job_id("k8s/ns/pod") == ("ns", "pod")
-    for bad in ("k8s/ns", "lancium/1", "k8s//p", "k8s/a/b/c"):
-        with pytest.raises(InvalidJob):
-            parse_job_id(bad)
+    key = sandbox_key("ce", "alice", "a_1.0_1")
+    assert pod_name(key, 2) == pod_name(key, 2) != pod_name(key, 1)
+    assert len(pod_name(sandbox_key("ce", "u" * 300, "x" * 500), 999999999)) <= 63
+    assert parse_job_id(f"k8s/ns/pilot-{key}-1") == ("ns", f"pilot-{key}-1")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ def test_api_messages_are_truncated() -> None:
 
 def test_example_template_builds_a_pod_the_client_models_accept(tmp_path: Path) -> None:
     example = Path(__file__).parent.parent.parent.parent / "docs" / "podgahp-pod-template.yaml"
-    pod = _build(tmp_path, template=example.read_text(), gpus=1)
+    pod = _build(tmp_path, {"PODGAHP_K8S_MAX_GPUS": "1"}, template=example.read_text(), gpus=1)
     assert _pilot(pod)["image"] == "htcondor/execute:lts" and pod["spec"]["volumes"][0]["name"] == "cvmfs"
     from kubernetes import client  # type: ignore[import-untyped,unused-ignore]
 

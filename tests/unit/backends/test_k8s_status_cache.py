@@ -5,6 +5,7 @@ Also the clean-up of finished and superseded pods.
 
 from __future__ import annotations
 
+import getpass
 import json
 import time
 import urllib.request
@@ -14,8 +15,8 @@ from typing import Iterator, List
 import pytest
 
 from gahp.backends.k8s import KubernetesBackend
-from gahp.backends.k8s_pod import (ANN_REPORTED, LABEL_CE, LABEL_GENERATION, LABEL_MANAGED_BY, LABEL_QUEUE,
-                                   LABEL_SANDBOX, MANAGED_BY)
+from gahp.backends.k8s_identity import ANN_USER, owner_labels, pod_name, sandbox_key
+from gahp.backends.k8s_pod import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
 from gahp.config import Knobs
 from gahp.job import Phase
 from gahp.sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
@@ -24,13 +25,21 @@ from k8s_helpers import (IMAGE, NAMESPACE, BackendFactory, backend, knobs_for, k
                          make_backend, make_job, sim, wait_state)
 
 
+USER = getpass.getuser()
+
+
+def name_of(tag: str, generation: int = 1) -> str:
+    """The pod name podgahp gives sandbox ``tag`` of this user on CE ce.test."""
+    return pod_name(sandbox_key("ce.test", USER, tag), generation)
+
+
 def _create_pods(sim: KubeSim, names: List[str], labels: dict = {}) -> None:  # noqa: B006 - read only
-    """Create pods straight through the REST API, labelled as this CE's pilots (long-running)."""
+    """Create pods straight through the REST API, labelled as this user's pilots on this CE (long-running)."""
     for name in names:
         body = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CE: "ce.test",
-                                                      LABEL_QUEUE: "default", LABEL_SANDBOX: name,
-                                                      LABEL_GENERATION: "1", **labels}},
+                "metadata": {"name": name, "annotations": {ANN_USER: USER},
+                             "labels": {**owner_labels("ce.test", USER), LABEL_QUEUE: "default",
+                                        LABEL_SANDBOX: name[6:26], LABEL_GENERATION: "1", **labels}},
                 "spec": {"restartPolicy": "Never",
                          "containers": [{"name": "pilot", "image": IMAGE,
                                          "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}},
@@ -61,7 +70,7 @@ def test_request_count_stays_flat_from_10_to_1000_pilots(big_sim: KubeSim, tmp_p
     sim = big_sim
     backend = KubernetesBackend.from_knobs(Knobs(knobs_for(sim.write_kubeconfig(
         str(tmp_path / "kubeconfig"), namespace=NAMESPACE))))
-    names = [f"flat-{i:04d}" for i in range(1000)]
+    names = [name_of(f"flat-{i:04d}") for i in range(1000)]
     _create_pods(sim, names[:10])
     _poll_all(backend, names[:10])  # starts the watch, first LIST
     sim.clear_requests()
@@ -78,7 +87,7 @@ def test_request_count_stays_flat_from_10_to_1000_pilots(big_sim: KubeSim, tmp_p
     with_1000 = len(sim.requests())
     backend.close()
     assert with_10 <= 1 and with_1000 <= 1, (with_10, with_1000)  # at most a renewed watch
-    assert not sim.requests("GET", r"/pods/flat-")  # never one request per pilot
+    assert not sim.requests("GET", r"/pods/pilot-")  # never one request per pilot
 
 
 def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend, sim: KubeSim,
@@ -143,12 +152,13 @@ def test_clean_up_deletes_reported_and_superseded_pods(make_backend: BackendFact
     assert wait_state(backend, done, Phase.COMPLETED).phase is Phase.COMPLETED
     unreported = backend.submit(make_job(tmp_path, sandbox="quiet_1.0_1", stdout=None, stderr=None))
     sim.wait_for_phase(NAMESPACE, unreported.split("/")[2], "Succeeded")
-    _create_pods(sim, ["old-gen"], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"})
-    _create_pods(sim, ["new-gen"], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"})
+    old_gen, new_gen = name_of("shared", 1), name_of("shared", 2)
+    _create_pods(sim, [old_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"})
+    _create_pods(sim, [new_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"})
     cache = next(iter(backend._caches.values()))
-    sim.wait_for(lambda: cache.get("new-gen") and (
+    sim.wait_for(lambda: cache.get(new_gen) and (
         (cache.get(done.split("/")[2]) or {}).get("metadata", {}).get("annotations", {}).get(ANN_REPORTED)),
         5, "cache current")
     deleted = backend.reap(cache)
-    assert sorted(deleted) == sorted([done.split("/")[2], "old-gen"])
+    assert sorted(deleted) == sorted([done.split("/")[2], old_gen])
     assert sim.pod(NAMESPACE, unreported.split("/")[2]) is not None  # outcome never reported: kept
