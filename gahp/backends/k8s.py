@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from gahp.backends.base import Backend
 from gahp.backends.k8s_api import Conflict, KubeApi, truncate
+from gahp.backends.k8s_cancel import CancelRetries
 from gahp.backends.k8s_output import write_outputs
 from gahp.backends.k8s_identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
 from gahp.backends.k8s_pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_GENERATION,
@@ -65,6 +66,32 @@ def _is_live(pod: JsonObj) -> bool:
     return not meta.get("deletionTimestamp") and _phase(pod) in ("Pending", "Running", "Unknown")
 
 
+def _reported(pod: JsonObj) -> bool:
+    return bool(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_REPORTED))
+
+
+#: What a submit does when its sandbox already has pods, by the newest one (one row each, tested):
+#: a re-submit after a GAHP crash, a timed-out submit or a lost API answer must find the pilot it
+#: already started, running or finished-but-unreported, so that a pilot never runs twice; only a
+#: pod whose outcome was reported (then held and released) or that is being deleted (cancelled)
+#: makes way for a new generation.
+RESUBMIT_RULES: Tuple[Tuple[str, str], ...] = (
+    ("live", "reuse"),
+    ("finished, not reported", "reuse"),
+    ("finished and reported", "new generation"),
+    ("being deleted", "new generation"),
+)
+
+
+def resubmit_case(pod: JsonObj) -> str:
+    """The row of :data:`RESUBMIT_RULES` that ``pod`` (the newest of its sandbox) falls in."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "being deleted"
+    if _phase(pod) in ("Succeeded", "Failed"):
+        return "finished and reported" if _reported(pod) else "finished, not reported"
+    return "live"
+
+
 def _generation(pod: JsonObj) -> int:
     try:
         return int(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_GENERATION, "0"))
@@ -88,6 +115,7 @@ class KubernetesBackend(Backend):
         self._job_locks: Dict[str, threading.Lock] = {}
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
+        self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
@@ -244,13 +272,17 @@ class KubernetesBackend(Backend):
         for _ in range(CREATE_ATTEMPTS):
             existing = api.call(f"list pods of sandbox {job.sandbox_id}", "list_namespaced_pod", namespace,
                                 label_selector=sandbox_selector).get("items") or []
-            live = sorted((p for p in existing if _is_live(p)), key=_generation)
-            if live:
-                pod = live[-1]
-                name = pod["metadata"]["name"]
+            newest = max(existing, key=_generation, default=None)
+            case = resubmit_case(newest) if newest is not None else "none"
+            if newest is not None and dict(RESUBMIT_RULES)[case] == "reuse":
+                name = newest["metadata"]["name"]
                 jid = job_id(namespace, name)
-                log.info("[%s] sandbox %s already has a live pod; not creating another", jid, job.sandbox_id)
-                self._ensure_secret(api, pod, staged, jid)
+                log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
+                         job.sandbox_id, case)
+                if case == "live":
+                    self._ensure_secret(api, newest, staged, jid)
+                with self._lock:
+                    self._final.pop(jid, None)
                 return jid
             generation = max([_generation(p) for p in existing] + [0]) + 1
             if queue.max_pods:
@@ -340,6 +372,8 @@ class KubernetesBackend(Backend):
             state = self._monotonic(job_id, pod, classified, state)
             if state.phase is Phase.COMPLETED:
                 state = self._finish(api, pod, state, job_id)
+            elif state.phase is Phase.HELD and _phase(pod) in ("Succeeded", "Failed"):
+                self._mark_reported(api, pod, job_id)
             with self._lock:
                 self._reported[job_id] = state.phase
                 if state.phase is Phase.COMPLETED:
@@ -368,6 +402,11 @@ class KubernetesBackend(Backend):
                 state, phase=Phase.HELD, hold_code=HOLD_RETRYABLE, hold_subcode=SUB_OUTPUT,
                 hold_reason=f"pod finished but its output cannot be written: {e.filename or ''}: "
                             f"{e.strerror or e}")
+        self._mark_reported(api, pod, jid)
+        return state
+
+    def _mark_reported(self, api: KubeApi, pod: JsonObj, jid: str) -> None:
+        """Record on the pod that its final outcome reached HTCondor (a re-submit then makes a new pod)."""
         meta = pod.get("metadata") or {}
         if not (meta.get("annotations") or {}).get(ANN_REPORTED):
             patch = {"metadata": {"annotations": {ANN_REPORTED: _rfc3339(_now())}}}
@@ -376,20 +415,27 @@ class KubernetesBackend(Backend):
                          meta.get("name"), meta.get("namespace"), patch, job_id=jid)
             except GahpError as e:
                 log.warning("[%s] pod cannot be marked reported (it will be cleaned up later): %s", jid, e)
-        return state
 
     # -- cancel and refresh ----------------------------------------------------------------
 
     def cancel(self, job_id: str) -> None:
-        namespace, name = parse_job_id(job_id)
+        parse_job_id(job_id)
+        try:
+            self._cancel_once(job_id)
+        except (TransientError, BackendError) as e:
+            # The gridmanager forgets the job whatever we answer: keep deleting until the pod is gone.
+            log.warning("[%s] cancel failed (%s); retrying in the background", job_id, truncate(str(e)))
+            self._cancels.add(job_id, lambda: self._cancel_once(job_id))
+        with self._lock:
+            self._final.pop(job_id, None)
+
+    def _cancel_once(self, job_id: str) -> None:
         pod, api, _ = self._find(job_id)
         if pod is None or api is None:
             self._refuse_foreign(job_id)
             log.info("[%s] pod is already gone", job_id)
-        else:
-            self._delete_own(api, pod, job_id, self._queue_of(pod).delete_grace_s)
-        with self._lock:
-            self._final.pop(job_id, None)
+            return
+        self._delete_own(api, pod, job_id, self._queue_of(pod).delete_grace_s)
 
     def _delete_own(self, api: KubeApi, pod: JsonObj, jid: str, grace: Optional[int]) -> None:
         """Delete a pod of this user, and only that pod: the uid precondition makes the API server
@@ -523,6 +569,7 @@ class KubernetesBackend(Backend):
 
     def close(self) -> None:
         self._stop.set()
+        self._cancels.close()
         with self._lock:
             caches = list(self._caches.values())
             apis = list(self._apis.values())
