@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import getpass
 import logging
+import os
 import threading
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -24,6 +25,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from gahp.backends.base import Backend
 from gahp.backends.k8s_api import Conflict, KubeApi, truncate
 from gahp.backends.k8s_cancel import CancelRetries
+from gahp.backends.k8s_rights import RIGHTS
 from gahp.backends.k8s_output import write_outputs
 from gahp.backends.k8s_identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
 from gahp.backends.k8s_pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_GENERATION,
@@ -214,6 +216,9 @@ class KubernetesBackend(Backend):
     # -- ping ------------------------------------------------------------------------------
 
     def ping(self) -> None:
+        """Check what a site gets wrong before pilots fail: each queue's template and token file, the
+        cluster and namespace (a dry-run create of the queue's pod), and every right of
+        :data:`~gahp.backends.k8s_rights.RIGHTS`, naming what is missing and where to fix it."""
         problems: List[str] = []
         seen: Set[Tuple[ClusterKey, str]] = set()
         try:
@@ -221,29 +226,57 @@ class KubernetesBackend(Backend):
         except ConfigError as e:
             raise ConfigError(f"ping: {e}") from e
         for queue, api, namespace in targets:
-            key = ((api.kubeconfig, api.context), namespace)
-            if key in seen:
-                continue
-            seen.add(key)
             where = f"queue {queue.name} (namespace {namespace}, {api.description})"
             try:
-                api.call(f"list pods in {namespace}", "list_namespaced_pod", namespace,
-                         label_selector=owner_selector(self.settings.ce_name, self.user), limit=1)
-                for verb, resource in (("create", "pods"), ("delete", "pods"), ("create", "secrets"),
-                                       ("patch", "secrets")):
-                    allowed, reason = self._may(api, namespace, verb, resource)
-                    if not allowed:
-                        problems.append(f"{where}: this identity may not {verb} {resource}"
-                                        + (f" ({reason})" if reason else ""))
+                template = load_template(queue.pod_template)
+            except ConfigError as e:
+                problems.append(f"{where}: {e}")
+                continue
+            if queue.token_file and not os.access(queue.token_file, os.R_OK):
+                problems.append(f"{where}: token file {queue.token_file} cannot be read (PODGAHP_K8S_TOKEN_FILE)")
+            key = ((api.kubeconfig, api.context), namespace)
+            try:
+                missing: List[str] = []
+                if key not in seen:
+                    seen.add(key)
+                    for resource, verb, purpose in RIGHTS:
+                        allowed, reason = self._may(api, namespace, verb, resource)
+                        if not allowed:
+                            missing.append(f"{verb} {resource}")
+                            problems.append(f"{where}: this identity may not {verb} {resource}, needed to {purpose}"
+                                            + (f" ({reason})" if reason else "")
+                                            + "; grant the rules of docs/podgahp-rbac.yaml")
+                    if "list pods" not in missing:
+                        api.call(f"list pods in {namespace}", "list_namespaced_pod", namespace,
+                                 label_selector=owner_selector(self.settings.ce_name, self.user), limit=1)
+                if "create pods" not in missing:
+                    self._dry_run(queue, api, namespace, template)
+            except NotFound as e:
+                problems.append(f"{where}: namespace {namespace} does not exist ({truncate(str(e))}); "
+                                "create it or set PODGAHP_K8S_NAMESPACE")
             except GahpError as e:
                 problems.append(f"{where}: {e}")
         if problems:
             raise BackendError("; ".join(problems))
 
+    def _dry_run(self, queue: QueueSettings, api: KubeApi, namespace: str, template: JsonObj) -> None:
+        """Create the queue's pod with ``dryRun=All``: admission (quota, priority class, validation)
+        answers as for a pilot, and nothing is stored."""
+        probe = PilotJob(executable="/bin/true", iwd="/", sandbox_id="podgahp-ping", cpus=1, memory_mb=64)
+        name = pod_name(sandbox_key(self.settings.ce_name, self.user, probe.sandbox_id), 1)
+        body = build_pod(probe, queue, template, name=name, namespace=namespace, ce_name=self.settings.ce_name,
+                         generation=1, user=self.user, staged=[])
+        api.call(f"dry-run create of a pod of queue {queue.name} in {namespace}", "create_namespaced_pod",
+                 namespace, body, dry_run="All")
+
     def _may(self, api: KubeApi, namespace: str, verb: str, resource: str) -> Tuple[bool, str]:
         """Ask the API server (SelfSubjectAccessReview) whether we may do ``verb`` on ``resource``."""
+        base, _, sub = resource.partition("/")
+        attributes = {"namespace": namespace, "verb": verb, "resource": base}
+        if sub:
+            attributes["subresource"] = sub
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                  "spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource}}}
+                  "spec": {"resourceAttributes": attributes}}
         try:
             answer = api.call(f"check {verb} {resource} in {namespace}", "create_self_subject_access_review",
                               review, group="authorization")

@@ -276,6 +276,17 @@ class KubeSim:
 
     def allow_all(self) -> None:
         self.api.rbac_deny.clear()
+        self.api.role = None
+
+    def enforce_role(self, role: JsonObj) -> None:
+        """Authorize requests as RBAC would for an identity bound to this one ``Role`` (a manifest as
+        a dict) and nothing else: what its core-group rules do not grant in its namespace is 403."""
+        rules = []
+        for rule in role.get("rules") or []:
+            if "" not in (rule.get("apiGroups") or []):
+                continue
+            rules.append((frozenset(rule.get("resources") or []), frozenset(rule.get("verbs") or [])))
+        self.api.role = (str((role.get("metadata") or {}).get("namespace") or "default"), rules)
 
     def set_quota(self, quota: Optional[PodQuota]) -> None:
         self.api.quota = quota

@@ -20,7 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
 from urllib.parse import parse_qs, urlsplit
 
 from . import admission, openapi
@@ -117,6 +117,8 @@ class Api:
         self.cluster = cluster
         self.config = config
         self.token: Optional[str] = config.token
+        self.role: Optional[Tuple[str, List[Tuple[FrozenSet[str], FrozenSet[str]]]]] = None
+        """When set, (namespace, [(resources, verbs)]): only what this Role grants is allowed."""
         self.namespaces: Dict[str, JsonObj] = {}
         for ns in config.namespaces:
             self.add_namespace(ns)
@@ -287,6 +289,13 @@ class Api:
                         % (self.config.user, verb, resource, group, scope), group)
 
     def denied(self, verb: str, resource: str, namespace: Optional[str]) -> bool:
+        if self.role is not None:
+            role_namespace, rules = self.role
+            granted = namespace == role_namespace and any(
+                (resource in resources or "*" in resources) and (verb in verbs or "*" in verbs)
+                for resources, verbs in rules)
+            if not granted:
+                return True
         return any(rule.verb in (verb, "*") and rule.resource in (resource, "*")
                    and (rule.namespace is None or rule.namespace == namespace) for rule in self.rbac_deny)
 
