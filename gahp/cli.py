@@ -89,6 +89,27 @@ def routes_convert(config_file: "IO[str]") -> None:
         raise click.ClickException(str(e)) from e
 
 
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Report the orphans, delete nothing.")
+def reap(dry_run: bool) -> None:
+    """Delete this CE's pods whose HTCondor job no longer exists (run by the CE as a schedd cron job).
+
+    Prints ClassAd attributes for the schedd's ad; exits non-zero, deleting nothing, when the schedd
+    or the cluster cannot be asked."""
+    from gahp.errors import GahpError
+    from gahp.reaper import classad_lines, reap as reap_once
+
+    try:
+        result = reap_once(dry_run=dry_run)
+    except GahpError as e:
+        raise click.ClickException(str(e)) from None
+    for line in classad_lines(result):
+        click.echo(line)
+    if result.errors:
+        click.echo(f"podgahp reap: {len(result.errors)} errors, first: {result.errors[0]}", err=True)
+        sys.exit(1)
+
+
 @main.group()
 def sim() -> None:
     """Run a simulated service (for the demo, dry runs and tests)."""

@@ -103,7 +103,8 @@ class Knobs:
             raise ConfigError(f"{name} = {value} is above the maximum of {maximum}")
 
 
-def _user_name() -> str:
+def user_name() -> str:
+    """The user this process runs as (by uid: the environment may name another, as under a gridmanager)."""
     try:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
@@ -149,7 +150,7 @@ class ServerSettings:
             raise ConfigError(f"PODGAHP_DEBUG = {level_name!r} is not one of DEBUG, INFO, WARNING, ERROR")
         return cls(
             log_file=knobs.string("PODGAHP_LOG",
-                                  os.path.join(log_dir, f"PodgahpLog.{backend}.{_user_name()}")),
+                                  os.path.join(log_dir, f"PodgahpLog.{backend}.{user_name()}")),
             log_max_bytes=knobs.integer("PODGAHP_LOG_MAX_BYTES", 10_000_000, minimum=0),
             log_backups=knobs.integer("PODGAHP_LOG_BACKUPS", 2, minimum=0),
             log_level=getattr(logging, level_name),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import getpass
 import logging
 import os
 import threading
@@ -35,7 +34,7 @@ from gahp.backends.k8s_settings import KubernetesSettings, QueueSettings, label_
 from gahp.backends.k8s_state import (SUB_OUTPUT, Classified, classify, job_state,
                                      parse_time)
 from gahp.backends.k8s_watch import PodCache
-from gahp.config import Knobs
+from gahp.config import Knobs, user_name
 from gahp.errors import BackendError, ConfigError, GahpError, InvalidJob, NotFound, TransientError
 from gahp.job import HOLD_RETRYABLE, JobState, Phase, PilotJob
 
@@ -108,7 +107,7 @@ class KubernetesBackend(Backend):
 
     def __init__(self, settings: KubernetesSettings, user: Optional[str] = None) -> None:
         self.settings = settings
-        self.user = user or getpass.getuser()
+        self.user = user or user_name()
         self._lock = threading.Lock()
         self._apis: Dict[ClusterKey, KubeApi] = {}
         self._caches: Dict[Tuple[ClusterKey, str], PodCache] = {}

@@ -1,0 +1,60 @@
+"""``podgahp reap``: delete the pods whose HTCondor job no longer exists.
+
+Run by the CE's own condor as a schedd cron job (``02-ce-podgahp-reap.conf``), as the condor user,
+with the CE's configuration: it asks the schedd which grid jobs exist, then lists this CE's pods and
+deletes those no job holds (after a grace period covering a submit whose answer has not reached the
+schedd yet).  If the schedd cannot be asked, nothing is deleted.  Its output is ClassAd attributes,
+which the schedd merges into its own ad (``condor_ce_status -schedd -l`` shows them).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import List, Optional
+
+from gahp.backends.k8s_reaper import ReapResult, reap_orphans
+from gahp.backends.k8s_settings import KubernetesSettings
+from gahp.config import Knobs
+from gahp.schedd import grid_job_ids
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReapSettings:
+    grace_s: int
+    """``PODGAHP_K8S_REAP_GRACE_SECONDS``: youngest age of a pod that may be called an orphan; default 600."""
+    schedd_name: Optional[str]
+    """``PODGAHP_REAP_SCHEDD_NAME``: schedd holding the routed jobs; default ``$(JOB_ROUTER_SCHEDD2_NAME)``,
+    empty = the local schedd."""
+    schedd_pool: Optional[str]
+    """``PODGAHP_REAP_SCHEDD_POOL``: its collector; default ``$(JOB_ROUTER_SCHEDD2_POOL)``."""
+
+    @classmethod
+    def from_knobs(cls, knobs: Knobs) -> "ReapSettings":
+        return cls(grace_s=knobs.integer("PODGAHP_K8S_REAP_GRACE_SECONDS", 600, minimum=0),
+                   schedd_name=knobs.optional("PODGAHP_REAP_SCHEDD_NAME") or knobs.optional("JOB_ROUTER_SCHEDD2_NAME"),
+                   schedd_pool=knobs.optional("PODGAHP_REAP_SCHEDD_POOL") or knobs.optional("JOB_ROUTER_SCHEDD2_POOL"))
+
+
+def reap(knobs: Optional[Knobs] = None, dry_run: bool = False) -> ReapResult:
+    """One pass; raises GahpError (ScheddUnavailable, ConfigError) before any delete when it cannot know."""
+    knobs = knobs or Knobs()
+    settings = ReapSettings.from_knobs(knobs)
+    backend_settings = KubernetesSettings.from_knobs(knobs)
+    live = grid_job_ids("k8s", settings.schedd_name, settings.schedd_pool)
+    result = reap_orphans(backend_settings, live, settings.grace_s, dry_run)
+    log.info("reap: %d pods, %d orphans, %d deleted, %d errors, %d API requests", result.pods, result.orphans,
+             result.deleted, len(result.errors), result.requests)
+    return result
+
+
+def classad_lines(result: ReapResult) -> List[str]:
+    """The pass as ``Attr = value`` lines for a schedd cron job (its PREFIX is prepended)."""
+    lines = [f"Pods = {result.pods}", f"Orphans = {result.orphans}", f"Deleted = {result.deleted}",
+             f"Errors = {len(result.errors)}", f"ApiRequests = {result.requests}"]
+    if result.errors:
+        first = result.errors[0].replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'LastError = "{first[:500]}"')
+    return lines

@@ -1,0 +1,93 @@
+"""A shared CE under attack, with the real schedd, JobRouter and gridmanager: a user claiming another
+user's sandbox, a job ad asking for an image the admin did not allow, and orphan pods cleaned up by
+``podgahp reap`` run by the schedd as a cron job (the shipped 02-ce-podgahp-defaults.conf)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import pytest
+
+from e2e import (ANN_SANDBOX_ID, CE_NAME, COMPLETED, HELD, IMAGE, NAMESPACE, iwd, kube_sim, pilot_submit,
+                 routed_jobs, start_k8s_ce, wait_done, wait_for_pods)
+from gahp.sim.k8s import KubeSim
+from harness import Installation, Pool
+
+pytestmark = pytest.mark.live
+
+__all__ = ["kube_sim"]  # the fixture, imported for pytest
+
+
+def _running(sim: KubeSim, name: str) -> bool:
+    return ((sim.pod(NAMESPACE, name) or {}).get("status") or {}).get("phase") == "Running"
+
+
+def test_claiming_another_users_sandbox_cannot_touch_the_victim(make_pool: Callable[..., Pool],
+                                                                installation: Installation,
+                                                                kube_sim: KubeSim) -> None:
+    installation.ensure_user("mallory")
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    victim_home = iwd(pool)
+    victim = pool.submit(pilot_submit(victim_home, "victim", run_seconds=25), cwd=victim_home)
+    victim_pod = wait_for_pods(pool, victim, 1)[f"{victim}.0"]
+    pool.wait_for(lambda: _running(kube_sim, victim_pod), timeout=60, what="the victim's pod running")
+    sandbox = kube_sim.pod(NAMESPACE, victim_pod)["metadata"]["annotations"][ANN_SANDBOX_ID]  # type: ignore[index]
+
+    mallory_home = iwd(pool, "mallory")
+    attack = pool.submit(pilot_submit(mallory_home, "attack", run_seconds=300,
+                                      extra=[f'+remote_JobDirectory = "home_bl_{sandbox}"']),
+                         user="mallory", cwd=mallory_home)
+    attack_pod = wait_for_pods(pool, attack, 1)[f"{attack}.0"]
+    assert attack_pod != victim_pod
+    pool.run(["condor_rm", f"{attack}.0"], user="mallory")
+    pool.wait_for(lambda: not pool.q(f"ClusterId == {attack}"), timeout=60, what="the attack removed")
+    assert _running(kube_sim, victim_pod) and not kube_sim.pod(NAMESPACE, victim_pod)["metadata"].get(  # type: ignore[index]
+        "deletionTimestamp")
+    done = wait_done(pool, victim, 1, timeout=120)
+    assert done[0]["JobStatus"] == COMPLETED
+
+
+def test_hostile_image_override_is_held_naming_the_knob(make_pool: Callable[..., Pool], installation: Installation,
+                                                        kube_sim: KubeSim) -> None:
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "miner", extra=['+remote_CERequirements = k8s_image == "evil/miner"']),
+                          cwd=home)
+
+    def held() -> Optional[List[Dict[str, Any]]]:
+        ads = [ad for ad in routed_jobs(pool, cluster) if ad.get("JobStatus") == HELD]
+        return ads or None
+    ads = pool.wait_for(held, timeout=90, interval=1, what="the routed job held")
+    assert "PODGAHP_K8S_CPU_ALLOWED_IMAGES" in str(ads[0].get("HoldReason")), ads[0]
+    assert not [p for p in kube_sim.pods(NAMESPACE) if p["spec"]["containers"][0]["image"] == "evil/miner"]
+
+
+def test_schedd_cron_reaps_orphan_pods(make_pool: Callable[..., Pool], installation: Installation,
+                                       kube_sim: KubeSim) -> None:
+    config = (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
+              f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
+              "PODGAHP_REAP_PERIOD = 5\nPODGAHP_K8S_REAP_GRACE_SECONDS = 3\n")
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "kept", run_seconds=60), cwd=home)
+    kept = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
+    orphan = "pilot-0123456789abcdef0123-1"  # a pod of this CE whose job no schedd knows
+    with kube_sim.store.lock:
+        kube_sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": orphan, "namespace": NAMESPACE, "uid": "orphan-uid",
+            "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60)),
+            "labels": {"app.kubernetes.io/managed-by": "podgahp", "podgahp.htcondor.org/ce": CE_NAME}},
+            "spec": {"containers": [{"name": "pilot", "image": IMAGE}]}, "status": {"phase": "Running"}})
+    pool.wait_for(lambda: kube_sim.pod(NAMESPACE, orphan) is None
+                  or kube_sim.pod(NAMESPACE, orphan)["metadata"].get("deletionTimestamp"),  # type: ignore[index]
+                  timeout=90, interval=1, what="the orphan pod deleted by podgahp reap")
+    kept_pod = kube_sim.pod(NAMESPACE, kept)
+    assert kept_pod is not None and not kept_pod["metadata"].get("deletionTimestamp")
+    # Each pass replaces the figures of the previous one in the schedd's ad (the deleting pass may be
+    # gone already): the cron publishes them, and without errors.
+    def published() -> Optional[List[str]]:
+        words = pool.run(["condor_status", "-schedd", "-af", "PodgahpReapPods", "PodgahpReapErrors"]).stdout.split()
+        return words if len(words) == 2 and "undefined" not in words else None
+    figures = pool.wait_for(published, timeout=60, interval=1, what="PodgahpReap* attributes in the schedd's ad")
+    assert int(figures[0]) >= 1 and figures[1] == "0", figures
