@@ -9,6 +9,7 @@ settings from a :class:`Knobs` in their own modules; nothing else calls ``htcond
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pwd
 from dataclasses import dataclass
@@ -27,6 +28,18 @@ def _condor_param() -> Mapping[str, str]:
 
     param: Mapping[str, str] = htcondor2.param
     return param
+
+
+#: Largest value of any numeric knob (seconds, bytes, counts): larger ones are typing mistakes, and
+#: would overflow timeouts and sleeps.
+MAX_KNOB_VALUE = 10 ** 12
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
 
 
 class Knobs:
@@ -69,13 +82,14 @@ class Knobs:
     def integer(self, name: str, default: int, minimum: Optional[int] = None,
                 maximum: Optional[int] = None) -> int:
         value = self._typed(name, default, int, "an integer")
-        self._check_range(name, value, minimum, maximum)
+        self._check_range(name, value, minimum, MAX_KNOB_VALUE if maximum is None else maximum)
         return value
 
     def number(self, name: str, default: float, minimum: Optional[float] = None,
                maximum: Optional[float] = None) -> float:
-        value = self._typed(name, default, float, "a number")
-        self._check_range(name, value, minimum, maximum)
+        """A finite number: ``nan`` and ``inf`` would disable timeouts or overflow them."""
+        value = self._typed(name, default, _finite, "a finite number")
+        self._check_range(name, value, minimum, MAX_KNOB_VALUE if maximum is None else maximum)
         return value
 
     def boolean(self, name: str, default: bool) -> bool:

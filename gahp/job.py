@@ -272,9 +272,40 @@ def _resolve(iwd: str, path: Optional[str]) -> Optional[str]:
     return os.path.normpath(os.path.join(iwd, path))
 
 
+#: Most operator characters outside string literals in a submit ad (real ones have a few hundred).
+MAX_AD_OPERATORS = 4096
+_OPERATOR_CHARS = frozenset("+-*/%&|^!<>=?:~")
+
+
+def _operator_count(text: str) -> int:
+    """Operator characters of a ClassAd's text, string literals skipped."""
+    count, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in _OPERATOR_CHARS:
+            count += 1
+    return count
+
+
 def parse_submit_ad(text: str) -> PilotJob:
     """Parse the (unescaped) submit ad of ``BLAH_JOB_SUBMIT``; raises :class:`InvalidJob`."""
-    parsed = classad2.parseNext(text) if text.strip().startswith("[") else None
+    operators = _operator_count(text)
+    if operators > MAX_AD_OPERATORS:
+        # The ClassAd parser recurses per operator: a hostile ad of ~150,000 of them crashes it.
+        raise InvalidJob(f"submit ad has {operators} operators outside strings, more than the "
+                         f"{MAX_AD_OPERATORS} a pilot's ad can need")
+    try:
+        parsed = classad2.parseNext(text) if text.strip().startswith("[") else None
+    except (ValueError, RuntimeError) as e:
+        raise InvalidJob(f"submit ad is not a valid ClassAd: {str(e)[:200]}") from None
     if parsed is None:
         raise InvalidJob("submit ad is not a valid ClassAd")
     ad = _Ad(parsed)

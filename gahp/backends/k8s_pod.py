@@ -23,6 +23,7 @@ from gahp.backends.k8s_identity import (ANN_USER, DOMAIN, LABEL_CE, LABEL_MANAGE
                                         pod_name, sandbox_key)
 from gahp.backends.k8s_settings import QueueSettings, label_value
 from gahp.errors import ConfigError, InvalidJob
+from gahp.files import TooLarge, read_input
 from gahp.job import PilotJob
 
 JsonObj = Dict[str, Any]
@@ -137,16 +138,6 @@ class StagedFile:
     data: bytes
 
 
-def _read(path: str, what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except IsADirectoryError:
-        raise InvalidJob(f"{what} {path} is a directory; only files can be staged into the pod") from None
-    except OSError as e:
-        raise InvalidJob(f"{what} {path} cannot be read: {e.strerror}") from e
-
-
 def stage_inputs(job: PilotJob, queue: QueueSettings, max_bytes: int) -> List[StagedFile]:
     """Cmd, In, TransferInput, the proxy and the queue's token file, as Secret entries.
 
@@ -179,7 +170,10 @@ def stage_inputs(job: PilotJob, queue: QueueSettings, max_bytes: int) -> List[St
                 continue
             raise InvalidJob(f"inputs {by_name[name]} and {path} have the same name {name!r}; the pod's "
                              "working directory can hold only one")
-        data = _read(path, what)
+        try:
+            data = read_input(path, what, max(0, max_bytes - total), "PODGAHP_K8S_SECRET_MAX_BYTES")
+        except TooLarge:
+            data, total = b"", max_bytes + 1
         total += len(data)
         if total > max_bytes:
             raise InvalidJob(f"staged inputs exceed the Kubernetes Secret size limit: {total} bytes or more "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.errors import InvalidJob
+from gahp.files import read_input
 from gahp.job import PilotJob
 
 #: Prefix of every Lancium job name podgahp creates; the sandbox id follows it.
@@ -151,16 +152,7 @@ class InputFile:
 
 
 def _read(path: str, what: str, limit: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except IsADirectoryError:
-        raise InvalidJob(f"{what} {path} is a directory; only files can be sent to Lancium") from None
-    except OSError as e:
-        raise InvalidJob(f"cannot read {what} {path}: {e.strerror}") from None
-    if len(data) > limit:
-        raise InvalidJob(f"{what} {path} is larger than PODGAHP_LANCIUM_MAX_INPUT_BYTES = {limit}")
-    return data
+    return read_input(path, what, limit, "PODGAHP_LANCIUM_MAX_INPUT_BYTES")
 
 
 def launcher(executable: str, arguments: Tuple[str, ...], stdin: Optional[str],

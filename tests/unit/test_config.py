@@ -21,7 +21,7 @@ KNOB = re.compile(r"\b((?:PODGAHP|K8S|LANCIUM)_[A-Z0-9_]*[A-Z0-9])\b")
 @pytest.mark.parametrize("method, value, message", [
     ("integer", "ten", "PODGAHP_X = 'ten' is not an integer"),
     ("integer", "0", "PODGAHP_X = 0 is below the minimum of 1"),
-    ("number", "1e", "PODGAHP_X = '1e' is not a number"),
+    ("number", "1e", "PODGAHP_X = '1e' is not a finite number"),
     ("boolean", "maybe", "PODGAHP_X = 'maybe' is not a boolean"),
 ], ids=["integer", "minimum", "number", "boolean"])
 def test_bad_knob_values_name_knob_value_and_form(method: str, value: str, message: str) -> None:
@@ -114,3 +114,20 @@ def test_htcondor_reads_the_shipped_files(tmp_path: Path) -> None:
     values = json.loads(out.stdout)
     assert values == {"K8S_GAHP": "/usr/bin/k8s_gahp", "LANCIUM_GAHP": "/usr/bin/lancium_gahp",
                       "PODGAHP_WORKERS": "16"}
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e400"])
+def test_numbers_must_be_finite(value: str) -> None:
+    from gahp.config import Knobs
+
+    with pytest.raises(ConfigError, match=f"SOME_TIMEOUT = '{value}' is not a finite number"):
+        Knobs({"SOME_TIMEOUT": value}).number("SOME_TIMEOUT", 1.0)
+
+
+def test_huge_numbers_are_refused() -> None:
+    from gahp.config import Knobs
+
+    with pytest.raises(ConfigError, match="above the maximum"):
+        Knobs({"N": "1e300"}).number("N", 1.0)
+    with pytest.raises(ConfigError, match="above the maximum"):
+        Knobs({"N": str(10 ** 30)}).integer("N", 1)

@@ -152,3 +152,13 @@ def test_status_ads() -> None:
     (Phase.IDLE, 1), (Phase.RUNNING, 2), (Phase.REMOVED, 3), (Phase.COMPLETED, 4), (Phase.HELD, 5)])
 def test_blahp_status_codes(phase: Phase, code: int) -> None:
     assert JobState(phase).blahp_status == code
+
+
+@pytest.mark.parametrize("ad,message", [
+    ("[ A = " + " + ".join(["1"] * 5000) + " ]", "operators outside strings"),
+    ("[ A = " + "(" * 20000 + "1" + ")" * 20000 + " ]", "not a valid ClassAd"),
+    ('[ Cmd = "' + "+" * 100000 + '"; Iwd = "/x" ]', "no JobDirectory"),
+], ids=["many-operators", "deep-nesting", "operators-in-a-string-are-fine"])
+def test_hostile_ads_are_refused_clearly(ad: str, message: str) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        parse_submit_ad(ad)

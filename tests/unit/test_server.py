@@ -108,7 +108,7 @@ def test_a_misconfigured_backend_still_answers(start_gahp: Start, tmp_path: Path
     gahp.command("BLAH_JOB_STATUS", "4", "memory/x/1/0")
     results = gahp.wait_results(["2", "3", "4"])
     for fields in results.values():
-        assert fields[0] == "1" and "PODGAHP_MEMORY_RUN_SECONDS = 'soon' is not a number" in fields[1]
+        assert fields[0] == "1" and "PODGAHP_MEMORY_RUN_SECONDS = 'soon' is not a finite number" in fields[1]
     assert len(results["2"]) == 2 and len(results["3"]) == 3 and len(results["4"]) == 4
 
 
