@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO
 
 import click
 
@@ -77,16 +76,28 @@ def routes_check(config_file: str, jobs_file: str | None, ce: bool) -> None:
 
 
 @routes.command("convert")
-@click.argument("config_file", type=click.File("r"))
-def routes_convert(config_file: "IO[str]") -> None:
+@click.argument("config_file", type=click.Path(dir_okay=False, allow_dash=True))
+def routes_convert(config_file: str) -> None:
     """Print CONFIG_FILE's JOB_ROUTER_ENTRIES as JOB_ROUTER_ROUTE_* routes (HTCondor 24.10+ syntax)."""
     from gahp import routes as routes_lib
     from gahp.errors import GahpError
+    from gahp.files import read_input
 
     try:
-        click.echo(routes_lib.convert(config_file.read()), nl=False)
+        if config_file == "-":
+            data = sys.stdin.buffer.read(routes_lib.MAX_ROUTES_FILE_BYTES + 1)
+        else:
+            data = read_input(config_file, "routes file", routes_lib.MAX_ROUTES_FILE_BYTES, "a routes file")
+        if b"\0" in data or len(data) > routes_lib.MAX_ROUTES_FILE_BYTES:
+            raise click.ClickException(f"{config_file}: not a routes file (binary, or larger than "
+                                       f"{routes_lib.MAX_ROUTES_FILE_BYTES} bytes)")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise click.ClickException(f"{config_file}: not UTF-8 text (byte {e.start})") from None
+        click.echo(routes_lib.convert(text), nl=False)
     except GahpError as e:
-        raise click.ClickException(str(e)) from e
+        raise click.ClickException(str(e)) from None
 
 
 @main.command()

@@ -58,7 +58,20 @@ class _ContextFilter(logging.Filter):
         return True
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for one log line: control characters (newlines too: a user's field must not
+    forge a line) and bytes that were not UTF-8 (surrogate escapes) become backslash escapes."""
+    text = _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group()), text)
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class _MaskingFormatter(logging.Formatter):
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        return printable(super().formatMessage(record))
+
     def format(self, record: logging.LogRecord) -> str:
         return mask_secrets(super().format(record))
 
@@ -76,7 +89,8 @@ def setup(settings: ServerSettings) -> str:
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             handler = logging.handlers.RotatingFileHandler(
-                path, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups)
+                path, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups, encoding="utf-8",
+                errors="backslashreplace")
             where = path
             break
         except OSError as e:

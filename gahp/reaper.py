@@ -23,8 +23,6 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReapSettings:
-    grace_s: int
-    """``PODGAHP_K8S_REAP_GRACE_SECONDS``: youngest age of a pod that may be called an orphan; default 600."""
     schedd_name: Optional[str]
     """``PODGAHP_REAP_SCHEDD_NAME``: schedd holding the routed jobs; default ``$(JOB_ROUTER_SCHEDD2_NAME)``,
     empty = the local schedd."""
@@ -33,8 +31,7 @@ class ReapSettings:
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> "ReapSettings":
-        return cls(grace_s=knobs.integer("PODGAHP_K8S_REAP_GRACE_SECONDS", 600, minimum=0),
-                   schedd_name=knobs.optional("PODGAHP_REAP_SCHEDD_NAME") or knobs.optional("JOB_ROUTER_SCHEDD2_NAME"),
+        return cls(schedd_name=knobs.optional("PODGAHP_REAP_SCHEDD_NAME") or knobs.optional("JOB_ROUTER_SCHEDD2_NAME"),
                    schedd_pool=knobs.optional("PODGAHP_REAP_SCHEDD_POOL") or knobs.optional("JOB_ROUTER_SCHEDD2_POOL"))
 
 
@@ -44,7 +41,7 @@ def reap(knobs: Optional[Knobs] = None, dry_run: bool = False) -> ReapResult:
     settings = ReapSettings.from_knobs(knobs)
     backend_settings = KubernetesSettings.from_knobs(knobs)
     live = grid_job_ids("k8s", settings.schedd_name, settings.schedd_pool)
-    result = reap_orphans(backend_settings, live, settings.grace_s, dry_run)
+    result = reap_orphans(backend_settings, live, backend_settings.reap_grace_s, dry_run)
     log.info("reap: %d pods, %d orphans, %d deleted, %d errors, %d API requests", result.pods, result.orphans,
              result.deleted, len(result.errors), result.requests)
     return result

@@ -554,6 +554,39 @@ def route_jobs(tools: "_Tools", jobs_file: str, out_file: str) -> Tuple[Dict[str
     return routed, output
 
 
+#: Lines of a configuration file that would run a program, or read files other than the one checked.
+_UNSAFE_LINE = re.compile(r"^\s*(include\b|@include\b|(LOCAL_CONFIG_FILE|LOCAL_CONFIG_DIR|LOCAL_ROOT_CONFIG_FILE|"
+                          r"JOB_ROUTER_ENTRIES_CMD|JOB_ROUTER_ENTRIES_FILE)\s*=|.*\|\s*$)", re.IGNORECASE)
+#: Largest routes file checked (real ones are a few KiB).
+MAX_ROUTES_FILE_BYTES = 4 * 1024 * 1024
+
+
+def _without_commands(path: str, tmp: str) -> Tuple[str, List[str]]:
+    """A copy of ``path`` in ``tmp`` whose lines that would run commands or read other files are
+    commented out (``routes check`` never executes what the file it checks says); and a warning per
+    such line, showing it unexecuted."""
+    from gahp.files import read_input
+    from gahp.errors import InvalidJob
+
+    try:
+        data = read_input(path, "routes file", MAX_ROUTES_FILE_BYTES, "a routes file")
+    except InvalidJob as e:
+        raise RoutesError(str(e)) from None
+    if b"\0" in data:
+        raise RoutesError(f"{path}: not a text file (it holds NUL bytes)")
+    text = data.decode("utf-8", "surrogateescape")
+    lines, warnings = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if _UNSAFE_LINE.match(line):
+            shown = line.strip().encode("utf-8", "backslashreplace").decode("utf-8")[:200]
+            warnings.append(f"line {number} not executed or followed (routes check reads this file only): {shown}")
+            line = "# (disabled by podgahp routes check) " + line
+        lines.append(line)
+    checked = os.path.join(tmp, "routes-checked.conf")
+    Path(checked).write_bytes("\n".join(lines).encode("utf-8", "surrogateescape") + b"\n")
+    return checked, warnings
+
+
 def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> Report:
     """Check the routes in config file ``path`` with HTCondor's JobRouter code, offline.
 
@@ -580,7 +613,8 @@ def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> R
                 Path(tmp, "ce-router-transforms.conf").write_text(CE_ROUTER_TRANSFORMS)
                 parts.append(f"include : {tmp}/ce-router-transforms.conf\n")
                 transforms = "HTCondor-CE router transforms (built-in copy)"
-        parts.append(f"include : {path}\n")
+        checked, disabled = _without_commands(path, tmp)
+        parts.append(f"include : {checked}\n")
         Path(config).write_text("".join(parts))
         tools = _Tools(config)
 
@@ -593,7 +627,7 @@ def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> R
         routes = _parse_listing(listing)
         messages = _router_errors(listing)
         problems: List[str] = []
-        warnings: List[str] = []
+        warnings: List[str] = list(disabled)
 
         expected = _route_names(tools.config_val("JOB_ROUTER_ROUTE_NAMES"))
         entries = _entries_names(tools)

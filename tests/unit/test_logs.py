@@ -45,3 +45,20 @@ def test_an_unwritable_log_falls_back_to_home_then_stderr(tmp_path: Path,
     monkeypatch.setenv("HOME", str(blocker))
     where = logs.setup(settings)
     assert where.startswith("stderr") and "PodgahpLog.k8s.x" in where
+
+
+def test_non_utf8_and_control_characters_are_escaped_on_one_line(tmp_path: Path) -> None:
+    import logging as std_logging
+
+    from gahp import logs
+    from gahp.config import ServerSettings
+
+    settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(tmp_path / "log")}), "memory")
+    logs.setup(settings)
+    hostile = b"job \xff\xfe\nFAKE 2026 req=1 job=forged".decode("utf-8", "surrogateescape")
+    std_logging.getLogger("gahp.test").warning("refused %s", hostile)
+    for handler in std_logging.getLogger().handlers:
+        handler.flush()
+    lines = (tmp_path / "log").read_bytes().decode("utf-8").splitlines()
+    assert len(lines) == 1, lines
+    assert "refused job \\udcff\\udcfe\\x0aFAKE 2026" in lines[0]

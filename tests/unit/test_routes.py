@@ -292,3 +292,38 @@ def test_report_text() -> None:
                      "disk           20000000 KiB", "gpus           1", "wall time      172800 s",
                      "route settings condorce = 1", "no route takes it", "Problems:", "FAILED"):
         assert expected in text
+
+
+def test_routes_check_never_runs_what_the_file_says(tmp_path: Path) -> None:
+    from gahp.routes import _without_commands
+
+    marker = tmp_path / "ran"
+    routes = tmp_path / "routes.conf"
+    routes.write_text("\n".join([
+        "JOB_ROUTER_ROUTE_NAMES = A",
+        f"include command : touch {marker}",
+        f"  INCLUDE ifexist command : touch {marker}",
+        "@include : /etc/passwd",
+        f"LOCAL_CONFIG_FILE = /bin/touch {marker} |",
+        f"JOB_ROUTER_ENTRIES_CMD = /bin/touch {marker}",
+        "JOB_ROUTER_ROUTE_A @=jrt", "  UNIVERSE 9", "@jrt", ""]))
+    checked, warnings = _without_commands(str(routes), str(tmp_path))
+    text = Path(checked).read_text()
+    assert [w.split(" not ", 1)[0] for w in warnings] == ["line 2", "line 3", "line 4", "line 5", "line 6"]
+    assert all("not executed or followed" in w for w in warnings)
+    assert text.count("# (disabled by podgahp routes check)") == 5
+    assert "JOB_ROUTER_ROUTE_A @=jrt" in text and not marker.exists()
+
+
+@pytest.mark.parametrize("data,message", [(b"\x7fELF\x00\x01", "not a routes file"),
+                                          (b"JOB_ROUTER_ENTRIES = \xff\xfe", "not UTF-8 text")])
+def test_convert_of_a_binary_file_is_one_clear_line(tmp_path: Path, data: bytes, message: str) -> None:
+    import subprocess
+    import sys as system
+
+    path = tmp_path / "bin.conf"
+    path.write_bytes(data)
+    podgahp = str(Path(system.executable).parent / "podgahp")
+    proc = subprocess.run([podgahp, "routes", "convert", str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -208,7 +208,7 @@ def test_stale_unsubmitted_job_is_replaced(backend: LanciumBackend, sim: Lancium
         ({"memory_mb": 200 * 1024}, "exceeds the limit of 128 GB"),
         ({"settings": {"lancium_qos": "urgent"}}, "lancium_qos = 'urgent' is not a Lancium QOS"),
         ({"queue": "gpu"}, "Queue (the route's BatchQueue) = 'gpu'"),
-        ({"executable": "/nonexistent/pilot"}, "cannot read executable /nonexistent/pilot"),
+        ({"executable": "/nonexistent/pilot"}, "executable /nonexistent/pilot cannot be read"),
         ({"gpus": 9}, "at most 8 GPUs"),
     ],
     ids=["too-much-memory", "bad-qos-setting", "queue-not-a-qos", "missing-executable", "too-many-gpus"],
