@@ -98,3 +98,15 @@ def test_cancel_retries_give_up_after_the_knob(make_backend: BackendFactory, sim
     sim.wait_for(lambda: backend_._cancels.pending() == 0, 10, "retries given up")
     sim.clear_faults()
     assert pod_of(sim, job_id) is not None  # left to podgahp reap
+
+
+def test_a_create_answered_too_late_is_not_made_twice(make_backend: BackendFactory, sim: KubeSim,
+                                                      tmp_path: Path) -> None:
+    # The API server makes the pod but answers after the client's timeout: the retry's create gets
+    # AlreadyExists, and the submit returns the pod that was made (not a second one).
+    backend = make_backend(PODGAHP_K8S_REQUEST_TIMEOUT_SECONDS="0.5")
+    sim.delay_next(1.5, method="POST", path="/pods$")
+    job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "60")]))
+    sim.wait_for(lambda: len(sim.requests("POST", "/pods$")) >= 2, 10, "both creates answered")
+    assert sorted(r.status for r in sim.requests("POST", "/pods$")) == [201, 409]
+    assert len(sim.pods(NAMESPACE)) == 1 and pod_of(sim, job_id) is not None
