@@ -66,6 +66,7 @@ def test_hostile_image_override_is_held_naming_the_knob(make_pool: Callable[...,
 def test_schedd_cron_reaps_orphan_pods(make_pool: Callable[..., Pool], installation: Installation,
                                        kube_sim: KubeSim) -> None:
     config = (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
+              f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
               f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
               "PODGAHP_REAP_PERIOD = 5\nPODGAHP_K8S_REAP_GRACE_SECONDS = 3\n")
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
