@@ -261,8 +261,10 @@ def pods_by_sandbox(sim: KubeSim) -> Dict[str, List[str]]:
 
 
 def pod_creations(sim: KubeSim) -> List[str]:
-    """Paths of the successful pod creations the simulator served (one per pod ever created)."""
-    return [r.path for r in sim.requests("POST", f"/namespaces/{NAMESPACE}/pods$") if r.status == 201]
+    """Paths of the successful pod creations the simulator served (one per pod ever created; the
+    dry-run creates of BLAH_PING store nothing and are not counted)."""
+    return [r.path for r in sim.requests("POST", f"/namespaces/{NAMESPACE}/pods$")
+            if r.status == 201 and not r.query.get("dryRun")]
 
 
 def pod_deletions(sim: KubeSim, name: str) -> List[int]:
