@@ -52,6 +52,12 @@ def split(line: str) -> List[str]:
     return fields
 
 
+def newline_escaped(text: bytes) -> bool:
+    """Whether a newline right after ``text`` is escaped: ``text`` ends in an odd run of backslashes."""
+    run = len(text) - len(text.rstrip(b"\\"))
+    return run % 2 == 1
+
+
 def join(fields: Sequence[str]) -> str:
     """One output line from its fields."""
     return " ".join(escape(f) for f in fields)

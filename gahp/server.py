@@ -200,17 +200,39 @@ class Server:
 
     # ---------------------------------------------------------------------------------- loop
     def _read_line(self) -> Optional[bytes]:
-        """The next line without its newline; None at EOF; raises ValueError if over the limit."""
-        line = self._stdin.readline(self._max_line + 1)
-        if not line:
-            return None
-        if line.endswith(b"\n"):
-            return line[:-1]
-        if len(line) <= self._max_line:
-            return line  # last line without a newline
-        while line and not line.endswith(b"\n"):
-            line = self._stdin.readline(1024 * 1024)
-        raise ValueError("line too long")
+        """The next request line without its newline; None at EOF; ValueError if over the limit.
+
+        As the gridmanager's ``read_argv``, a newline after an odd number of backslashes is escaped:
+        it belongs to a field, and the request goes on (one request, one reply).
+        """
+        line = b""
+        while True:
+            part = self._stdin.readline(self._max_line + 1 - len(line))
+            if not part:
+                return line if line else None
+            line += part
+            if line.endswith(b"\n") and protocol.newline_escaped(line[:-1]):
+                if len(line) > self._max_line:
+                    self._skip_rest()
+                    raise ValueError("line too long")
+                continue
+            if line.endswith(b"\n"):
+                return line[:-1]
+            if len(line) <= self._max_line:
+                return line  # last line without a newline
+            self._skip_rest()
+            raise ValueError("line too long")
+
+    def _skip_rest(self) -> None:
+        """Discard the rest of an over-long request, escaped newlines included."""
+        tail = b"x"
+        while True:
+            part = self._stdin.readline(1024 * 1024)
+            if not part:
+                return
+            tail = (tail + part)[-(1024 * 1024 + 2):]
+            if part.endswith(b"\n") and not protocol.newline_escaped(tail[:-1]):
+                return
 
     def serve(self) -> int:
         """Run until EOF, SIGTERM or QUIT; returns the exit status."""

@@ -271,3 +271,22 @@ def test_log_lines_carry_request_and_job_ids(start_gahp: Start, tmp_path: Path) 
     log = next(tmp_path.glob("PodgahpLog.memory.*")).read_text()
     line = next(line for line in log.splitlines() if "BLAH_JOB_SUBMIT rc=0" in line)
     assert "req=2" in line and f"job={job_id}" in line
+
+
+@pytest.mark.parametrize("backslashes,requests", [(1, 1), (2, 2), (3, 1)], ids=["escaped", "escaped-backslash",
+                                                                             "both"])
+def test_an_escaped_newline_stays_in_its_field(start_gahp: Start, backslashes: int, requests: int) -> None:
+    gahp = start_gahp()
+    gahp.start()
+    # as the gridmanager's read_argv: a newline after an odd run of backslashes is part of the field
+    gahp.send(b"BLAH_JOB_STATUS 2 memory/a" + b"\\" * backslashes + b"\nb/0/1")
+    replies = [gahp.read() for _ in range(requests)]
+    gahp.send("BLAH_JOB_STATUS 3 memory/x/1/0")
+    assert gahp.read() == ["S"]
+    assert all(reply[0] in ("S", "E") for reply in replies)
+    if requests == 1:
+        assert replies == [["S"]]
+        results = gahp.wait_results(["2", "3"])
+        assert set(results) == {"2", "3"}
+    gahp.close()
+    check_every_line_parses(gahp)
