@@ -147,6 +147,10 @@ class ServerSettings:
     """
     max_line_bytes: int
     """``PODGAHP_MAX_LINE_BYTES``: longest request line accepted; default 16777216."""
+    max_pending: int
+    """``PODGAHP_MAX_PENDING_REQUESTS``: most requests queued or running; default 1000."""
+    max_pending_bytes: int
+    """``PODGAHP_MAX_PENDING_BYTES``: most bytes of arguments queued or running; default 67108864."""
 
     @classmethod
     def from_knobs(cls, knobs: Knobs, backend: str) -> ServerSettings:
@@ -171,4 +175,6 @@ class ServerSettings:
             workers=knobs.integer("PODGAHP_WORKERS", 16, minimum=1, maximum=1024),
             request_timeout_s=timeout,
             max_line_bytes=knobs.integer("PODGAHP_MAX_LINE_BYTES", 16 * 1024 * 1024, minimum=4096),
+            max_pending=knobs.integer("PODGAHP_MAX_PENDING_REQUESTS", 1000, minimum=1),
+            max_pending_bytes=knobs.integer("PODGAHP_MAX_PENDING_BYTES", 64 * 1024 * 1024, minimum=4096),
         )

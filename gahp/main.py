@@ -93,7 +93,8 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
         backend = build_backend(backend_name, knobs)
     server = Server(Commands(backend).handlers(), sys.stdin.buffer, protocol_fd,
                     workers=settings.workers, request_timeout_s=settings.request_timeout_s,
-                    max_line_bytes=settings.max_line_bytes)
+                    max_line_bytes=settings.max_line_bytes, max_pending=settings.max_pending,
+                    max_pending_bytes=settings.max_pending_bytes)
     try:
         return server.serve()
     finally:

@@ -36,11 +36,16 @@ class _Stop(BaseException):
     """Raised in the main thread by SIGTERM to leave the read loop (past any per-line handler)."""
 
 
+#: The second field of the one non-S reply the gridmanager accepts (gahp-client.cpp GahpOverloadError).
+OVERLOADED = "Threads limit reached"
+
+
 @dataclass
 class _Pending:
     command: protocol.AsyncCommand
     deadline: float
     started: float
+    size: int = 0
 
 
 class Server:
@@ -48,7 +53,8 @@ class Server:
 
     def __init__(self, handlers: Mapping[str, Handler], stdin: BinaryIO, stdout_fd: int,
                  workers: int = 16, request_timeout_s: float = 240.0,
-                 max_line_bytes: int = 16 * 1024 * 1024) -> None:
+                 max_line_bytes: int = 16 * 1024 * 1024, max_pending: int = 1000,
+                 max_pending_bytes: int = 64 * 1024 * 1024) -> None:
         unknown = set(handlers) - set(protocol.ASYNC_COMMANDS)
         if unknown:
             raise ValueError(f"handlers for unknown commands: {sorted(unknown)}")
@@ -64,6 +70,9 @@ class Server:
         self._closed = False
         self._timeout = request_timeout_s
         self._max_line = max_line_bytes
+        self._max_pending = max_pending
+        self._max_pending_bytes = max_pending_bytes
+        self._pending_bytes = 0
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="request")
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._expire_loop, name="watchdog", daemon=True)
@@ -90,8 +99,10 @@ class Server:
     def _add_result(self, request_id: str, fields: List[str]) -> None:
         line = protocol.join([request_id, *fields])
         with self._lock:
-            if self._pending.pop(request_id, None) is None:
+            done = self._pending.pop(request_id, None)
+            if done is None:
                 return  # already answered (timed out); a late result is dropped
+            self._pending_bytes -= done.size
             self._results.append(line)
             notify = self._async and not self._r_written
             if notify:
@@ -109,6 +120,14 @@ class Server:
     # ---------------------------------------------------------------------------------- requests
     def _run(self, request_id: str, command: protocol.AsyncCommand, args: List[str]) -> None:
         started = time.monotonic()
+        with self._lock:
+            expired = request_id not in self._pending
+        if expired:
+            # It waited in the queue past its deadline and was answered "timed out": it must not act
+            # now, unseen (a submit would make a pod nobody tracks).
+            with logs.request_context(request_id):
+                log.warning("%s timed out while queued; not run", command.name)
+            return
         with logs.request_context(request_id):
             try:
                 fields = self._handlers[command.name](args)
@@ -150,16 +169,31 @@ class Server:
             return
         request_id = fields[1]
         now = time.monotonic()
+        size = sum(len(a) for a in args)
+        full = ""
         with self._lock:
-            if request_id in self._pending:
-                duplicate = True
-            else:
-                duplicate = False
-                self._pending[request_id] = _Pending(command, now + self._timeout, now)
+            duplicate = request_id in self._pending
+            busy = len(self._pending) > 0
+            if len(self._pending) >= self._max_pending:
+                full = f"{len(self._pending)} requests pending (PODGAHP_MAX_PENDING_REQUESTS)"
+            elif self._pending_bytes + size > self._max_pending_bytes:
+                full = f"{self._pending_bytes + size} bytes of requests pending (PODGAHP_MAX_PENDING_BYTES)"
+            if not duplicate and not (full and busy):
+                self._pending[request_id] = _Pending(command, now + self._timeout, now, 0 if full else size)
+                self._pending_bytes += 0 if full else size
         if duplicate:
             self._reply("E", f"request id {request_id} is already pending")
             return
+        if full and busy:
+            # The one refusal the gridmanager takes: it lowers its in-flight limit and sends the
+            # request again later (it does so only while other requests of this GAHP are pending).
+            log.warning("queue full (%s); request %s refused for now", full, request_id)
+            self._reply("F", OVERLOADED)
+            return
         self._reply("S")
+        if full:  # alone and still too large: answered at once with an error result
+            self._add_result(request_id, command.failure(f"request too large: {full}"))
+            return
         self._pool.submit(self._run, request_id, command, args)
 
     def _sync_request(self, fields: List[str]) -> bool:

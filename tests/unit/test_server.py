@@ -290,3 +290,43 @@ def test_an_escaped_newline_stays_in_its_field(start_gahp: Start, backslashes: i
         assert set(results) == {"2", "3"}
     gahp.close()
     check_every_line_parses(gahp)
+
+
+def test_a_full_queue_refuses_with_the_one_reply_the_gridmanager_takes(start_gahp: Start) -> None:
+    gahp = start_gahp(PODGAHP_MAX_PENDING_REQUESTS="3", PODGAHP_WORKERS="1", PODGAHP_MEMORY_DELAY_SECONDS="1")
+    gahp.start()
+    replies = [gahp.command("BLAH_JOB_STATUS", str(i), f"memory/s{i}/1/0") for i in range(2, 7)]
+    assert replies[:3] == [["S"], ["S"], ["S"]]
+    assert replies[3:] == [["F", "Threads limit reached"]] * 2  # exactly gahp-client.cpp's GahpOverloadError
+    assert set(gahp.wait_results(["2", "3", "4"], timeout=30)) == {"2", "3", "4"}
+    assert gahp.command("BLAH_JOB_STATUS", "5", "memory/s5/1/0") == ["S"]  # room again
+    gahp.close()
+
+
+def test_a_lone_request_over_the_byte_limit_gets_an_error_result(start_gahp: Start, tmp_path: Path) -> None:
+    gahp = start_gahp(PODGAHP_MAX_PENDING_BYTES="4096")
+    gahp.start()
+    assert gahp.command("BLAH_JOB_SUBMIT", "2", "[ A = \"" + "x" * 5000 + "\" ]") == ["S"]
+    result = gahp.wait_results(["2"])["2"]
+    assert result[0] == "1" and "request too large" in result[1] and "PODGAHP_MAX_PENDING_BYTES" in result[1]
+    gahp.close()
+
+
+def test_a_request_that_timed_out_in_the_queue_never_runs(start_gahp: Start, tmp_path: Path) -> None:
+    gahp = start_gahp(PODGAHP_WORKERS="1", PODGAHP_MEMORY_DELAY_SECONDS="3", PODGAHP_REQUEST_TIMEOUT_SECONDS="1",
+                      PODGAHP_DEBUG="INFO")
+    gahp.start()
+    gahp.command("BLAH_JOB_STATUS", "2", "memory/a/1/0")
+    gahp.command("BLAH_JOB_SUBMIT", "3", submit_ad(tmp_path))  # waits behind 2, times out queued
+    results = gahp.wait_results(["2", "3"], timeout=30)
+    assert "timed out" in results["3"][1]
+
+    def log_text() -> str:
+        return "".join(p.read_text() for p in tmp_path.glob("PodgahpLog.*"))
+    deadline = time.monotonic() + 20
+    while "timed out while queued" not in log_text():  # the worker reaches it once request 2 is done
+        assert time.monotonic() < deadline, log_text()
+        time.sleep(0.1)
+    gahp.close()
+    assert "BLAH_JOB_SUBMIT timed out while queued; not run" in log_text()
+    assert "BLAH_JOB_SUBMIT rc=" not in log_text()
