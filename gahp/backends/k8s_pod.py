@@ -21,6 +21,7 @@ import yaml
 from gahp.backends.k8s_identity import (ANN_USER, DOMAIN, LABEL_CE, LABEL_MANAGED_BY, LABEL_OWNER,
                                         LABEL_SANDBOX, MANAGED_BY, job_id, owner_labels, parse_job_id,
                                         pod_name, sandbox_key)
+from gahp.backends.k8s_schema import schema_errors
 from gahp.backends.k8s_settings import QueueSettings, label_value
 from gahp.errors import ConfigError, InvalidJob
 from gahp.files import TooLarge, read_input
@@ -74,6 +75,9 @@ def selector(ce_name: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # Templates.
 
+#: Largest pod template read (real ones are a few KiB).
+MAX_TEMPLATE_BYTES = 1024 * 1024
+
 _template_lock = threading.Lock()
 _template_cache: Dict[str, Tuple[float, JsonObj]] = {}
 
@@ -90,9 +94,11 @@ def load_template(path: Optional[str]) -> JsonObj:
         cached = _template_cache.get(path)
     if cached is None or cached[0] != mtime:
         try:
-            with open(path) as f:
-                template = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError) as e:
+            template = yaml.safe_load(read_input(path, "pod template", MAX_TEMPLATE_BYTES, "a pod template")
+                                      .decode("utf-8"))
+        except InvalidJob as e:
+            raise ConfigError(str(e)) from None
+        except (UnicodeDecodeError, yaml.YAMLError) as e:
             raise ConfigError(f"pod template {path} is not readable YAML: {e}") from e
         check_template(template, path)
         with _template_lock:
@@ -114,6 +120,9 @@ def check_template(template: Any, path: str) -> None:
     for key in ("metadata",):
         if key in template and not isinstance(template[key], dict):
             raise ConfigError(f"pod template {path}: {key} is not a mapping")
+    errors = schema_errors(template)
+    if errors:
+        raise ConfigError(f"pod template {path} does not fit the Pod schema: " + "; ".join(errors))
 
 
 def pilot_container(spec: JsonObj) -> JsonObj:
