@@ -10,7 +10,9 @@ test reaches it only over HTTP, through a kubeconfig written by :meth:`KubeSim.w
 It serves HTTPS by default, with a CA of its own (:mod:`gahp.sim.kube.tls`), and authenticates a
 request by the bearer token or by a client certificate that CA signed; the kubeconfig carries the CA
 (``certificate-authority-data``), and :meth:`KubeSim.write_service_account` lays out the in-cluster
-service-account directory.  ``tls=False`` serves plain HTTP.
+service-account directory.  ``tls=False`` serves plain HTTP.  ConfigMaps, ServiceAccounts, Roles,
+RoleBindings and Deployments are stored (no controllers) so that manifests apply with kubectl; a
+service account's token (:meth:`KubeSim.service_account_token`) is authorized by the Roles bound to it.
 
 Simulated container behaviour is configured by env vars (``value`` only) of each container:
 
@@ -47,6 +49,7 @@ import ipaddress
 import logging
 import os
 import re
+import secrets
 import signal
 import ssl
 import threading
@@ -195,12 +198,22 @@ class KubeSim:
             yaml.safe_dump(doc, f, default_flow_style=False)
         return path
 
-    def write_service_account(self, directory: str, namespace: str = "default") -> Dict[str, str]:
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token for service account ``namespace/name``: its requests are authorized by the Roles
+        that RoleBindings in their namespace bind to it (and nothing else)."""
+        token = "sa-" + secrets.token_hex(16)
+        self.api.sa_tokens[token] = f"system:serviceaccount:{namespace}:{name}"
+        return token
+
+    def write_service_account(self, directory: str, namespace: str = "default",
+                              account: Optional[str] = None) -> Dict[str, str]:
         """Lay out an in-cluster service-account directory (``token``, ``ca.crt``, ``namespace``) as
         the kubelet mounts it in a pod, and return the environment a pod of this cluster sees
-        (``KUBERNETES_SERVICE_HOST`` / ``_PORT``)."""
+        (``KUBERNETES_SERVICE_HOST`` / ``_PORT``).  With ``account``, the token is that service
+        account's (authorized by RBAC objects); else the cluster's admin token."""
         os.makedirs(directory, exist_ok=True)
-        files = {"token": (self.api.token or "unused").encode(), "namespace": namespace.encode()}
+        token = self.service_account_token(namespace, account) if account else (self.api.token or "unused")
+        files = {"token": token.encode(), "namespace": namespace.encode()}
         if self.ca is not None:
             files["ca.crt"] = self.ca.ca_pem
         for name, data in files.items():

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
 from urllib.parse import parse_qs, urlsplit
 
-from . import admission, openapi
+from . import admission, objects, openapi, rbac
 from .cluster import TERMINAL, Cluster
 from .config import PodQuota, RbacRule, SimConfig
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, \
@@ -96,6 +96,16 @@ def _fault_body(status: int, retry_after: Optional[int]) -> JsonObj:
     return status_body(status, reasons.get(status, "InternalError"), "injected fault")
 
 
+def _group_of(resource: str) -> str:
+    base = resource.partition("/")[0]
+    if base == "priorityclasses":
+        return "scheduling.k8s.io"
+    if base == "selfsubjectaccessreviews":
+        return "authorization.k8s.io"
+    kind = objects.PLAIN_KINDS.get(base)
+    return kind.group if kind is not None else ""
+
+
 def _truthy(value: Optional[str]) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
@@ -118,6 +128,9 @@ class Api:
         self.config = config
         self.token: Optional[str] = config.token
         self.role: Optional[Tuple[str, List[Tuple[FrozenSet[str], FrozenSet[str]]]]] = None
+        self.sa_tokens: Dict[str, str] = {}
+        """Service-account tokens -> their user; such requests are authorized by Roles/RoleBindings."""
+        self._caller = threading.local()
         """When set, (namespace, [(resources, verbs)]): only what this Role grants is allowed."""
         self.namespaces: Dict[str, JsonObj] = {}
         for ns in config.namespaces:
@@ -160,11 +173,14 @@ class Api:
                 extra = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                 return Reply(fault.status, fault.body or _fault_body(fault.status, fault.retry_after), extra)
         try:
+            self._caller.user = None
             if self.token is not None and cert_user is None:
                 auth = headers.get("authorization", "")
                 scheme, _, token = auth.partition(" ")
-                if scheme.lower() != "bearer" or token.strip() != self.token:
+                token = token.strip()
+                if scheme.lower() != "bearer" or (token != self.token and token not in self.sa_tokens):
                     raise unauthorized()
+                self._caller.user = self.sa_tokens.get(token)
             reply = self.route(method, path.rstrip("/") or "/", query, headers, body)
         except ApiError as e:
             return Reply(e.code, e.body, e.headers)
@@ -224,6 +240,14 @@ class Api:
             if method != "POST":
                 raise method_not_allowed()
             return self.access_review(body)
+        plain = self._plain(parts)
+        if plain is not None:
+            kind, namespace, name = plain
+            verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
+                    "DELETE": "delete"}.get(method, "")
+            self.authorize(verb, kind.plural, namespace, name or "")
+            code, obj = objects.handle(self.store, kind, method, namespace, name, query, headers, body)
+            return Reply(code, obj)
         if parts[:2] != ["api", "v1"] or len(parts) < 3:
             raise no_route()
         rest = parts[2:]
@@ -285,10 +309,29 @@ class Api:
         group = "scheduling.k8s.io" if base == "priorityclasses" else (
             "authorization.k8s.io" if base == "selfsubjectaccessreviews" else "")
         scope = 'in the namespace "%s"' % namespace if namespace else "at the cluster scope"
+        user = getattr(self._caller, "user", None) or self.config.user
         raise forbidden(base, name, 'User "%s" cannot %s resource "%s" in API group "%s" %s'
-                        % (self.config.user, verb, resource, group, scope), group)
+                        % (user, verb, resource, _group_of(resource), scope), _group_of(resource))
+
+    @staticmethod
+    def _plain(parts: List[str]) -> "Optional[Tuple[objects.Kind, str, Optional[str]]]":
+        """(kind, namespace, name) of a request on a plain object kind, else None."""
+        if parts[:1] == ["api"] and len(parts) in (5, 6) and parts[2] == "namespaces":
+            group, version, rest = "", parts[1], parts[3:]
+        elif parts[:1] == ["apis"] and len(parts) in (6, 7) and parts[3] == "namespaces":
+            group, version, rest = parts[1], parts[2], parts[4:]
+        else:
+            return None
+        kind = objects.match(group, version, rest[1])
+        if kind is None:
+            return None
+        return kind, rest[0], rest[2] if len(rest) == 3 else None
 
     def denied(self, verb: str, resource: str, namespace: Optional[str]) -> bool:
+        caller = getattr(self._caller, "user", None)
+        if caller is not None:
+            group = _group_of(resource)
+            return not rbac.allowed(rbac.rules_for(self.store, caller, namespace), group, resource, verb)
         if self.role is not None:
             role_namespace, rules = self.role
             granted = namespace == role_namespace and any(
@@ -367,11 +410,16 @@ class Api:
                 res("pods/log", "Pod", True, ["get"]),
                 res("pods/status", "Pod", True, ["get", "patch", "update"]),
                 res("secrets", "Secret", True, crud, "secret"),
-                res("events", "Event", True, ["get", "list", "watch"], "event", ("ev",))]}
+                res("events", "Event", True, ["get", "list", "watch"], "event", ("ev",)),
+                res("configmaps", "ConfigMap", True, crud, "configmap", ("cm",)),
+                res("serviceaccounts", "ServiceAccount", True, crud, "serviceaccount", ("sa",))]}
         groups = {"scheduling.k8s.io": [res("priorityclasses", "PriorityClass", False, ["get", "list"],
                                             "priorityclass", ("pc",))],
                   "authorization.k8s.io": [res("selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
-                                               ["create"], "selfsubjectaccessreview")]}
+                                               ["create"], "selfsubjectaccessreview")],
+                  "rbac.authorization.k8s.io": [res("roles", "Role", True, crud, "role"),
+                                                res("rolebindings", "RoleBinding", True, crud, "rolebinding")],
+                  "apps": [res("deployments", "Deployment", True, crud, "deployment", ("deploy",), ("all",))]}
         if path == "/apis":
             return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                 {"name": g, "versions": [{"groupVersion": g + "/v1", "version": "v1"}],

@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any, Dict, FrozenSet, List, Mapping, Sequence, Tuple
 
+from .objects import PLAIN_KINDS
 from .store import JsonObj
 
 # (group, version, plural, kind, namespaced, verbs)
@@ -28,7 +29,8 @@ RESOURCES: Sequence[Resource] = (
     ("", "v1", "nodes", "Node", False, ("get", "list")),
     ("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ("get", "list")),
     ("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ("create",)),
-)
+) + tuple((k.group, k.version, k.plural, k.kind, True,
+           ("get", "list", "create", "update", "patch", "delete")) for k in PLAIN_KINDS.values())
 
 _WRITE_PARAMS = ("dryRun", "fieldManager", "fieldValidation", "pretty")
 
