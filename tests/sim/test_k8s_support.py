@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import kubernetes
@@ -119,3 +119,15 @@ def raw(sim: KubeSim, method: str, path: str, body: Optional[bytes] = None, toke
 
 def phase(pod: Optional[Dict[str, Any]]) -> str:
     return str(((pod or {}).get("status") or {}).get("phase", ""))
+
+
+def kubectl_version(kubectl: str) -> Tuple[int, int]:
+    """(major, minor) of a kubectl; kubectl >= 1.27 validates through the server (OpenAPI v3), older
+    ones need OpenAPI v2 protobuf, which the simulator does not serve."""
+    import re
+    import subprocess
+
+    out = subprocess.run([kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True,
+                         timeout=30).stdout
+    minor = re.search(r'"minor":\s*"(\d+)', out)
+    return (1, int(minor.group(1)) if minor else 0)

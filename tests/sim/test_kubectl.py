@@ -14,6 +14,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from gahp.sim.k8s import KubeSim, SimConfig, SimNode
+from test_k8s_support import kubectl_version
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="no kubectl on this machine (make system-deps installs one)")
@@ -35,18 +36,11 @@ spec:
 """
 
 
-def kubectl_version() -> Tuple[int, int]:
-    out = subprocess.run([str(KUBECTL), "version", "--client", "-o", "json"], capture_output=True, text=True,
-                         timeout=30).stdout
-    match = re.search(r'"minor":\s*"(\d+)', out)
-    return (1, int(match.group(1)) if match else 0)
-
-
 class Kubectl:
     def __init__(self, kubeconfig: str, home: Path) -> None:
         self.env = dict(os.environ, KUBECONFIG=kubeconfig, HOME=str(home))
         # kubectl >= 1.27 validates through the server (OpenAPI v3); older ones need OpenAPI v2 protobuf
-        self.validate = kubectl_version() >= (1, 27)
+        self.validate = kubectl_version(str(KUBECTL)) >= (1, 27)
 
     def run(self, *args: str, check: bool = True, stdin: Optional[str] = None) -> subprocess.CompletedProcess:
         proc = subprocess.run([str(KUBECTL), *args], env=self.env, capture_output=True, text=True, input=stdin,
