@@ -67,11 +67,11 @@ class GahpProcess:
         self.send_fields(*fields)
         return self.read(timeout)
 
-    def start(self) -> List[str]:
+    def start(self, timeout: float = 10.0) -> List[str]:
         """Read the banner and do what the gridmanager does first; returns the COMMANDS reply."""
-        banner = self.read_raw()
+        banner = self.read_raw(timeout)
         assert banner is not None and banner.startswith(b"$") and len(banner) <= 150, banner
-        return self.command("COMMANDS")
+        return self.command("COMMANDS", timeout=timeout)
 
     def results(self, timeout: float = 10.0) -> Dict[str, List[str]]:
         """Send RESULTS once; the result lines by request id."""

@@ -36,6 +36,7 @@ from gahp.backends.k8s_state import (SUB_OUTPUT, Classified, classify, job_state
 from gahp.backends.k8s_watch import PodCache
 from gahp.config import Knobs, user_name
 from gahp.errors import BackendError, ConfigError, GahpError, InvalidJob, NotFound, TransientError
+from gahp.files import read_input
 from gahp.job import HOLD_RETRYABLE, JobState, Phase, PilotJob
 
 log = logging.getLogger(__name__)
@@ -502,13 +503,7 @@ class KubernetesBackend(Backend):
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         namespace, name = parse_job_id(job_id)
-        try:
-            with open(proxy_path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise InvalidJob(f"proxy {proxy_path} cannot be read: {e.strerror}") from e
-        if len(data) > self.settings.secret_max_bytes:
-            raise InvalidJob(f"proxy {proxy_path} is larger than PODGAHP_K8S_SECRET_MAX_BYTES")
+        data = read_input(proxy_path, "proxy", self.settings.secret_max_bytes, "PODGAHP_K8S_SECRET_MAX_BYTES")
         pod, api, _ = self._find(job_id)
         if pod is None or api is None:
             self._refuse_foreign(job_id)

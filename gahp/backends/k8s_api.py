@@ -204,7 +204,7 @@ class KubeApi:
         InClusterConfigLoader(token_filename=token, cert_filename=ca).load_and_set(configuration)
         try:
             with open(os.path.join(directory, "namespace"), encoding="utf-8") as f:
-                self._default_namespace = f.read().strip() or "default"
+                self._default_namespace = f.read(256).strip() or "default"
         except OSError:
             pass
 

@@ -57,8 +57,8 @@ def test_random_kills_lose_nothing_and_run_nothing_twice(big_sim: KubeSim, tmp_p
         batch = todo[:rng.randint(20, 150)]
         gahp = GahpProcess([script("k8s_gahp")], env=env, cwd=str(tmp_path))
         try:
-            gahp.start()
-            assert gahp.command("ASYNC_MODE_ON") == ["S"]
+            gahp.start(timeout=60)  # generous: a loaded CI machine starts Python slowly
+            assert gahp.command("ASYNC_MODE_ON", timeout=60) == ["S"]
             pending: Dict[str, str] = {}
             for sandbox in batch:
                 request += 1
@@ -70,7 +70,7 @@ def test_random_kills_lose_nothing_and_run_nothing_twice(big_sim: KubeSim, tmp_p
                 pending[str(request)] = sandbox
             # kill -9 at a random moment: after a random part of the answers came back
             waited = list(pending)[:int(len(pending) * rng.random())]
-            answers = gahp.wait_results(waited, timeout=60) if waited else {}
+            answers = gahp.wait_results(waited, timeout=180) if waited else {}
             answers.update(gahp.results())
             os.kill(gahp.proc.pid, signal.SIGKILL)
             kills += 1
