@@ -236,7 +236,10 @@ def _set_resources(container: JsonObj, job: PilotJob, queue: QueueSettings) -> N
     if job.memory_mb is not None:
         wanted["memory"] = (f"{job.memory_mb}Mi", f"{job.memory_mb}Mi")
     if job.disk_kb is not None:
-        wanted["ephemeral-storage"] = (f"{job.disk_kb}Ki", f"{job.disk_kb}Ki")
+        # HTCondor 23.x sends a few KiB when the pilot asked for no disk: as a limit, a kubelet would
+        # evict the pod at its first write. The limit never goes below the queue's floor.
+        limit_kb = max(job.disk_kb, queue.disk_limit_floor_mb * 1024)
+        wanted["ephemeral-storage"] = (f"{job.disk_kb}Ki", f"{limit_kb}Ki")
     for resource, (request, limit) in wanted.items():
         requests[resource] = request
         if resource in queue.limits:

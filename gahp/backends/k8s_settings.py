@@ -85,6 +85,8 @@ class QueueSettings:
     """``MAX_MEMORY_MB``: most memory (MiB) one pilot may ask for; default 32768."""
     max_gpus: int
     """``MAX_GPUS``: most GPUs one pilot may ask for; default 0 (set it on GPU queues)."""
+    disk_limit_floor_mb: int
+    """``DISK_LIMIT_FLOOR_MB``: smallest ephemeral-storage limit of a pod (MiB); default 10240."""
     disruption_action: str
     """``DISRUPTION_ACTION``: ``complete`` (default) reports evicted/preempted pilots as completed
     with an ``ExitReason``; ``hold`` holds them with a retryable hold code."""
@@ -267,5 +269,6 @@ def _queue_from_knobs(knobs: Knobs, name: str, implicit: bool) -> QueueSettings:
         max_cpus=q.integer("MAX_CPUS", 8, minimum=1),
         max_memory_mb=q.integer("MAX_MEMORY_MB", 32768, minimum=1),
         max_gpus=q.integer("MAX_GPUS", 0, minimum=0),
+        disk_limit_floor_mb=q.integer("DISK_LIMIT_FLOOR_MB", 10240, minimum=0),
         disruption_action=action,
     )

@@ -75,7 +75,8 @@ def test_template_is_kept_and_the_job_fills_the_pilot_container(tmp_path: Path) 
     assert env["PODGAHP_JOB_ID"] == "k8s/ns/pilot-x-1"
     assert container["resources"]["requests"] == {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "1000Ki",
                                                   "nvidia.com/gpu": "2"}
-    assert container["resources"]["limits"] == {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "1000Ki",
+    # a 1000 KiB disk request keeps its request, but its limit is the queue's floor (10 GiB)
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "10485760Ki",
                                                 "nvidia.com/gpu": "2"}
     # The template's explicit security context wins; the container gets the safe defaults.
     assert spec["securityContext"]["runAsUser"] == 1000 and spec["securityContext"]["runAsNonRoot"] is True
@@ -210,3 +211,13 @@ def test_example_template_builds_a_pod_the_client_models_accept(tmp_path: Path) 
 
     if hasattr(client.V1Pod, "model_validate"):  # pydantic models (kubernetes >= 37) reject unknown fields
         client.V1Pod.model_validate(pod)
+
+
+@pytest.mark.parametrize("disk_kb,floor_mb,limit", [(4, None, "10485760Ki"), (20 * 1024 ** 2, None, "20971520Ki"),
+                                                    (4, "100", "102400Ki"), (4, "0", "4Ki")],
+                         ids=["few-KiB-from-23.x", "large-request", "floor-knob", "floor-off"])
+def test_disk_limit_never_below_the_floor(tmp_path: Path, disk_kb: int, floor_mb: Optional[str], limit: str) -> None:
+    knobs = {"PODGAHP_K8S_DISK_LIMIT_FLOOR_MB": floor_mb} if floor_mb is not None else {}
+    resources = _pilot(_build(tmp_path, knobs, disk_kb=disk_kb))["resources"]
+    assert resources["requests"]["ephemeral-storage"] == f"{disk_kb}Ki"
+    assert resources["limits"]["ephemeral-storage"] == limit
