@@ -154,7 +154,9 @@ class ServerSettings:
 
     @classmethod
     def from_knobs(cls, knobs: Knobs, backend: str) -> ServerSettings:
-        log_dir = knobs.raw("LOG") or "/tmp"
+        # On an HTCondor-CE, $(USER_LOG) ($(LOG)/user, mode 1777) is where processes running as a job
+        # owner can write; $(LOG) itself belongs to condor.
+        log_dir = knobs.raw("USER_LOG") or knobs.raw("LOG") or "/tmp"
         call_timeout = knobs.number("GRIDMANAGER_GAHP_CALL_TIMEOUT", 300.0, minimum=1)
         timeout = knobs.number("PODGAHP_REQUEST_TIMEOUT_SECONDS", max(call_timeout - 60, call_timeout / 2),
                                minimum=1)

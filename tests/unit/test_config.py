@@ -131,3 +131,13 @@ def test_huge_numbers_are_refused() -> None:
         Knobs({"N": "1e300"}).number("N", 1.0)
     with pytest.raises(ConfigError, match="above the maximum"):
         Knobs({"N": str(10 ** 30)}).integer("N", 1)
+
+
+def test_log_defaults_to_user_log_on_a_ce() -> None:
+    from gahp.config import user_name
+
+    on_ce = ServerSettings.from_knobs(Knobs({"LOG": "/var/log/condor-ce", "USER_LOG": "/var/log/condor-ce/user"}),
+                                      "k8s")
+    assert on_ce.log_file == f"/var/log/condor-ce/user/PodgahpLog.k8s.{user_name()}"
+    plain = ServerSettings.from_knobs(Knobs({"LOG": "/var/log/condor"}), "k8s")
+    assert plain.log_file == f"/var/log/condor/PodgahpLog.k8s.{user_name()}"
