@@ -263,6 +263,16 @@ def jwt_expiry(token: str) -> Optional[float]:
     return None
 
 
+def inputs_by_name(job: Mapping[str, Any]) -> Dict[str, InputFileJSON]:
+    """A job's ``input_files`` by name (the last of a name wins); empty when absent or malformed."""
+    records = job.get("input_files")
+    found: Dict[str, InputFileJSON] = {}
+    for record in records if isinstance(records, list) else []:
+        if isinstance(record, dict) and isinstance(record.get("id"), int) and isinstance(record.get("name"), str):
+            found[record["name"]] = record  # type: ignore[assignment]  # keys checked above
+    return found
+
+
 # --------------------------------------------------------------------------------------------
 # The client.
 
@@ -287,6 +297,10 @@ class ClientSettings:
     """``PODGAHP_LANCIUM_TOKEN_REFRESH_MARGIN_SECONDS``: fetch a new token this long before ``exp``."""
     verify: Union[bool, str] = True
     """``PODGAHP_LANCIUM_CA_FILE``: CA bundle for TLS, or True for the system default."""
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...): doubling, capped."""
+        return float(min(self.backoff_s * 2.0 ** (attempt - 1), self.backoff_max_s))
 
 
 Sleep = Callable[[float], None]
@@ -380,7 +394,7 @@ class LanciumClient:
         attempts = s.retries + 1
         retry_statuses = RETRY_STATUSES if idempotent else RETRY_STATUSES_UNSAFE
         for attempt in range(1, attempts + 1):
-            delay = min(s.backoff_s * (2 ** (attempt - 1)), s.backoff_max_s)
+            delay = s.delay(attempt)
             try:
                 response = self._session.request(
                     method, url, headers=dict(headers), json=json_body, data=data, params=params,
@@ -497,33 +511,68 @@ class LanciumClient:
     def delete_job(self, job_id: int) -> None:
         self.request("DELETE", f"/jobs/{job_id}", ok=(200, 202, 204), what="delete job")
 
-    def upload_input(self, job_id: int, name: str, content: bytes, chunk_bytes: int) -> InputFileJSON:
-        """Create a ``file`` input named ``name`` and upload ``content`` in MD5-checked chunks."""
-        body = self.request_json(
-            "POST", f"/jobs/{job_id}/data", ok=(200, 201), idempotent=False, what="add input file",
-            json_body={"input_file": {"source_type": "file", "name": name, "size": len(content),
-                                      "cache": False}})
-        record = body.get("input_file", body)
-        data_id = record.get("id") if isinstance(record, dict) else None
+    def update_job(self, job_id: int, fields: Mapping[str, Any]) -> JobJSON:
+        """``PUT /jobs/{id}``: set the fields of a job not yet submitted (409 once it is)."""
+        body = self.request_json("PUT", f"/jobs/{job_id}", what="update job", json_body={"job": dict(fields)})
+        job = body.get("job")
+        if not isinstance(job, dict) or not isinstance(job.get("id"), int):
+            raise _http_error(LanciumTransient, f"Lancium answered PUT /jobs/{job_id} without a job", 200, "")
+        return job  # type: ignore[return-value]
+
+    def create_input(self, job_id: int, name: str, *, size: Optional[int] = None,
+                     url: Optional[str] = None) -> int:
+        """``POST /jobs/{id}/data``: a ``file`` input of ``size`` bytes, or a ``url`` input; its id.
+
+        Not retried after the request may have reached the service: a retry could add the input
+        twice. The caller looks for it by name (:func:`inputs_by_name`) instead.
+        """
+        record: Dict[str, Any] = {"name": name, "cache": False}
+        if url is not None:
+            record.update(source_type="url", source=url)
+        else:
+            record.update(source_type="file", size=size or 0)
+        body = self.request_json("POST", f"/jobs/{job_id}/data", ok=(200, 201), idempotent=False,
+                                 what=f"add input {name}", json_body={"input_file": record})
+        created = body.get("input_file", body)
+        data_id = created.get("id") if isinstance(created, dict) else None
         if not isinstance(data_id, int):
             raise _http_error(LanciumTransient,
                               f"Lancium answered POST /jobs/{job_id}/data without an input file id", 201, "")
-        # A zero-byte file is complete on creation; otherwise PATCH chunk by chunk.
+        return data_id
+
+    def delete_input(self, job_id: int, data_id: int) -> None:
+        """``DELETE /jobs/{id}/data/{data-id}``; an input already gone is success."""
+        try:
+            self.request("DELETE", f"/jobs/{job_id}/data/{data_id}", ok=(200, 202, 204), what="delete input")
+        except LanciumNotFound:
+            pass
+
+    def upload(self, job_id: int, data_id: int, name: str, content: bytes, chunk_bytes: int) -> None:
+        """Send ``content`` to a ``file`` input in MD5-checked ``PATCH`` chunks.
+
+        A chunk sent again writes the same bytes at the same offset, so each ``PATCH`` is retried
+        like a read; a 409 "already completed" after a lost answer is success once the service
+        confirms the upload is complete. A zero-byte file is complete on creation.
+        """
         for offset in range(0, len(content), chunk_bytes):
             chunk = content[offset:offset + chunk_bytes]
-            self.request(
-                "PATCH", f"/jobs/{job_id}/data/{data_id}", ok=(200, 201, 202), what=f"upload {name}",
-                data=chunk, headers={"Content-Type": "application/offset+octet-stream",
-                                     "Upload-Offset": str(offset),
-                                     "Upload-Checksum": hashlib.md5(chunk).hexdigest()})
-        return InputFileJSON(id=data_id, name=name, source_type="file", upload_complete=True)
+            try:
+                self.request(
+                    "PATCH", f"/jobs/{job_id}/data/{data_id}", ok=(200, 201, 202), what=f"upload {name}",
+                    data=chunk, headers={"Content-Type": "application/offset+octet-stream",
+                                         "Upload-Offset": str(offset),
+                                         "Upload-Checksum": hashlib.md5(chunk).hexdigest()})
+            except LanciumConflict:
+                if not self.input_complete(job_id, data_id):
+                    raise
+                log.info("upload of %s to job %d: complete after a lost answer", name, job_id)
+                return
 
-    def add_url_input(self, job_id: int, name: str, url: str) -> None:
-        """An input the service fetches itself (``source_type: url``)."""
-        self.request("POST", f"/jobs/{job_id}/data", ok=(200, 201), idempotent=False,
-                     what=f"add input {name}",
-                     json_body={"input_file": {"source_type": "url", "name": name, "source": url,
-                                               "cache": False}})
+    def input_complete(self, job_id: int, data_id: int) -> bool:
+        """Whether the service holds every byte of an input (``GET /jobs/{id}/data/{data-id}``)."""
+        body = self.request_json("GET", f"/jobs/{job_id}/data/{data_id}", what="input status")
+        record = body.get("input_file", body)
+        return isinstance(record, dict) and record.get("upload_complete") is True
 
     def output(self, job_id: int, path: str) -> Optional[bytes]:
         """An output file's bytes; None while the service is still preparing it (202).

@@ -64,6 +64,7 @@ import hmac
 import json
 import logging
 import os
+import random
 import re
 import secrets
 import signal
@@ -116,6 +117,7 @@ __all__ = [
     "ENV_STDOUT",
     "QOS_LEVELS",
     "STATUSES",
+    "Chaos",
     "Fault",
     "JobJSON",
     "LanciumSim",
@@ -196,6 +198,8 @@ class Fault:
     delay: float = 0.0
     message: str = "injected fault"
     retry_after: Optional[int] = None
+    lost_answer: bool = False
+    """Serve the request first, then answer ``status`` instead (0: close the connection unanswered)."""
 
     def matches(self, method: str, path: str) -> bool:
         return (
@@ -203,6 +207,28 @@ class Fault:
             and (self.method is None or self.method.upper() == method)
             and (self.path is None or fnmatch.fnmatchcase(path, self.path))
         )
+
+
+#: Answers a random fault gives before the request is served: the server did nothing.
+CHAOS_BEFORE: Tuple[int, ...] = (500, 502, 503, 504, 429, 0)
+#: Answers a random fault gives after the request was served (a lost answer): the work is done.
+CHAOS_AFTER: Tuple[int, ...] = (500, 502, 504, 0)
+
+
+@dataclass(frozen=True)
+class Chaos:
+    """Random faults on a share of all requests, as a flaky network or load balancer gives them.
+
+    Each request is hit with probability ``rate``; a hit is a *lost answer* (the request is served,
+    then answered 500/502/504 or the connection is closed without an answer) with probability
+    ``lost_answers``, else it fails before anything happens (500/502/503/504, 429 with
+    ``Retry-After: 1``, or the connection closed). 0 in the tables stands for a closed
+    connection. The draw is seeded, so a run can be repeated.
+    """
+
+    rate: float
+    seed: int = 0
+    lost_answers: float = 0.3
 
 
 @dataclass
@@ -347,7 +373,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except ValueError:
             self.close_connection = True
             body = None
-        reply = self._fault(method, rel)
+        reply, lost_as = self._fault(method, rel)
+        chaos = self.sim._draw_chaos() if reply is None and lost_as is None else None
+        if chaos is not None and chaos[0]:
+            lost_as = chaos[1]
+        elif chaos is not None:
+            reply = self._chaos_reply(chaos[1])
         if reply is None:
             try:
                 reply = self._route(method, rel, path.startswith(BASE_PATH + "/"), body)
@@ -356,21 +387,42 @@ class _RequestHandler(BaseHTTPRequestHandler):
             except Exception:  # the request boundary: never kill the server thread
                 logger.exception("lancium sim failed on %s %s", method, path)
                 reply = _Reply(500, {"errors": ["Internal server error"]})
+            if lost_as is not None:
+                reply = self._chaos_reply(lost_as)
         self.sim._log(LoggedRequest(method, rel, reply.status))
+        if reply.status == 0:
+            self.close_connection = True  # no answer at all: the client sees the connection close
+            return
         self._send(reply, method, time.monotonic() - started)
 
-    def _fault(self, method: str, rel: str) -> Optional[_Reply]:
+    @staticmethod
+    def _chaos_reply(status: int) -> _Reply:
+        if status == 0:
+            return _Reply(0)
+        if status == 429:
+            return _Reply(429, {"errors": ["Rate limit exceeded"]}, {"Retry-After": "1"})
+        if status in (502, 504):  # from the proxy in front of the service: not JSON
+            text = "Bad Gateway" if status == 502 else "Gateway Time-out"
+            return _Reply(status, ("<html><head><title>%d %s</title></head><body><center><h1>%d %s</h1>"
+                                   "</center><hr><center>nginx</center></body></html>"
+                                   % (status, text, status, text)).encode())
+        return _Reply(status, {"errors": ["Internal server error"]})
+
+    def _fault(self, method: str, rel: str) -> Tuple[Optional[_Reply], Optional[int]]:
+        """(the reply of an injected fault, or the status a served request is answered with instead)."""
         fault = self.sim._take_fault(method, rel)
         if fault is None:
-            return None
+            return None, None
         if fault.delay > 0:
             time.sleep(fault.delay)
         if fault.status is None:
-            return None
+            return None, None
+        if fault.lost_answer:
+            return None, fault.status
         headers = {}
         if fault.retry_after is not None:
             headers["Retry-After"] = str(fault.retry_after)
-        return _Reply(fault.status, {"errors": [fault.message]}, headers)
+        return _Reply(fault.status, {"errors": [fault.message]}, headers), None
 
     def _send(self, reply: _Reply, method: str, elapsed: float) -> None:
         if isinstance(reply.body, bytes):
@@ -571,6 +623,8 @@ class LanciumSim:
         )
         self._address = (host, port)
         self._faults: List[Fault] = []
+        self._chaos: Optional[Chaos] = None
+        self._chaos_random = random.Random(0)
         self._log_entries: List[LoggedRequest] = []
         self._server: Optional[_SimHTTPServer] = None
         self._threads: List[threading.Thread] = []
@@ -676,17 +730,19 @@ class LanciumSim:
     def inject(
         self, status: Optional[int] = None, *, method: Optional[str] = None, path: Optional[str] = None,
         count: int = 1, delay: float = 0.0, message: Optional[str] = None,
-        retry_after: Optional[int] = None,
+        retry_after: Optional[int] = None, lost_answer: bool = False,
     ) -> Fault:
         """Answer the next ``count`` requests matching ``method`` / ``path`` glob with ``status``.
 
         ``path`` is relative to ``/api/v1`` (``"/jobs/*/submit"``).  ``status`` None plus
-        ``delay`` slows matching requests down.  Faults apply before authentication.
+        ``delay`` slows matching requests down.  Faults apply before authentication.  With
+        ``lost_answer`` the request is served first and then answered ``status`` (0: the
+        connection is closed unanswered), as when a proxy times out after the service acted.
         """
         fault = Fault(
             status=status, method=method, path=path, count=count, delay=delay,
             message=message or "injected fault (%s)" % (status if status is not None else "delay"),
-            retry_after=retry_after,
+            retry_after=retry_after, lost_answer=lost_answer,
         )
         with self.lock:
             self._faults.append(fault)
@@ -695,6 +751,23 @@ class LanciumSim:
     def clear_faults(self) -> None:
         with self.lock:
             self._faults = []
+            self._chaos = None
+
+    def chaos(self, rate: float, *, seed: int = 0, lost_answers: float = 0.3) -> None:
+        """Fail a share ``rate`` of all later requests at random (see :class:`Chaos`); 0 stops it."""
+        with self.lock:
+            self._chaos = Chaos(rate, seed, lost_answers) if rate > 0 else None
+            self._chaos_random = random.Random(seed)
+
+    def _draw_chaos(self) -> Optional[Tuple[bool, int]]:
+        """(lost answer?, answer; 0 = close) for one request; None when it is not hit."""
+        with self.lock:
+            chaos = self._chaos
+            if chaos is None or self._chaos_random.random() >= chaos.rate:
+                return None
+            if self._chaos_random.random() < chaos.lost_answers:
+                return True, self._chaos_random.choice(CHAOS_AFTER)
+            return False, self._chaos_random.choice(CHAOS_BEFORE)
 
     def _take_fault(self, method: str, path: str) -> Optional[Fault]:
         with self.lock:

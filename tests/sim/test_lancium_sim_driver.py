@@ -47,6 +47,42 @@ def test_injected_submit_fault_leaves_the_job_created(api: ApiClient, sim: Lanci
     assert api.submit(job_id).status_code == 202  # the fault was used up
 
 
+def _raw(sim: LanciumSim, method: str, path: str, token: str) -> int:
+    """Status of one request sent on a fresh connection; 0 when the connection closed unanswered."""
+    try:
+        with requests.Session() as http:
+            return http.request(method, sim.url + path, json={"job": pilot_job()},
+                                headers={"Authorization": "Bearer %s" % token}, timeout=10).status_code
+    except requests.ConnectionError:
+        return 0
+
+
+def test_chaos_before_changes_nothing_lost_answer_acts(api: ApiClient, sim: LanciumSim) -> None:
+    token = api.login()
+    sim.chaos(1.0, lost_answers=0.0, seed=5)
+    before = [_raw(sim, "POST", "/jobs", token) for _ in range(40)]
+    sim.chaos(0)
+    assert set(before) == {0, 429, 500, 502, 503, 504}  # every kind, seeded
+    assert sim.jobs() == {}
+    sim.chaos(1.0, lost_answers=1.0, seed=5)
+    lost = [_raw(sim, "POST", "/jobs", token) for _ in range(20)]
+    sim.chaos(0)
+    assert set(lost) == {0, 500, 502, 504}  # never 429/503, which promise nothing was done
+    assert len(sim.jobs()) == 20
+    assert [r.status for r in sim.request_log[-20:]] == lost
+
+
+def test_chaos_rate_is_a_share_and_repeats_with_its_seed(api: ApiClient, sim: LanciumSim) -> None:
+    token = api.login()
+    runs = []
+    for _ in range(2):
+        sim.chaos(0.2, seed=11)
+        runs.append([_raw(sim, "GET", "/jobs", token) for _ in range(300)])
+    sim.chaos(0)
+    assert runs[0] == runs[1]
+    assert 40 <= sum(1 for code in runs[0] if code != 200) <= 80
+
+
 def test_fault_counts_and_matching(api: ApiClient, sim: LanciumSim) -> None:
     sim.inject(500, method="GET", path="/jobs", count=2)
     assert api.call("POST", "/jobs", {}).status_code == 201  # other method

@@ -194,12 +194,57 @@ def test_resubmit_after_the_job_ended_creates_a_new_job(backend: LanciumBackend,
     assert second != first
 
 
-def test_stale_unsubmitted_job_is_replaced(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_half_made_job_is_completed_not_made_again(backend: LanciumBackend, sim: LanciumSim,
+                                                   tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path)
-    half_made = backend.client.create_job({"name": job_name(pilot.sandbox_id)})
+    older = backend.client.create_job({"name": job_name(pilot.sandbox_id)})
+    newer = backend.client.create_job({"name": job_name(pilot.sandbox_id)})
+    backend.client.create_input(newer["id"], LAUNCHER, size=3)  # an upload cut short
     job_id = backend.submit(pilot)
-    assert lancium_id_of(job_id) != half_made["id"]
-    assert sim.count("DELETE", f"/jobs/{half_made['id']}", 202) == 1
+    assert lancium_id_of(job_id) == newer["id"]
+    job = sim.job(newer["id"])
+    assert job["status"] != "created" and job["command_line"]
+    names = sorted(i["name"] for i in job["input_files"])
+    assert len(names) == len(set(names)) and LAUNCHER in names
+    assert all(i["upload_complete"] for i in job["input_files"])
+    assert sim.count("POST", "/jobs") == 2  # only the two made above
+    assert sim.count("DELETE", f"/jobs/{older['id']}", 202) == 1
+
+
+@pytest.mark.parametrize(
+    "method, path, status",
+    [
+        ("POST", "/jobs", 502),
+        ("POST", "/jobs", 0),
+        ("POST", "/jobs/*/data", 504),
+        ("PATCH", "/jobs/*/data/*", 0),
+        ("POST", "/jobs/*/submit", 502),
+        ("POST", "/jobs/*/submit", 0),
+    ],
+    ids=["create-502", "create-reset", "input-504", "chunk-reset", "submit-502", "submit-reset"],
+)
+def test_lost_answer_makes_one_complete_job(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path,
+                                            method: str, path: str, status: int) -> None:
+    sim.inject(status, method=method, path=path, lost_answer=True)
+    job_id = backend.submit(make_pilot(tmp_path))
+    ours = [j for j in sim.jobs().values() if j["status"] != "delete pending"]
+    assert [j["id"] for j in ours] == [lancium_id_of(job_id)]
+    assert ours[0]["status"] != "created"
+    names = [i["name"] for i in ours[0]["input_files"]]
+    assert len(names) == len(set(names)) == 4 and all(i["upload_complete"] for i in ours[0]["input_files"])
+    # one submit acted; any other was refused as "already submitted"
+    assert sim.count("POST", "/jobs/*/submit") - sim.count("POST", "/jobs/*/submit", 409) == 1
+    assert sim.count("DELETE") == 0  # nothing made twice, so nothing to undo
+
+
+def test_nothing_half_made_when_every_attempt_fails(make_backend: BackendFactory, sim: LanciumSim,
+                                                    tmp_path: Path) -> None:
+    backend = make_backend(PODGAHP_LANCIUM_RETRIES="2")
+    sim.inject(500, method="POST", path="/jobs/*/submit", count=9)
+    with pytest.raises(TransientError, match="HTTP 500"):
+        backend.submit(make_pilot(tmp_path))
+    assert sim.count("POST", "/jobs") == 1  # created once, resumed by the later attempts
+    assert [j["status"] for j in sim.jobs().values()] == ["delete pending"]
 
 
 @pytest.mark.parametrize(

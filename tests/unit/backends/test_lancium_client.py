@@ -314,8 +314,24 @@ def test_validation_errors_name_the_attributes(client: LanciumClient, sim: Lanci
 def test_upload_in_checked_chunks(client: LanciumClient, sim: LanciumSim) -> None:
     job = client.create_job({"name": "x"})
     content = bytes(range(256)) * 20
-    record = client.upload_input(job["id"], "data.bin", content, chunk_bytes=1000)
-    assert sim.input_bytes(job["id"], record["id"]) == content
+    data_id = client.create_input(job["id"], "data.bin", size=len(content))
+    client.upload(job["id"], data_id, "data.bin", content, chunk_bytes=1000)
+    assert sim.input_bytes(job["id"], data_id) == content
     assert sim.count("PATCH", f"/jobs/{job['id']}/data/*") == 6
-    empty = client.upload_input(job["id"], "empty", b"", chunk_bytes=1000)
-    assert sim.input_files(job["id"])[1]["upload_complete"] and empty["upload_complete"]
+    assert client.input_complete(job["id"], data_id)
+    empty = client.create_input(job["id"], "empty", size=0)
+    client.upload(job["id"], empty, "empty", b"", chunk_bytes=1000)
+    assert sim.input_files(job["id"])[1]["upload_complete"]
+
+
+def test_chunk_answer_lost_then_409_is_complete(client: LanciumClient, sim: LanciumSim) -> None:
+    job = client.create_job({"name": "x"})
+    data_id = client.create_input(job["id"], "data.bin", size=10)
+    sim.chaos(1.0, lost_answers=1.0, seed=3)  # every request is served, then its answer is lost
+    with pytest.raises(TransientError):
+        client.upload(job["id"], data_id, "data.bin", b"0123456789", chunk_bytes=1000)
+    sim.chaos(0)
+    assert client.input_complete(job["id"], data_id)
+    sim.clear_log()
+    client.upload(job["id"], data_id, "data.bin", b"0123456789", chunk_bytes=1000)  # the retry: 409
+    assert [r.status for r in sim.request_log] == [409, 200]
