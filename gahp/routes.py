@@ -61,7 +61,7 @@ def _pilot(cluster: int, extra: str) -> str:
         "EnteredCurrentStatus = 1767225600\n"
         'Cmd = "/home/pilot/pilot.sh"\n'
         'Args = "-v"\n'
-        'Environment = ""\n'
+        + ('' if "Environment = " in extra else 'Environment = ""\n') +
         'In = "/dev/null"\n'
         'Out = "pilot.out"\n'
         'Err = "pilot.err"\n'
@@ -83,6 +83,12 @@ SAMPLES: Tuple[Sample, ...] = (
            _pilot(3, 'RequestDisk = 4000000\nxcount = 4\nmaxMemory = 8000\nqueue = "opportunistic"\n')),
     Sample("lancium", 'a 2-core, 4000 MiB pilot asking for queue "lancium"',
            _pilot(4, 'RequestDisk = 2000000\nxcount = 2\nmaxMemory = 4000\nqueue = "lancium"\n')),
+    Sample("nodisk", "a pilot submitted without request_disk (HTCondor 23.x: RequestDisk = DiskUsage, 50 KiB)",
+           _pilot(5, "DiskUsage = 50\nRequestDisk = DiskUsage\n")),
+    Sample("minwalltime", "a pilot that must run 60 min (minWalltime) of its 120 (maxWallTime), with its own "
+                          "environment",
+           _pilot(6, 'RequestDisk = 1000000\nminWalltime = 60\nmaxWallTime = 120\n'
+                     'Environment = "PILOT_GROUP=atlas"\n')),
 )
 
 
@@ -98,76 +104,10 @@ def samples_text(samples: Sequence[Sample] = SAMPLES) -> str:
 #: when present, so that a check on a CE applies exactly what the CE applies.
 CE_ROUTER_DEFAULTS = "/usr/share/condor-ce/config.d/01-ce-router-defaults.conf"
 
-#: The part of HTCondor-CE's router defaults (config/01-ce-router-defaults.conf, 23.7 and later)
-#: that shapes what reaches the GAHP: which jobs are routed, and the pre- and post-route transforms
-#: that turn the pilot's CE attributes (xcount, maxMemory, maxWallTime, queue) and the route's
-#: default_* attributes into RequestCpus, remote_NodeNumber/remote_SMPGranularity, RequestMemory,
-#: BatchQueue, BatchRuntime and CERequirements. The CE's whole-node matching for TargetUniverse 5,
-#: its generated pilot environment and its GPU sanity Requirements are left out.
-CE_ROUTER_TRANSFORMS = """\
-## HTCondor-CE router transforms (as applied by podgahp routes check)
-JOB_ROUTER_NAME = htcondor-ce
-JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = False
-JOB_ROUTER_SOURCE_JOB_CONSTRAINT = (target.JobUniverse =?= 5 || target.JobUniverse =?= 1)
-CONDORCE_MAX_JOBS = 10000
-JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE = $(CONDORCE_MAX_JOBS)
-JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE = 2000
-ROUTED_JOB_MAX_TIME = 4320
-JOB_ROUTER_PRE_ROUTE_TRANSFORM_NAMES = Base Cleanup OrigRequests
-JOB_ROUTER_POST_ROUTE_TRANSFORM_NAMES = Cpus Gpus Memory Queue BatchRuntime CERequirements OnExitHold
-
-JOB_ROUTER_TRANSFORM_Base @=jrt
-  SET RoutedJob true
-@jrt
-
-JOB_ROUTER_TRANSFORM_Cleanup @=jrt
-  DELETE PeriodicRemove
-  DELETE TotalSubmitProcs
-@jrt
-
-JOB_ROUTER_TRANSFORM_OrigRequests @=jrt
-  RENAME /^(AuthToken.*)$/ orig_\\1
-  COPY /^(OnExitHold.*)$/ orig_\\1
-  COPY BatchRuntime orig_BatchRuntime
-  COPY Environment orig_Environment
-  COPY WantWholeNode WholeNodes
-@jrt
-
-JOB_ROUTER_TRANSFORM_Cpus @=jrt
-  EVALSET RequestCpus ifThenElse(xcount isnt undefined, xcount, ifThenElse(RequestCpus isnt undefined && RequestCpus > 1, RequestCpus, default_xcount ?: 1))
-  EVALSET remote_SMPGranularity xcount ?: default_xcount ?: 1
-  EVALSET remote_NodeNumber xcount ?: default_xcount ?: 1
-@jrt
-
-JOB_ROUTER_TRANSFORM_Gpus @=jrt
-  REQUIREMENTS RequestGPUs isnt undefined
-  EVALSET RequestGPUs ifThenElse(RequestGPUs > 0, RequestGPUs, default_gpus ?: 0)
-@jrt
-
-JOB_ROUTER_TRANSFORM_Memory @=jrt
-  EVALSET RequestMemory maxMemory ?: default_maxMemory ?: 2000
-  EVALSET JobMemory RequestMemory
-@jrt
-
-JOB_ROUTER_TRANSFORM_Queue @=jrt
-  REQUIREMENTS BatchQueue is undefined
-  EVALSET BatchQueue queue ?: default_queue ?: ""
-@jrt
-
-JOB_ROUTER_TRANSFORM_BatchRuntime @=jrt
-  EVALSET BatchRuntime (60 * maxWallTime) ?: orig_BatchRuntime ?: (60 * default_maxWallTime) ?: (60 * $(ROUTED_JOB_MAX_TIME))
-@jrt
-
-JOB_ROUTER_TRANSFORM_CERequirements @=jrt
-  SET CondorCE 1
-  EVALSET CERequirements ifThenElse(default_CERequirements isnt undefined, strcat(default_CERequirements, ",CondorCE"), "CondorCE")
-@jrt
-
-JOB_ROUTER_TRANSFORM_OnExitHold @=jrt
-  REQUIREMENTS minWalltime isnt undefined
-  SET OnExitHold (orig_OnExitHold =?= true) || (RemoteWallClockTime < 60 * minWalltime)
-@jrt
-"""
+#: HTCondor-CE's router behaviour re-stated by podgahp (also the stand-alone pool's
+#: ``config.d/01-ce-router-defaults.conf``): route defaults as macros, the pre- and post-route
+#: transforms (WholeNode, Cpus, Gpus, Memory, Queue, BatchRuntime, CERequirements, OnExitHold, Env).
+CE_ROUTER_EMULATION = Path(__file__).resolve().parent / "data" / "ce-router-defaults.conf"
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,6 +281,7 @@ class SampleResult:
                 "queue": job.queue, "cpus": job.cpus, "memory_mb": job.memory_mb, "disk_kb": job.disk_kb,
                 "gpus": job.gpus, "wall_time_s": job.wall_time_s, "whole_node": job.whole_node,
                 "grid_type": job.grid_type, "settings": dict(job.settings),
+                "environment": dict(job.environment),
             },
         }
 
@@ -591,7 +532,7 @@ def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> R
     """Check the routes in config file ``path`` with HTCondor's JobRouter code, offline.
 
     The file is read with a temporary configuration that holds only it (after HTCondor-CE's router
-    transforms when ``ce``: the CE's own file if installed, else :data:`CE_ROUTER_TRANSFORMS`).
+    transforms when ``ce``: the CE's own file if installed, else :data:`CE_ROUTER_EMULATION`).
     ``condor_job_router_info -config`` must list every route the file names (invalid routes are
     dropped silently otherwise); the router's error text is reported. Then the pilots of
     ``jobs_file`` (default :data:`SAMPLES`) are routed with ``-route-jobs`` and, for each, the
@@ -610,9 +551,10 @@ def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> R
                 parts.append(f"include : {CE_ROUTER_DEFAULTS}\n")
                 transforms = f"HTCondor-CE transforms from {CE_ROUTER_DEFAULTS}"
             else:
-                Path(tmp, "ce-router-transforms.conf").write_text(CE_ROUTER_TRANSFORMS)
-                parts.append(f"include : {tmp}/ce-router-transforms.conf\n")
-                transforms = "HTCondor-CE router transforms (built-in copy)"
+                # The pilots' CONDORCE_COLLECTOR_HOST: this machine's CE collector.
+                parts.append("COLLECTOR_HOST = $(FULL_HOSTNAME):9619\n")
+                parts.append(f"include : {CE_ROUTER_EMULATION}\n")
+                transforms = "HTCondor-CE router transforms (podgahp's emulation)"
         checked, disabled = _without_commands(path, tmp)
         parts.append(f"include : {checked}\n")
         Path(config).write_text("".join(parts))
@@ -859,6 +801,13 @@ def _convert_route(entry: classad2.ClassAd, index: int) -> Tuple[str, str]:
         if lower in _MACROS:
             macros.append((ROUTE_MACROS.index(_MACROS[lower]), f"{_MACROS[lower]} = {expr}"))
             continue
+        if lower == "default_cerequirements":
+            raise RoutesError(f"{where}: default_CERequirements is read from the job, not the route: "
+                              f"write set_default_CERequirements = {expr}; and convert again")
+        if lower.startswith("default_") and len(attr) > len("default_"):
+            # HTCondor-CE's defaults (default_maxWallTime, ...) are macros of the route.
+            macros.append((len(ROUTE_MACROS), f"{attr} = {expr}"))
+            continue
         for prefix, keyword in _EDITS:
             if lower.startswith(prefix) and len(attr) > len(prefix):
                 target = attr[len(prefix):]
@@ -874,8 +823,9 @@ def _convert_route(entry: classad2.ClassAd, index: int) -> Tuple[str, str]:
                 break
         else:
             raise RoutesError(
-                f"{where}: attribute {attr} is neither a route setting ({', '.join(ROUTE_MACROS)}) nor "
-                "a copy_/delete_/set_/eval_set_ edit; the JobRouter ignores it, remove it and convert again")
+                f"{where}: attribute {attr} is neither a route setting ({', '.join(ROUTE_MACROS)}), a "
+                "CE default (default_*) nor a copy_/delete_/set_/eval_set_ edit; nothing reads it, remove it "
+                "and convert again")
     # set_X before eval_set_X is the order HTCondor applies them; sorting by name above keeps a
     # stable order within each kind.
     lines = [f"JOB_ROUTER_ROUTE_{name} @=jrt"]

@@ -22,7 +22,7 @@ JOB_ROUTER_ROUTE_K8s @=jrt
   GridResource = "batch k8s"
   SET default_CERequirements "RequestCpus,k8s_namespace"
   SET k8s_namespace "pilots"
-  SET default_gpus 2
+  DEFAULT RequestGPUs 2
 @jrt
 """
 
@@ -78,21 +78,30 @@ def test_ce_router_defaults_transform_the_routed_job(make_pool: Callable[..., Po
     # Cpus, Gpus, Memory, Queue, BatchRuntime, CERequirements without CE attributes on the job
     assert ad["RequestCpus"] == "1"
     assert ad["remote_SMPGranularity"] == "1" and ad["remote_NodeNumber"] == "1"
-    assert ad["RequestGPUs"] == "2"
+    assert ad["RequestGPUs"] == "0"  # no CE default; DEFAULT keeps the job's own 0
     assert ad["RequestMemory"] == "2000"
     assert ad["BatchQueue"] == '""'
     assert ad["BatchRuntime"] == "7200"
     assert ad["CondorCE"] == "1"
     assert ad["CERequirements"] == '"RequestCpus,k8s_namespace,CondorCE"'
 
-    # OnExitHold keeps the submitter's own hold and adds the minWalltime check.
-    hold = classad2.parseOne(
-        f"[ OnExitHold = {ad['OnExitHold']}; orig_OnExitHold = {ad['orig_OnExitHold']}; "
-        f"minWalltime = 10; ExitCode = 0; RemoteWallClockTime = 0 ]")
-    for wall, code, held in [(300, 0, True), (900, 0, False), (900, 1, True)]:
+    # Env: the CE's collector joins the submitter's environment.
+    env = ad["Environment"].strip('"')
+    assert "A=1" in env.split() and any(v.startswith("CONDORCE_COLLECTOR_HOST=") for v in env.split()), env
+
+    # OnExitHold keeps the submitter's own hold and adds the minWalltime check (subcode 42).
+    names = ("OnExitHold", "orig_OnExitHold", "CondorCE_OnExitHold", "OnExitHoldSubcode",
+             "CondorCE_OnExitHoldSubcode", "orig_OnExitHoldSubcode", "OnExitHoldReason",
+             "CondorCE_OnExitHoldReason", "orig_OnExitHoldReason")
+    hold = classad2.parseOne("[ " + "; ".join(f"{n} = {ad[n]}" for n in names if n in ad)
+                             + "; minWalltime = 10; ExitCode = 0; RemoteWallClockTime = 0 ]")
+    for wall, code, held, subcode in [(300, 0, True, 42), (900, 0, False, None), (900, 1, True, None)]:
         hold["RemoteWallClockTime"] = wall
         hold["ExitCode"] = code
         assert hold.eval("OnExitHold") is held, (wall, code)
+        if subcode is not None:
+            assert hold.eval("OnExitHoldSubcode") == subcode
+            assert "minimum specified by the job (10)" in hold.eval("OnExitHoldReason")
 
 
 def test_ce_attributes_of_the_job_win(make_pool: Callable[..., Pool]) -> None:

@@ -24,7 +24,13 @@ NEW = f"{ROOT_SRC_DIR}/routes/50-podgahp-routes.conf"
 OLD = f"{ROOT_SRC_DIR}/routes/50-podgahp-routes.entries.conf"
 ROUTE_NAMES = ["K8s_Opportunistic", "Lancium", "K8s_Gpu", "K8s_Cpu"]
 
-#: What podgahp receives for each built-in pilot behind an HTCondor-CE (its router transforms).
+#: What podgahp receives for each built-in pilot behind an HTCondor-CE: the real CE's rules
+#: (``htcondor-ce-real.md``), written out by hand, so that this fails when the emulation
+#: (gahp/data/ce-router-defaults.conf) or the shipped routes stray from them. Cores: xcount, else
+#: RequestCpus > 1, else the route's default_xcount macro, else 1. Memory: maxMemory, else
+#: default_maxMemory, else 2000. Wall time: maxWallTime min, else BatchRuntime, else the route's
+#: default_maxWallTime macro min (K8s_Opportunistic: 720), else 4320 min. GPUs: the job's own.
+#: Environment: CONDORCE_COLLECTOR_HOST (the CE's collector) merged with the pilot's own.
 EXPECTED_CE: Dict[str, Dict[str, Any]] = {
     "plain": {"route": "K8s_Cpu", "grid_resource": "batch k8s", "queue": "cpu", "cpus": 1,
               "memory_mb": 2000, "disk_kb": 1000000, "gpus": 0, "wall_time_s": 259200,
@@ -38,9 +44,19 @@ EXPECTED_CE: Dict[str, Dict[str, Any]] = {
     "lancium": {"route": "Lancium", "grid_resource": "batch lancium", "queue": "medium", "cpus": 2,
                 "memory_mb": 4000, "disk_kb": 2000000, "gpus": 0, "wall_time_s": 259200,
                 "settings": {"condorce": 1}},
+    "nodisk": {"route": "K8s_Cpu", "grid_resource": "batch k8s", "queue": "cpu", "cpus": 1,
+               "memory_mb": 2000, "disk_kb": 50, "gpus": 0, "wall_time_s": 259200,
+               "settings": {"condorce": 1}},
+    "minwalltime": {"route": "K8s_Cpu", "grid_resource": "batch k8s", "queue": "cpu", "cpus": 1,
+                    "memory_mb": 2000, "disk_kb": 1000000, "gpus": 0, "wall_time_s": 7200,
+                    "settings": {"condorce": 1}},
 }
 
-#: The same in a plain pool: the job's own RequestCpus and RequestMemory, no wall time.
+#: The pilot's own environment, per sample (all others have none).
+OWN_ENVIRONMENT = {"minwalltime": {"PILOT_GROUP": "atlas"}}
+
+#: The same in a plain pool: the job's own RequestCpus and RequestMemory, no wall time, no CE
+#: environment.
 EXPECTED_PLAIN: Dict[str, Dict[str, Any]] = {
     name: dict(want, cpus=1, memory_mb=2048, wall_time_s=None,
                settings={k: v for k, v in want["settings"].items() if k != "condorce"})
@@ -59,6 +75,25 @@ JOB_ROUTER_ROUTE_Broken @=jrt
   SET BatchQueue "cpu"
 @jrt
 """
+
+#: A pilot with no CE attributes, as a long-form ad (format with cluster=N).
+PLAIN_AD = """\
+ClusterId = {cluster}
+ProcId = 0
+Owner = "pilot"
+JobStatus = 1
+JobUniverse = 5
+Requirements = true
+Cmd = "/home/pilot/pilot.sh"
+Iwd = "/home/pilot"
+RequestCpus = 1
+RequestMemory = 2048
+RequestDisk = 1000000
+"""
+
+#: check_file with a jobs file, behind the CE's transforms.
+CHECK_JOBS = ("import sys; from gahp.routes import check_file; "
+              "print(check_file(sys.argv[1], jobs_file=sys.argv[2], ce=True).to_json())")
 
 #: Runs check_file inside the installation and prints its report as JSON.
 CHECK = ("import sys; from gahp.routes import check_file; "
@@ -105,6 +140,10 @@ def gahp_views(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return views
 
 
+def environments(report: Dict[str, Any]) -> Dict[str, Dict[str, str]]:
+    return {s["name"]: (s["gahp"] or {}).get("environment") or {} for s in report["samples"]}
+
+
 def routed_ads(report: Dict[str, Any]) -> Dict[str, str]:
     return {s["name"]: s["routed_ad"] for s in report["samples"]}
 
@@ -120,6 +159,50 @@ def test_shipped_routes_send_each_pilot_where_expected(inst: Installation, ce: b
     assert report["condor_version"] == inst.condor_version
     assert gahp_views(report) == expected
     assert not report["warnings"]
+    for name, env in environments(report).items():
+        own = OWN_ENVIRONMENT.get(name, {})
+        if ce:
+            collector = env.pop("CONDORCE_COLLECTOR_HOST")
+            assert collector.endswith(":9619") and len(collector) > len(":9619"), collector
+        assert env == own, name
+
+
+def test_route_defaults_are_macros_as_on_a_real_ce(inst: Installation, workdir: str) -> None:
+    """default_* written the CE's way (macros) apply; as job attributes (SET) they do not."""
+    routes = """\
+JOB_ROUTER_ROUTE_NAMES = Macros Attributes
+JOB_ROUTER_ROUTE_Macros @=jrt
+  GridResource = "batch k8s"
+  REQUIREMENTS TestRoute =?= "macros"
+  default_xcount = 4
+  default_maxMemory = 4000
+  default_maxWallTime = 90
+  default_queue = cpu
+  default_pilot_job_env = "ROUTE_VAR=1"
+  SET default_CERequirements "RequestCpus"
+@jrt
+JOB_ROUTER_ROUTE_Attributes @=jrt
+  GridResource = "batch k8s"
+  REQUIREMENTS TestRoute =?= "attributes"
+  SET default_xcount 4
+  SET default_maxMemory 4000
+  SET default_maxWallTime 90
+  SET default_queue "cpu"
+  SET default_CERequirements "RequestCpus"
+@jrt
+"""
+    inst.host_path(f"{workdir}/routes.conf").write_text(routes)
+    jobs = "".join(
+        ad.replace("Owner = ", f'TestRoute = "{route}"\nOwner = ', 1) + "\n"
+        for route, ad in (("macros", PLAIN_AD.format(cluster=1)), ("attributes", PLAIN_AD.format(cluster=2))))
+    inst.host_path(f"{workdir}/jobs.ad").write_text(jobs)
+    out = inst.run([inst.bin("python"), "-c", CHECK_JOBS, f"{workdir}/routes.conf", f"{workdir}/jobs.ad"]).stdout
+    views = {s["route"]: s["gahp"] for s in json.loads(out)["samples"]}
+    macros, attributes = views["Macros"], views["Attributes"]
+    assert (macros["cpus"], macros["memory_mb"], macros["wall_time_s"], macros["queue"]) == (4, 4000, 5400, "cpu")
+    assert macros["environment"]["ROUTE_VAR"] == "1"
+    assert (attributes["cpus"], attributes["memory_mb"], attributes["wall_time_s"], attributes["queue"]) == \
+        (1, 2000, 259200, None)
 
 
 def test_old_syntax_and_its_conversion_route_every_pilot_alike(inst: Installation, workdir: str) -> None:

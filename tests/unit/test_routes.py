@@ -12,7 +12,7 @@ import classad2
 import pytest
 
 from gahp import routes
-from gahp.routes import (CE_ROUTER_TRANSFORMS, SAMPLES, RoutesError, convert, gahp_view, grid_type,
+from gahp.routes import (CE_ROUTER_EMULATION, SAMPLES, RoutesError, convert, gahp_view, grid_type,
                          predict_submit_ad)
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -116,12 +116,13 @@ def test_grid_type(resource: str, expected: tuple) -> None:
 
 def test_samples_carry_what_the_router_needs() -> None:
     ads = list(classad2.parseAds(routes.samples_text(), classad2.ParserType.Old))
-    assert len(ads) == len(SAMPLES) == 4
+    assert len(ads) == len(SAMPLES) == 6
     for ad in ads:
         for name in ("Owner", "JobStatus", "ProcId", "ClusterId", "JobUniverse", "Requirements", "Iwd", "Cmd"):
             assert name in ad
         assert ad["JobUniverse"] == 5 and ad["JobStatus"] == 1
-    assert len({ad["ClusterId"] for ad in ads}) == 4
+    assert len({ad["ClusterId"] for ad in ads}) == 6
+    assert [ad.get("Environment") for ad in ads].count("PILOT_GROUP=atlas") == 1  # not twice in one ad
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,17 +225,9 @@ def test_every_shipped_route_sends_cpus_and_disk_both_ways() -> None:
             assert any(line.startswith(f"SET {extra} ") for line in statements), (name, extra)
 
 
-def transforms(text: str) -> Dict[str, List[str]]:
-    return {m.group(1): [line.strip() for line in m.group(2).splitlines() if line.strip()]
-            for m in re.finditer(r"^JOB_ROUTER_TRANSFORM_(\w+) @=jrt\n(.*?)^@jrt$", text, re.M | re.S)}
-
-
-def test_built_in_ce_transforms_match_the_ce_like_pool() -> None:
-    pool = transforms((REPO / "ce-config/standalone/config.d/01-ce-router-defaults.conf").read_text())
-    built_in = transforms(CE_ROUTER_TRANSFORMS)
-    for name in ("Base", "Cleanup", "OrigRequests", "Cpus", "Gpus", "Memory", "Queue", "BatchRuntime",
-                 "CERequirements"):
-        assert built_in[name] == pool[name], name
+def test_the_emulation_is_the_pool_file() -> None:
+    pool = REPO / "ce-config/standalone/config.d/01-ce-router-defaults.conf"
+    assert pool.resolve() == CE_ROUTER_EMULATION and CE_ROUTER_EMULATION.is_file()
 
 
 # --------------------------------------------------------------------------------------------
