@@ -9,12 +9,12 @@ format's escaping or about any particular backend.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 from gahp import logs, protocol
 from gahp.backends.base import Backend
 from gahp.errors import GahpError
-from gahp.job import parse_submit_ad
+from gahp.job import PilotJob, parse_submit_ad
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +24,10 @@ OK = ["0", protocol.NULL]
 class Commands:
     """The handlers of one GAHP process, bound to its backend."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, admit: Optional[Callable[[PilotJob], None]] = None) -> None:
         self.backend = backend
+        self.admit = admit
+        """Raises when a job may not be submitted at all (:class:`gahp.provenance.RouteCheck`)."""
 
     def handlers(self) -> Dict[str, Callable[[List[str]], List[str]]]:
         return {
@@ -45,6 +47,8 @@ class Commands:
     def submit(self, args: List[str]) -> List[str]:
         job = parse_submit_ad(args[0])
         logs.set_job(job.sandbox_id)
+        if self.admit is not None:
+            self.admit(job)
         log.info("submitting sandbox %s: %s (%d cpus, %s MiB, queue %s)", job.sandbox_id,
                  job.executable, job.cpus, job.memory_mb, job.queue or "default")
         job_id = self.backend.submit(job)

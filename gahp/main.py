@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional
 
 from gahp import __version__, logs
 from gahp.backends import BACKENDS
@@ -19,6 +19,7 @@ from gahp.commands import Commands
 from gahp.config import Knobs, ServerSettings
 from gahp.errors import ConfigError, GahpError
 from gahp.job import JobState, PilotJob
+from gahp.provenance import ProvenanceSettings, RouteCheck
 from gahp.server import Server
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,13 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
         backend = UnusableBackend(backend_name, settings_error)
     else:
         backend = build_backend(backend_name, knobs)
-    server = Server(Commands(backend).handlers(), sys.stdin.buffer, protocol_fd,
+    try:
+        admit: Optional[Callable[[PilotJob], None]] = RouteCheck(ProvenanceSettings.from_knobs(knobs),
+                                                                 backend_name).check
+    except GahpError as e:
+        log.error("%s", e)
+        backend, admit = UnusableBackend(backend_name, str(e)), None
+    server = Server(Commands(backend, admit).handlers(), sys.stdin.buffer, protocol_fd,
                     workers=settings.workers, request_timeout_s=settings.request_timeout_s,
                     max_line_bytes=settings.max_line_bytes, max_pending=settings.max_pending,
                     max_pending_bytes=settings.max_pending_bytes)

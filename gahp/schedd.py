@@ -1,4 +1,5 @@
-"""What the schedd knows: the grid job ids of the jobs that exist, read with the htcondor bindings.
+"""What the schedd knows, read with the htcondor bindings: the grid job ids of the jobs that exist
+(for ``podgahp reap``) and the routing attributes of one job (for :mod:`gahp.provenance`).
 
 ``podgahp reap`` runs on the CE (as a schedd cron job) and asks the schedd holding the routed jobs,
 by default the local one, or ``JOB_ROUTER_SCHEDD2_NAME`` where the JobRouter routes into a second
@@ -7,7 +8,7 @@ schedd (``PODGAHP_REAP_SCHEDD_NAME`` / ``PODGAHP_REAP_SCHEDD_POOL`` override).
 
 from __future__ import annotations
 
-from typing import Optional, Set
+from typing import Dict, List, Optional, Set
 
 from gahp.errors import GahpError
 
@@ -16,9 +17,9 @@ class ScheddUnavailable(GahpError):
     """The schedd could not be asked; nothing may be deleted on a guess."""
 
 
-def grid_job_ids(grid_type: str, name: Optional[str] = None, pool: Optional[str] = None) -> Set[str]:
-    """The GAHP job ids (last word of ``GridJobId``) of every job in the queue whose GridResource is
-    ``batch <grid_type>``."""
+def query(constraint: str, projection: List[str], name: Optional[str] = None,
+          pool: Optional[str] = None) -> List[Dict[str, object]]:
+    """Job ads of the local schedd (or schedd ``name`` of ``pool``) matching ``constraint``, as dicts."""
     import htcondor2
 
     try:
@@ -27,14 +28,25 @@ def grid_job_ids(grid_type: str, name: Optional[str] = None, pool: Optional[str]
             schedd = htcondor2.Schedd(collector.locate(htcondor2.DaemonType.Schedd, name))
         else:
             schedd = htcondor2.Schedd()
-        ads = schedd.query(constraint=f'GridResource =?= "batch {grid_type}" && GridJobId isnt undefined',
-                           projection=["GridJobId"])
+        ads = schedd.query(constraint=constraint, projection=projection)
     except Exception as e:  # noqa: BLE001 - the bindings raise several kinds; any means "unknown"
-        where = f"schedd {name}" + (f" in pool {pool}" if pool else "") if name else "the local schedd"
-        raise ScheddUnavailable(f"{where} cannot be queried: {e}") from e
+        raise ScheddUnavailable(f"{describe(name, pool)} cannot be queried: {e}") from e
+    return [{key: ad.get(key) for key in projection} for ad in ads]
+
+
+def describe(name: Optional[str], pool: Optional[str]) -> str:
+    if not name:
+        return "the local schedd"
+    return f"schedd {name}" + (f" in pool {pool}" if pool else "")
+
+
+def grid_job_ids(grid_type: str, name: Optional[str] = None, pool: Optional[str] = None) -> Set[str]:
+    """The GAHP job ids (last word of ``GridJobId``) of every job in the queue whose GridResource is
+    ``batch <grid_type>``."""
+    ads = query(f'GridResource =?= "batch {grid_type}" && GridJobId isnt undefined', ["GridJobId"], name, pool)
     ids = set()
     for ad in ads:
-        words = str(ad.get("GridJobId", "")).split()
+        words = str(ad.get("GridJobId") or "").split()
         if words:
             ids.add(words[-1])
     return ids

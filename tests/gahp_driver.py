@@ -134,6 +134,8 @@ def gahp_env(tmp_path: str, **knobs: str) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("_CONDOR_")}
     env["CONDOR_CONFIG"] = "ONLY_ENV"
     env["_CONDOR_LOG"] = str(tmp_path)
+    # No schedd here: jobs cannot be traced to a route (tests of that check turn it back on).
+    env["_CONDOR_PODGAHP_ROUTED_ONLY"] = "False"
     for name, value in knobs.items():
         env[f"_CONDOR_{name}"] = value
     return env

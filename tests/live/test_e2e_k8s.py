@@ -199,6 +199,29 @@ def test_bad_image_is_held_naming_it(make_pool: Callable[..., Pool], installatio
     assert not pool.path(f"{home}/broken.out").exists()
 
 
+def test_grid_job_submitted_straight_to_the_ce_is_refused(make_pool: Callable[..., Pool],
+                                                          installation: Installation, kube_sim: KubeSim) -> None:
+    """A user's own grid-universe job for batch k8s skips the routes; the GAHP asks the schedd, finds
+    no route made it, and refuses: the job is held with that reason and no pod is made. A routed pilot
+    submitted alongside still runs (PODGAHP_ROUTED_ONLY, on by default)."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    direct = pool.submit("\n".join([
+        "universe = grid", "grid_resource = batch k8s", f"executable = {home}/pilot.sh",
+        "output = direct.out", "error = direct.err", "log = direct.log", f"initialdir = {home}",
+        "+RoutedBy = \"htcondor-ce\"",  # a forged claim alone does not pass
+        "queue"]) + "\n", cwd=home)
+    routed = pool.submit(pilot_submit(home, "routed", run_seconds=1), cwd=home)
+
+    def held() -> List[Dict[str, Any]]:
+        return [ad for ad in pool.q(f"ClusterId == {direct}", ["JobStatus", "HoldReason"])
+                if ad["JobStatus"] == HELD]
+    ad = pool.wait_for(held, timeout=120, what="the direct grid job to be held")[0]
+    assert "was not made by a route of this CE" in ad["HoldReason"], ad
+    pods = wait_for_pods(pool, routed, 1)
+    assert len(kube_sim.pods(NAMESPACE)) == len(pods) == 1
+
+
 #: A route that lets at most 2 pilots be routed at a time, at most 1 of them idle. It is the only
 #: route: a full route makes the router try the next one, and the shipped K8s_Cpu takes any queue.
 LIMITED_CONFIG = """\

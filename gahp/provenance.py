@@ -1,0 +1,121 @@
+"""Whether a pilot came through a route of this CE: checked before every submit, whatever the backend.
+
+A CE's users may submit grid-universe jobs themselves (``universe = grid``, ``grid_resource = batch
+k8s``). Such a job skips the routes (their limits, their transforms) and the real HTCondor-CE does
+not stop it: its periodic hold expression does not parse. So before a submit the GAHP asks the
+schedd whose gridmanager started it for the job that owns the sandbox (its ``GridJobId`` holds the
+sandbox id) and accepts it only when a JobRouter made it: ``RoutedBy`` names one of
+``PODGAHP_ROUTERS`` and the source job named by ``RoutedFromJobId`` (in the source schedd) points back
+at it with ``RoutedToJobId`` and has the same owner. Anything else is refused with a reason the job's
+owner can act on; a schedd that cannot be asked fails the submit as retryable.
+
+These attributes can be forged by a user who crafts both a source and a grid job; that is deliberate
+misuse, and the per-queue limits of the backends still bound what such a job gets.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+import classad2
+
+from gahp import schedd
+from gahp.config import Knobs
+from gahp.errors import InvalidJob, TransientError
+from gahp.job import PilotJob
+
+log = logging.getLogger(__name__)
+
+#: Sandbox ids as the gridmanager makes them (collector host and GlobalJobId, ``@ # :`` replaced).
+_SANDBOX = re.compile(r"^[A-Za-z0-9._-]{1,512}$")
+_JOB_ID = re.compile(r"^([0-9]{1,10})\.([0-9]{1,10})$")
+
+Query = Callable[[str, List[str], Optional[str], Optional[str]], List[Dict[str, object]]]
+
+
+class NotRouted(InvalidJob):
+    """The job was not made by a route of this CE; it is held with this reason."""
+
+
+@dataclass(frozen=True)
+class ProvenanceSettings:
+    """``PODGAHP_ROUTED_ONLY`` and where the routed and source jobs live."""
+
+    routed_only: bool = True
+    """``PODGAHP_ROUTED_ONLY``: refuse jobs no route made (default true)."""
+    routers: Tuple[str, ...] = ("htcondor-ce",)
+    """``PODGAHP_ROUTERS``: ``RoutedBy`` values accepted (default ``htcondor-ce`` and ``$(JOB_ROUTER_NAME)``)."""
+    source_schedd_name: Optional[str] = None
+    """``PODGAHP_SOURCE_SCHEDD_NAME``: the schedd holding source jobs when routed jobs live in another
+    (``JOB_ROUTER_SCHEDD2_*``: the CE's schedd); default the schedd that runs the GAHP."""
+    source_schedd_pool: Optional[str] = None
+    """``PODGAHP_SOURCE_SCHEDD_POOL``: collector of that schedd."""
+
+    @classmethod
+    def from_knobs(cls, knobs: Knobs) -> ProvenanceSettings:
+        default = ["htcondor-ce"]
+        router = knobs.optional("JOB_ROUTER_NAME")
+        if router and router not in default:
+            default.append(router)
+        return cls(
+            routed_only=knobs.boolean("PODGAHP_ROUTED_ONLY", True),
+            routers=tuple(knobs.names("PODGAHP_ROUTERS", default)),
+            source_schedd_name=knobs.optional("PODGAHP_SOURCE_SCHEDD_NAME"),
+            source_schedd_pool=knobs.optional("PODGAHP_SOURCE_SCHEDD_POOL"),
+        )
+
+
+class RouteCheck:
+    """Checks one GAHP's submits: ``check(job)`` returns or raises :class:`NotRouted` / TransientError."""
+
+    def __init__(self, settings: ProvenanceSettings, grid_type: str, query: Query = schedd.query) -> None:
+        self.settings = settings
+        self.grid_type = grid_type
+        self._query = query
+
+    def _ask(self, constraint: str, projection: List[str], name: Optional[str] = None,
+             pool: Optional[str] = None) -> List[Dict[str, object]]:
+        try:
+            return self._query(constraint, projection, name, pool)
+        except schedd.ScheddUnavailable as e:
+            raise TransientError(f"cannot check that the job came through a route of this CE: {e}") from e
+
+    def check(self, job: PilotJob) -> None:
+        if not self.settings.routed_only:
+            return
+        sandbox = job.sandbox_id
+        if not _SANDBOX.match(sandbox):
+            raise NotRouted(f"sandbox id {sandbox!r} is not one the gridmanager makes; refusing the job")
+        # No backslashes: the schedd reads constraints in the old ClassAd syntax, where they are
+        # literal. The sandbox holds only [A-Za-z0-9._-]; "." is the one regex character to quote.
+        pattern = classad2.quote(" " + sandbox.replace(".", "[.]") + "( |$)")
+        routed = self._ask(f"JobUniverse == 9 && regexp({pattern}, GridJobId ?: \"\")",
+                           ["ClusterId", "ProcId", "Owner", "RoutedBy", "RoutedFromJobId"])
+        if len(routed) != 1:
+            raise NotRouted(
+                f"{len(routed)} jobs of {schedd.describe(None, None)} hold sandbox {sandbox}; podgahp accepts "
+                f"only jobs a route of this CE made (PODGAHP_ROUTED_ONLY)")
+        ad = routed[0]
+        job_id = f"{ad.get('ClusterId')}.{ad.get('ProcId')}"
+        routed_by, source_id = ad.get("RoutedBy"), ad.get("RoutedFromJobId")
+        if routed_by not in self.settings.routers or not isinstance(source_id, str):
+            raise NotRouted(
+                f"job {job_id} was not made by a route of this CE (RoutedBy = {routed_by!r}): submit pilots "
+                f"to the CE as ordinary (vanilla) jobs; grid-universe jobs for batch {self.grid_type} are "
+                f"accepted only from the CE's routes (PODGAHP_ROUTED_ONLY)")
+        match = _JOB_ID.match(source_id)
+        if not match:
+            raise NotRouted(f"job {job_id} names no valid source job (RoutedFromJobId = {source_id!r})")
+        s = self.settings
+        sources = self._ask(f"ClusterId == {match.group(1)} && ProcId == {match.group(2)}",
+                            ["RoutedToJobId", "Owner"], s.source_schedd_name, s.source_schedd_pool)
+        if (len(sources) != 1 or sources[0].get("RoutedToJobId") != job_id
+                or sources[0].get("Owner") != ad.get("Owner")):
+            raise NotRouted(
+                f"job {job_id} says it was routed from job {source_id}, but "
+                f"{schedd.describe(s.source_schedd_name, s.source_schedd_pool)} holds no such job of "
+                f"{ad.get('Owner')} routed to it (PODGAHP_ROUTED_ONLY)")
+        log.debug("job %s routed by %s from %s", job_id, routed_by, source_id)
