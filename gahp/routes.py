@@ -900,7 +900,9 @@ def convert(text: str) -> str:
         "##  Match order: the order of JOB_ROUTER_ROUTE_NAMES.",
     ]
     if new_names:
-        replacement.append("JOB_ROUTER_ROUTE_NAMES = $(JOB_ROUTER_ROUTE_NAMES) " + " ".join(new_names))
+        # First: a catch-all route defined elsewhere (an HTCondor-CE batch-system package) would
+        # otherwise take every job before them.
+        replacement.append("JOB_ROUTER_ROUTE_NAMES = " + " ".join(new_names) + " $(JOB_ROUTER_ROUTE_NAMES)")
     replacement.append("")
     replacement.append("\n\n".join(blocks))
 

@@ -167,6 +167,30 @@ def test_shipped_routes_send_each_pilot_where_expected(inst: Installation, ce: b
         assert env == own, name
 
 
+#: What HTCondor-CE's batch-system packages install before podgahp's routes (02-ce-condor-defaults.conf,
+#: 02-ce-slurm-defaults.conf): catch-all routes without REQUIREMENTS.
+CATCH_ALL = """\
+JOB_ROUTER_ROUTE_Condor_Pool @=jrt
+  TargetUniverse = 5
+@jrt
+JOB_ROUTER_ROUTE_NAMES = Condor_Pool
+JOB_ROUTER_ROUTE_Slurm_Cluster @=jrt
+  TargetUniverse = 9
+  GridResource = "batch slurm"
+@jrt
+JOB_ROUTER_ROUTE_NAMES = $(JOB_ROUTER_ROUTE_NAMES) Slurm_Cluster
+"""
+
+
+def test_pilots_reach_podgahp_with_catch_all_routes_defined_first(inst: Installation, workdir: str) -> None:
+    shipped = inst.host_path(NEW).read_text()
+    inst.host_path(f"{workdir}/site.conf").write_text(CATCH_ALL + shipped)
+    report = check(inst, f"{workdir}/site.conf", ce=True)
+    assert report["ok"], report["problems"]
+    assert report["expected_routes"] == ROUTE_NAMES + ["Condor_Pool", "Slurm_Cluster"]
+    assert gahp_views(report) == EXPECTED_CE
+
+
 def test_route_defaults_are_macros_as_on_a_real_ce(inst: Installation, workdir: str) -> None:
     """default_* written the CE's way (macros) apply; as job attributes (SET) they do not."""
     routes = """\

@@ -54,8 +54,10 @@ def test_every_shipped_file_is_in_place(rpm_file: Path) -> None:
         "/usr/bin/k8s_gahp", "/usr/bin/lancium_gahp", "/usr/bin/podgahp",
         f"{site}/gahp/server.py", f"{site}/gahp/backends/k8s.py", f"{site}/gahp/backends/lancium.py",
         f"{site}/gahp/sim/k8s.py", f"{site}/gahp/sim/lancium.py",
-        "/usr/share/podgahp/standalone/condor_config", "/usr/share/podgahp/bin/condor_ce_q",
-        "/usr/share/podgahp/bin/condor_ce_submit", "/usr/share/podgahp/bin/condor_ce_router_q",
+        "/usr/share/podgahp/ce-config/standalone/condor_config", "/usr/share/podgahp/ce-config/bin/condor_ce_q",
+        "/usr/share/podgahp/ce-config/bin/condor_ce_submit", "/usr/share/podgahp/ce-config/bin/condor_ce_router_q",
+        "/usr/share/podgahp/ce-config/standalone/config.d/01-ce-router-defaults.conf",
+        f"{site}/gahp/data/ce-router-defaults.conf", "/etc/condor/config.d/60-podgahp-ce-schedd2.conf",
     }
     for conf in (ROOT / "condor_config.d").glob("*.conf"):
         where = "/usr/share/condor-ce" if conf.name.endswith("-defaults.conf") else "/etc/condor-ce"
@@ -85,3 +87,23 @@ def test_programs_use_the_system_python(rpm_file: Path, tmp_path: Path) -> None:
     for program in ("k8s_gahp", "lancium_gahp", "podgahp"):
         first = (tmp_path / "usr" / "bin" / program).read_text().splitlines()[0]
         assert first == "#!/usr/bin/python3"
+
+
+def test_the_packaged_pool_finds_its_config(rpm_file: Path, tmp_path: Path) -> None:
+    """The stand-alone pool's condor_config names its config.d and podgahp's knob files relative to
+    itself; both must exist in the installed tree, the router defaults as a file (not a link)."""
+    subprocess.run(f"rpm2cpio {rpm_file} | cpio -idm --quiet", shell=True, cwd=tmp_path, check=True)
+    pool = tmp_path / "usr/share/podgahp/ce-config/standalone"
+    text = (pool / "condor_config").read_text()
+    relative = text.split("PODGAHP_CONFIG_D = $(PODGAHP_CE_CONFIG_DIR)/", 1)[1].split()[0]
+    knobs = (pool / relative).resolve()
+    assert sorted(p.name for p in knobs.glob("*.conf")) == sorted(p.name for p in (ROOT / "condor_config.d").glob("*.conf"))
+    defaults = pool / "config.d" / "01-ce-router-defaults.conf"
+    assert not defaults.is_symlink() and "JOB_ROUTER_TRANSFORM_Env" in defaults.read_text()
+    bootstrap = (tmp_path / "usr/share/podgahp/ce-config/bin/condor_ce_env_bootstrap").read_text()
+    assert "/../standalone/condor_config" in bootstrap
+    schedd2 = (tmp_path / "etc/condor/config.d/60-podgahp-ce-schedd2.conf").read_text()
+    for line in schedd2.splitlines():
+        if line.startswith("include ifexist : /"):
+            path = line.split(" : ", 1)[1]
+            assert (tmp_path / path.lstrip("/")).is_file(), path

@@ -202,6 +202,40 @@ def test_eviction(sim: KubeSim, core: client.CoreV1Api) -> None:
     assert core.read_namespaced_pod("p1", NS).status.phase == "Failed"
 
 
+@pytest.mark.parametrize(
+    "limit, disk_mib, message",
+    [
+        ("4Ki", None, 'Container pilot exceeded its local ephemeral storage limit "4Ki". '),
+        ("50Mi", "100", 'Container pilot exceeded its local ephemeral storage limit "50Mi". '),
+    ],
+    ids=["few-KiB-limit", "writes-past-50Mi"],
+)
+def test_ephemeral_storage_over_the_limit_is_evicted(sim: KubeSim, core: client.CoreV1Api, limit: str,
+                                                     disk_mib: Optional[str], message: str) -> None:
+    """As a kubelet does: a container writing past its ephemeral-storage limit gets its pod evicted
+    (every container writes something: with a few KiB of limit, at once)."""
+    env = {"PODGAHP_SIM_RUN_SECONDS": "30"}
+    if disk_mib:
+        env["PODGAHP_SIM_DISK_MIB"] = disk_mib
+    core.create_namespaced_pod(NS, pod_body(env=env, resources={"limits": {"ephemeral-storage": limit}}))
+    pod = wait_phase(sim, core, "p1", "Failed")
+    assert (pod.status.reason, pod.status.message) == ("Evicted", message)
+    assert condition(pod, "DisruptionTarget").reason == "TerminationByKubelet"
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 137
+    events = core.list_namespaced_event(NS, field_selector="involvedObject.name=p1").items
+    assert [(e.type, e.message) for e in events if e.reason == "Evicted"] == [("Warning", message)]
+
+
+@pytest.mark.parametrize("resources", [{"limits": {"ephemeral-storage": "10Gi"}}, None],
+                         ids=["10Gi-limit", "no-limit"])
+def test_storage_within_the_limit_runs_to_completion(sim: KubeSim, core: client.CoreV1Api,
+                                                     resources: Optional[Dict[str, Any]]) -> None:
+    core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "1", "PODGAHP_SIM_DISK_MIB": "5000"},
+                                            resources=resources))
+    pod = wait_phase(sim, core, "p1", "Succeeded")
+    assert pod.status.reason is None
+
+
 def test_preemption(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "30"}))
     wait_phase(sim, core, "p1", "Running")

@@ -157,7 +157,7 @@ def test_convert_output_shape() -> None:
     assert "JOB_ROUTER_ENTRIES" not in out.replace("from JOB_ROUTER_ENTRIES", "").replace(
         "used JOB_ROUTER_ENTRIES", "")
     assert "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True" not in out
-    assert "JOB_ROUTER_ROUTE_NAMES = $(JOB_ROUTER_ROUTE_NAMES) K8s Other_Site" in out
+    assert "JOB_ROUTER_ROUTE_NAMES = K8s Other_Site $(JOB_ROUTER_ROUTE_NAMES)" in out
     assert "OTHER_KNOB = kept" in out and "# site routes" in out
     got = blocks(out)
     assert got["K8s"] == [

@@ -38,12 +38,19 @@ SIM_ENV = {
     "PODGAHP_SIM_RUN_SECONDS": "seconds the container runs before exiting (default: SimConfig.run_seconds)",
     "PODGAHP_SIM_EXIT_CODE": "exit code when it exits on its own (default 0)",
     "PODGAHP_SIM_MEMORY_MIB": "memory it uses; above its memory limit it is OOMKilled (exit 137)",
+    "PODGAHP_SIM_DISK_MIB": "local storage it writes (default 1: logs and scratch, as any container writes); "
+                            "above its ephemeral-storage limit the kubelet evicts the pod",
     "PODGAHP_SIM_LOG": "text it prints after the start line",
     "PODGAHP_SIM_SIGTERM_SECONDS": "seconds from SIGTERM to exit (default: SimConfig.sigterm_exit_seconds)",
     "PODGAHP_SIM_SIGTERM_EXIT_CODE": "exit code after SIGTERM (default: SimConfig.sigterm_exit_code)",
 }
 OOM_AFTER_SECONDS = 0.5
 """A container over its memory limit is killed this long after start (or at its exit, if sooner)."""
+DEFAULT_DISK_MIB = 1.0
+"""Local storage a container writes unless ``PODGAHP_SIM_DISK_MIB`` says otherwise."""
+STORAGE_EVICT_AFTER_SECONDS = 0.5
+"""A pod over an ephemeral-storage limit is evicted this long after the container starts (or halfway
+through its run, if sooner): the kubelet measures usage periodically."""
 MAX_BACKOFF = 300.0
 TERMINAL = ("Succeeded", "Failed")
 UNKNOWN_MESSAGE = "The container could not be located when the pod was terminated"
@@ -77,6 +84,7 @@ class ContainerRun:
     memory_mib: Optional[float]
     sigterm_seconds: float
     sigterm_exit_code: int
+    disk_mib: float = DEFAULT_DISK_MIB
     state: str = "waiting"
     reason: str = "ContainerCreating"
     message: str = ""
@@ -116,6 +124,8 @@ class PodRun:
     override: Optional[Tuple[str, str, str]] = None
     disruption: Optional[JsonObj] = None
     sigterm_at: Optional[float] = None
+    storage_evict_at: Optional[float] = None
+    storage_message: str = ""
     dirty: bool = False
     transitions: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
@@ -228,7 +238,8 @@ class Cluster:
                     sigterm_seconds=_env_number(spec, "PODGAHP_SIM_SIGTERM_SECONDS",
                                                 self.config.sigterm_exit_seconds),
                     sigterm_exit_code=int(_env_number(spec, "PODGAHP_SIM_SIGTERM_EXIT_CODE",
-                                                      self.config.sigterm_exit_code))))
+                                                      self.config.sigterm_exit_code)),
+                    disk_mib=_env_number(spec, "PODGAHP_SIM_DISK_MIB", DEFAULT_DISK_MIB)))
             run = PodRun(uid, pod["metadata"]["namespace"], pod["metadata"]["name"], containers)
             self.runs[uid] = run
         return run
@@ -387,6 +398,10 @@ class Cluster:
                                 "Pod was active on the node longer than the specified deadline")
                 self.events.pod(pod, "Normal", "DeadlineExceeded", run.override[2], node=run.node, now=now)
                 run.frozen = True
+            elif (run.storage_evict_at is not None and now >= run.storage_evict_at and run.override is None
+                  and any(c.state == "running" for c in run.containers)):
+                self._kill_all(run, now, 137, "Error")
+                self._mark_evicted(pod, run, now, run.storage_message)
             else:
                 for container in run.containers:
                     self._step_container(pod, run, container, now)
@@ -493,6 +508,25 @@ class Cluster:
         limit = ((c.spec.get("resources") or {}).get("limits") or {}).get("memory")
         return None if limit is None else float(parse_quantity(limit) / 2 ** 20)
 
+    @staticmethod
+    def _storage_limit(c: ContainerRun) -> Optional[Fraction]:
+        limit = ((c.spec.get("resources") or {}).get("limits") or {}).get("ephemeral-storage")
+        return None if limit is None else parse_quantity(limit)
+
+    def _storage_excess(self, run: PodRun) -> str:
+        """The kubelet's eviction message when a container's local storage use exceeds its limit, else ''.
+
+        A container's writable layer and logs count against its own ``ephemeral-storage`` limit.
+        (The kubelet also bounds the pod's total, which differs only by emptyDir volumes, whose use
+        is not simulated.)
+        """
+        for c in run.containers:
+            limit = self._storage_limit(c)
+            if limit is not None and Fraction(c.disk_mib) * 2 ** 20 > limit:
+                return 'Container %s exceeded its local ephemeral storage limit "%s". ' % (
+                    c.name, (c.spec.get("resources") or {}).get("limits", {}).get("ephemeral-storage"))
+        return ""
+
     def _run_container(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
         c.state, c.reason, c.message = "running", "", ""
         c.started_at = now
@@ -505,6 +539,10 @@ class Cluster:
         text = _env_value(c.spec, "PODGAHP_SIM_LOG")
         if text:
             c.log.extend(text.splitlines())
+        message = self._storage_excess(run)
+        if message and run.storage_evict_at is None:
+            run.storage_evict_at = now + min(STORAGE_EVICT_AFTER_SECONDS, c.run_seconds / 2)
+            run.storage_message = message
         limit = self._limit_mib(c)
         if c.memory_mib is not None and limit is not None and c.memory_mib > limit:
             c.exit_at = now + min(OOM_AFTER_SECONDS, c.run_seconds)
@@ -695,14 +733,18 @@ class Cluster:
                 if container.state != "terminated":
                     self._finish(container, now, 137, "ContainerStatusUnknown" if resource == "memory" else "Error",
                                  UNKNOWN_MESSAGE if resource == "memory" else "")
-            run.override = ("Failed", "Evicted", message)
-            self.events.pod(pod, "Warning", "Evicted", message, node=run.node, now=now)
-            run.disruption = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
-                              "lastTransitionTime": now_rfc3339(now), "reason": "TerminationByKubelet",
-                              "message": message}
-            run.frozen = True
-            run.dirty = True
+            self._mark_evicted(pod, run, now, message)
             return self._flush(pod, run, now)
+
+    def _mark_evicted(self, pod: JsonObj, run: PodRun, now: float, message: str) -> None:
+        """Failed/Evicted with the kubelet's message, its Warning event and DisruptionTarget condition."""
+        run.override = ("Failed", "Evicted", message)
+        self.events.pod(pod, "Warning", "Evicted", message, node=run.node, now=now)
+        run.disruption = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                          "lastTransitionTime": now_rfc3339(now), "reason": "TerminationByKubelet",
+                          "message": message}
+        run.frozen = True
+        run.dirty = True
 
     def preempt(self, namespace: str, name: str) -> JsonObj:
         """Scheduler preemption: DisruptionTarget=True (PreemptionByScheduler), then graceful deletion."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import pytest
 
@@ -379,3 +379,22 @@ def test_name_taken_by_a_foreign_pod_gives_a_clear_error(backend: KubernetesBack
     with pytest.raises(TransientError, match="another process is submitting the same sandbox"):
         backend.submit(job)
     assert len(sim.requests("POST", "/pods$")) == 3
+
+
+@pytest.mark.parametrize("floor_mb, phase", [(None, Phase.COMPLETED), ("0", Phase.COMPLETED)],
+                         ids=["default-floor-runs", "floor-off-evicted"])
+def test_a_few_kib_disk_request_is_not_a_limit_the_kubelet_evicts(make_backend: BackendFactory, sim: KubeSim,
+                                                                  tmp_path: Path, floor_mb: Optional[str],
+                                                                  phase: Phase) -> None:
+    """HTCondor 23.x sends RequestDisk of a few KiB for a pilot without request_disk; as a limit, a
+    kubelet evicts the pod at its first write. The floor keeps the limit realistic."""
+    backend = make_backend(**({"PODGAHP_K8S_DISK_LIMIT_FLOOR_MB": floor_mb} if floor_mb else {}))
+    job_id = backend.submit(make_job(tmp_path, disk_kb=4, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
+    state = wait_state(backend, job_id, phase)
+    pod = pod_of(sim, job_id)
+    assert pod is not None
+    if floor_mb == "0":
+        assert pod["status"]["reason"] == "Evicted"  # type: ignore[index]
+        assert state.exit_code != 0
+    else:
+        assert pod["status"]["phase"] == "Succeeded" and state.exit_code == 0  # type: ignore[index]
