@@ -301,6 +301,40 @@ def test_pilot_resources_become_the_pod_spec(make_pool: Callable[..., Pool], ins
     assert final is not None and final["spec"]["nodeName"] == "gpu-1", final
 
 
+def test_pods_get_what_a_real_ce_gives(make_pool: Callable[..., Pool], installation: Installation,
+                                      kube_sim: KubeSim) -> None:
+    """As on a real HTCondor-CE: the opportunistic route's default_maxWallTime macro (720 min) is the
+    pod's deadline; every pod's environment has CONDORCE_COLLECTOR_HOST beside the pilot's own; a
+    pilot without request_disk still gets a usable disk limit; a pilot that ends before its
+    minWalltime is held with HoldReasonCode 3 and HoldReasonSubCode 42."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    opportunistic = pool.submit(pilot_submit(home, "opp", run_seconds=2, extra=['+queue = "opportunistic"']),
+                                cwd=home)
+    short = pool.submit(pilot_submit(home, "short", run_seconds=1, extra=["+minWalltime = 10"]), cwd=home)
+    pods = {**wait_for_pods(pool, opportunistic, 1), **wait_for_pods(pool, short, 1)}
+    opp_pod = kube_sim.pod(NAMESPACE, pods[f"{opportunistic}.0"])
+    short_pod = kube_sim.pod(NAMESPACE, pods[f"{short}.0"])
+    assert opp_pod is not None and short_pod is not None
+    assert opp_pod["spec"]["activeDeadlineSeconds"] == 720 * 60
+    assert short_pod["spec"]["activeDeadlineSeconds"] == 4320 * 60
+    for pod in (opp_pod, short_pod):
+        env = env_of(pod)
+        assert env["CONDORCE_COLLECTOR_HOST"] == pool.config_val("COLLECTOR_HOST"), env
+        assert env["PODGAHP_SIM_RUN_SECONDS"] in ("1", "2")
+        # no request_disk: HTCondor's default RequestDisk (DiskUsage, a few KiB on 23.x) is a request,
+        # never the limit
+        limit = container(pod)["resources"]["limits"]["ephemeral-storage"]
+        assert limit == "10485760Ki", limit
+
+    def held() -> List[Dict[str, Any]]:
+        return [ad for ad in routed_jobs(pool, short) if ad.get("JobStatus") == HELD]
+    ad = pool.wait_for(held, timeout=120, what="the short pilot to be held on exit")[0]
+    assert (ad["HoldReasonCode"], ad["HoldReasonSubCode"]) == (3, 42), ad
+    assert "less than the minimum specified by the job (10)" in ad["HoldReason"], ad
+    assert wait_done(pool, opportunistic, 1)[0]["ExitCode"] == 0
+
+
 def test_gahp_killed_mid_run(make_pool: Callable[..., Pool], installation: Installation,
                              kube_sim: KubeSim) -> None:
     """kill -9 of k8s_gahp while pilots run: the gridmanager gets a new GAHP, which finds the pods
