@@ -10,7 +10,7 @@ OLDEST_PYTHON ?= $(or $(firstword $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/
 VENV_OLDEST ?= .venv-oldest
 PYTEST_ARGS ?=
 
-.PHONY: test check unit oldest live demo system-deps clean
+.PHONY: test check unit oldest live demo system-deps clean rpm
 
 test: check unit oldest live
 
@@ -50,6 +50,16 @@ live: $(VENV)/.installed system-deps
 
 demo: $(VENV)/.installed system-deps
 	$(VENV)/bin/python -m demo $(DEMO_ARGS)
+
+# The RPMs (podgahp, -k8s, -lancium, -standalone, -sim) from the checkout's tracked files, in dist/.
+rpm: $(VENV)/.installed system-deps
+	rm -rf dist/rpmbuild && mkdir -p dist/rpmbuild/SOURCES
+	git ls-files --cached --others --exclude-standard | \
+		tar -czf dist/rpmbuild/SOURCES/podgahp-$$($(VENV)/bin/python -c 'import gahp; print(gahp.__version__)').tar.gz \
+		--transform "s|^|podgahp-$$($(VENV)/bin/python -c 'import gahp; print(gahp.__version__)')/|S" -T -
+	rpmbuild -ba rpm/podgahp.spec --define "_topdir $(CURDIR)/dist/rpmbuild" \
+		--define "build_python $(CURDIR)/$(VENV)/bin/python"
+	ls dist/rpmbuild/RPMS/noarch/
 
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) build dist *.egg-info

@@ -22,7 +22,7 @@ from typing import Dict, List
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gahp.sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
+from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
 from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
 
 

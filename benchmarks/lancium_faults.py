@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gahp.sim.lancium import LanciumSim, LanciumSimSettings  # noqa: E402
+from podgahp_sim.lancium import LanciumSim, LanciumSimSettings  # noqa: E402
 from lancium_pilots import run, table  # noqa: E402
 
 

@@ -213,7 +213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         files["kubeconfig"] = Path(args.kubeconfig).read_text()
         print(f"pods go to the cluster of {args.kubeconfig}", flush=True)
     else:
-        from gahp.sim.k8s import KubeSim, SimConfig, SimNode, Taint
+        from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
 
         nodes = (SimNode("cpu-1", cpu="16", memory="64Gi"), SimNode("cpu-2", cpu="16", memory="64Gi"),
                  SimNode("gpu-1", cpu="16", memory="64Gi", gpus=2, labels={"demo/gpu": "true"},

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 from gahp.backends.lancium_spec import sandbox_of
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.lancium import LanciumSim
 from gahp_driver import GahpProcess, gahp_env, script
 
 #: BLAH_JOB_STATUS code of a completed job.

@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
-from gahp.sim.k8s import KubeSim, SimConfig, SimNode, Taint
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
+from podgahp_sim.lancium import LanciumSim
 from harness import Installation, Pool
 
 #: Namespace of the pilot pods.

@@ -15,7 +15,7 @@ import pytest
 
 from e2e import (ANN_SANDBOX_ID, E2E_FAST, COMPLETED, NAMESPACE, container, grid_parts, iwd, kube_sim, pod_creations,
                  pods_by_sandbox, routed_jobs, start_k8s_ce, wait_for_pods)
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 from harness import Installation, Pool
 
 pytestmark = pytest.mark.live

@@ -16,7 +16,7 @@ from e2e import (ANN_SANDBOX_ID, BAD_IMAGE, COMPLETED, HELD, IDLE, LABEL_QUEUE, 
                  RUNNING, container, env_of, gahp_pids, grid_parts, iwd, job_id, kube_sim, pilot_submit,
                  pod_creations, pod_deletions, pod_of, pods_by_sandbox, routed_jobs,
                  start_k8s_ce, wait_done, wait_for_pods)
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 from harness import Installation, Pool
 
 pytestmark = pytest.mark.live

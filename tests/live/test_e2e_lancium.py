@@ -12,7 +12,7 @@ import pytest
 
 from e2e import (E2E_FAST, COMPLETED, HELD, grid_parts, iwd, lancium_sim, pilot_submit, routed_jobs, routes_config,
                  wait_done)
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.lancium import LanciumSim
 from harness import Installation, Pool
 
 pytestmark = pytest.mark.live

@@ -11,7 +11,7 @@ import pytest
 
 from e2e import (ANN_SANDBOX_ID, CE_NAME, COMPLETED, HELD, IMAGE, NAMESPACE, iwd, kube_sim, pilot_submit,
                  routed_jobs, start_k8s_ce, wait_done, wait_for_pods)
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 from harness import Installation, Pool
 
 pytestmark = pytest.mark.live

@@ -18,7 +18,7 @@ from gahp.backends.k8s_rights import RIGHTS
 from gahp.config import Knobs
 from gahp.errors import BackendError
 from gahp.job import Phase, PilotJob
-from gahp.sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s import KubeSim, SimConfig
 from test_k8s_support import kubectl_version
 
 MANIFESTS = Path(__file__).parents[2] / "docs" / "ce-in-cluster.yaml"

@@ -15,7 +15,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gahp.sim.k8s import KubeSim, PodQuota, RbacRule, serve
+from podgahp_sim.k8s import KubeSim, PodQuota, RbacRule, serve
 from test_k8s_support import (CLIENT_MAJOR, NS, api_client_for, core, expect_error, make_sim, pod_body, raw,
                               roundtrip, sim, status_of)
 

@@ -8,7 +8,7 @@ from typing import Callable, List, Tuple
 import pytest
 from kubernetes import client
 
-from gahp.sim.k8s import KubeSim, SimNode
+from podgahp_sim.k8s import KubeSim, SimNode
 from test_k8s_support import NS, api_client_for, core, make_sim, pod_body, sim
 
 __all__ = ["api_client_for", "core", "make_sim", "sim"]  # fixtures used by name

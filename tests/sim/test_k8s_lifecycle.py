@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 from kubernetes import client
 
-from gahp.sim.k8s import KubeSim, SimNode, Taint
+from podgahp_sim.k8s import KubeSim, SimNode, Taint
 from test_k8s_support import NS, api_client_for, core, expect_error, make_sim, phase, pod_body, sim, status_of
 
 pytestmark = pytest.mark.filterwarnings("error")

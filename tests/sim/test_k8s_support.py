@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from gahp.sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s import KubeSim, SimConfig
 
 FAST = SimConfig(tick_seconds=0.03, run_seconds=0.3, container_create_seconds=0.05, image_backoff_seconds=0.3,
                  crash_backoff_seconds=0.2, sigterm_exit_seconds=0.2, gc_seconds=0.1, bookmark_seconds=0.3)

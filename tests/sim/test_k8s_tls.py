@@ -15,7 +15,7 @@ import trustme
 import yaml
 from kubernetes import client, config
 
-from gahp.sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s import KubeSim, SimConfig
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 from test_k8s_support import CLIENT_MAJOR, NS, api_client_for, core, make_sim, pod_body, sim
 
 pytestmark = pytest.mark.filterwarnings("error")

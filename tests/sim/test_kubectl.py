@@ -13,7 +13,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from gahp.sim.k8s import KubeSim, SimConfig, SimNode
+from podgahp_sim.k8s import KubeSim, SimConfig, SimNode
 from test_k8s_support import kubectl_version
 
 KUBECTL = shutil.which("kubectl")

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict
 import pytest
 import requests
 
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.lancium import LanciumSim
 
 try:
     from test_lancium_sim_schema import BLANK, ApiClient, api, response_errors, sim  # noqa: F401

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 import requests
 
-from gahp.sim.lancium import QOS_LEVELS, LanciumSim, LanciumSimSettings, LoggedRequest, serve
+from podgahp_sim.lancium import QOS_LEVELS, LanciumSim, LanciumSimSettings, LoggedRequest, serve
 
 try:
     from test_lancium_sim_schema import ApiClient, api, pilot_job, sim  # noqa: F401

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.lancium import LanciumSim
 
 try:
     from test_lancium_sim_schema import BLANK, ApiClient, api, env, pilot_job, sim  # noqa: F401

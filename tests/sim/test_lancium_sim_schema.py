@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 import pytest
 import requests
 
-from gahp.sim.lancium import API_VERSION, BASE_PATH, ROUTES, LanciumSim, LanciumSimSettings
+from podgahp_sim.lancium import API_VERSION, BASE_PATH, ROUTES, LanciumSim, LanciumSimSettings
 
 SPEC_FILE = Path(__file__).resolve().parents[1] / "data" / "lancium-openapi.json"
 PUBLISHED: Dict[str, Any] = json.loads(SPEC_FILE.read_text())

@@ -15,7 +15,7 @@ import pytest
 from gahp.backends.k8s import KubernetesBackend
 from gahp.config import Knobs
 from gahp.job import JobState, Phase, PilotJob
-from gahp.sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s import KubeSim, SimConfig
 
 NAMESPACE = "pilots"
 IMAGE = "registry.example/pilot:1.0"

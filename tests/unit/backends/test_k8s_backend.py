@@ -18,7 +18,7 @@ from gahp.backends.k8s_state import (SUB_CONTAINER_CONFIG, SUB_EVICTED,
 from gahp.config import Knobs
 from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
 from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, Phase
-from gahp.sim.k8s import KubeSim, PodQuota
+from podgahp_sim.k8s import KubeSim, PodQuota
 
 from k8s_helpers import (IMAGE, NAMESPACE, BackendFactory, backend, kubeconfig, make_backend,  # noqa: F401
                          make_job, pod_of, sim, wait_state)

@@ -10,7 +10,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-from gahp.sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s import KubeSim, SimConfig
 from gahp_driver import GahpProcess, gahp_env, script
 
 MEMORY_BOUND_KB = 300 * 1024

@@ -12,7 +12,7 @@ from gahp.backends.k8s import KubernetesBackend
 from gahp.config import Knobs
 from gahp.errors import ConfigError
 from gahp.job import Phase
-from gahp.sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s import KubeSim, SimConfig
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, make_job, wait_state
 

@@ -14,7 +14,7 @@ from typing import Dict, Iterator, List, Set
 import pytest
 
 from gahp.backends.k8s_identity import LABEL_SANDBOX
-from gahp.sim.k8s import KubeSim, SimConfig, SimNode
+from podgahp_sim.k8s import KubeSim, SimConfig, SimNode
 from gahp_driver import GahpProcess, gahp_env, script
 
 PILOTS = 500

@@ -14,7 +14,7 @@ from gahp.backends.k8s import KubernetesBackend
 from gahp.backends.k8s_rights import RIGHTS
 from gahp.errors import BackendError
 from gahp.job import Phase
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import (NAMESPACE, BackendFactory, kubeconfig, make_backend, make_job, sim,  # noqa: F401
                          wait_state)

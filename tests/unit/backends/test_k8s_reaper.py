@@ -15,7 +15,7 @@ from gahp.config import Knobs
 from gahp.errors import GahpError
 from gahp.job import Phase
 from gahp.reaper import classad_lines, reap
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import (NAMESPACE, BackendFactory, knobs_for, kubeconfig, make_backend, make_job,  # noqa: F401
                          sim, wait_state)

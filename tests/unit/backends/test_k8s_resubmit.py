@@ -10,7 +10,7 @@ import pytest
 
 from gahp.backends.k8s import RESUBMIT_RULES, KubernetesBackend, resubmit_case
 from gahp.job import Phase
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import (NAMESPACE, BackendFactory, backend, kubeconfig, make_backend, make_job,  # noqa: F401
                          pod_of, sim, wait_state)

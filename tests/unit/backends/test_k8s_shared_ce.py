@@ -15,7 +15,7 @@ from gahp.backends.k8s_settings import KubernetesSettings
 from gahp.config import Knobs
 from gahp.errors import InvalidJob
 from gahp.job import Phase
-from gahp.sim.k8s import KubeSim
+from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, kubeconfig, make_job, pod_of, sim, wait_state  # noqa: F401
 

@@ -19,7 +19,7 @@ from gahp.backends.k8s_identity import ANN_USER, owner_labels, pod_name, sandbox
 from gahp.backends.k8s_pod import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
 from gahp.config import Knobs
 from gahp.job import Phase
-from gahp.sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
+from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
 
 from k8s_helpers import (IMAGE, NAMESPACE, BackendFactory, backend, knobs_for, kubeconfig,  # noqa: F401
                          make_backend, make_job, sim, wait_state)

@@ -27,7 +27,7 @@ from gahp.backends.lancium_spec import LAUNCHER, Notes, job_name
 from gahp.config import Knobs
 from gahp.errors import BackendError, InvalidJob, TransientError
 from gahp.job import JobState, Phase, PilotJob
-from gahp.sim.lancium import STATUSES, LanciumSim, LanciumSimSettings
+from podgahp_sim.lancium import STATUSES, LanciumSim, LanciumSimSettings
 
 # --------------------------------------------------------------------------------------------
 # Fixtures and helpers (imported by the other test_lancium_* files)

@@ -29,7 +29,7 @@ from gahp.backends.lancium_client import (
     read_api_key,
 )
 from gahp.errors import AuthError, BackendError, GahpError, InvalidJob, NotFound, TransientError
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.lancium import LanciumSim
 
 try:
     from test_lancium_backend import key_file, sim  # noqa: F401 - fixtures

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.lancium import LanciumSim
 from lancium_pilots import run
 
 try:

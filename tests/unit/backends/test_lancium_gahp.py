@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, List
 
 from gahp import protocol
-from gahp.sim.lancium import LanciumSim
+from podgahp_sim.lancium import LanciumSim
 from gahp_driver import GahpProcess
 
 try:

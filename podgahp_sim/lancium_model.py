@@ -4,7 +4,7 @@ Owns the jobs of the simulated account: submit checks, the state machine
 ``created -> submitted -> queued -> ready -> running -> finished | error`` driven by :meth:`tick`,
 chunked input uploads and the output files a finished job leaves behind.
 
-Must not know: HTTP, sockets, headers, tokens (all in :mod:`gahp.sim.lancium`), and nothing of
+Must not know: HTTP, sockets, headers, tokens (all in :mod:`podgahp_sim.lancium`), and nothing of
 ``gahp.backends`` -- clients meet the simulator only over HTTP.  Every method here expects the
 caller to hold one lock around the whole :class:`LanciumState`.
 
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
-from gahp.sim.lancium_fields import (
+from podgahp_sim.lancium_fields import (
     ACTIVE_STATUSES,
     COST_PER_CORE_HOUR,
     ENV_ERROR,

@@ -4,10 +4,10 @@ secret, namespace, node, priority-class and self-subject-access-review REST surf
 
 Owns :class:`KubeSim` (server lifecycle, kubeconfig, state access, fault injection, driver actions,
 request log) and :func:`serve` (the blocking entry point of ``podgahp sim k8s``).  The pieces live in
-:mod:`gahp.sim.kube`.  It must not import ``gahp.backends`` or the ``kubernetes`` client: code under
+:mod:`podgahp_sim.kube`.  It must not import ``gahp.backends`` or the ``kubernetes`` client: code under
 test reaches it only over HTTP, through a kubeconfig written by :meth:`KubeSim.write_kubeconfig`.
 
-It serves HTTPS by default, with a CA of its own (:mod:`gahp.sim.kube.tls`), and authenticates a
+It serves HTTPS by default, with a CA of its own (:mod:`podgahp_sim.kube.tls`), and authenticates a
 request by the bearer token or by a client certificate that CA signed; the kubeconfig carries the CA
 (``certificate-authority-data``), and :meth:`KubeSim.write_service_account` lays out the in-cluster
 service-account directory.  ``tls=False`` serves plain HTTP.  ConfigMaps, ServiceAccounts, Roles,
@@ -34,7 +34,7 @@ Image pulls: every valid reference is pullable except names containing ``does-no
 pullable images; invalid references give ``InvalidImageName``.
 
 Documented simplifications: init containers are stored but not run; strategic merge patch merges the
-lists named in ``gahp.sim.kube.patch.MERGE_KEYS`` by key and replaces the others; ``resourceVersion``
+lists named in ``podgahp_sim.kube.patch.MERGE_KEYS`` by key and replaces the others; ``resourceVersion``
 on list is ignored (always the latest state); quantity syntax errors are 400 as on a real server
 (the body cannot be decoded), not 422; RBAC 403s for create name no object (the name is not known
 at authorization time); status written through ``/status`` stays until the kubelet's next

@@ -1,4 +1,4 @@
-"""Building blocks of the simulated Kubernetes API server; the public entry point is :mod:`gahp.sim.k8s`.
+"""Building blocks of the simulated Kubernetes API server; the public entry point is :mod:`podgahp_sim.k8s`.
 
 Modules, one concern each: ``config`` (settings), ``errors`` (``Status`` bodies), ``quantity``
 (resource quantities), ``selectors`` (label and field selectors), ``patch`` (merge, strategic merge
