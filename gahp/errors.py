@@ -37,3 +37,42 @@ class BackendError(GahpError):
 
 class NotFound(GahpError):
     """The remote object does not exist; cancel and status use this to stay idempotent."""
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals of a remote service (Kubernetes API, Lancium API), shared by every backend so that the
+# same HTTP answer means the same thing whichever service gave it.
+
+
+class ServiceRefusal(GahpError):
+    """A remote service's refusal, with its HTTP status, a truncated body and the service's own
+    reason word (Kubernetes ``Status.reason``) kept, so callers can tell refusals apart without
+    parsing the message."""
+
+    status: int = 0
+    body: str = ""
+    reason: str = ""
+
+
+class Conflict(BackendError, ServiceRefusal):
+    """409: the object exists already, changed under us, or is not in a state that allows this."""
+
+
+class Invalid(InvalidJob, ServiceRefusal):
+    """400 / 422: the service found the object or request invalid (the pilot's or the route's fault)."""
+
+
+class Expired(TransientError, ServiceRefusal):
+    """410: a list or watch asked for a version the service no longer has; list again."""
+
+
+class QuotaExceeded(BackendError, ServiceRefusal):
+    """403 from an admission check (quota, unknown priority class), not from authorisation."""
+
+
+def refusal(cls: "type[ServiceRefusal]", message: str, status: int, body: str = "",
+            reason: str = "") -> ServiceRefusal:
+    """An instance of ``cls`` carrying ``status``, ``body`` and ``reason``."""
+    error = cls(message)
+    error.status, error.body, error.reason = status, body, reason
+    return error

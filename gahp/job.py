@@ -398,6 +398,8 @@ HOLD_RETRYABLE = 1001
 """The infrastructure failed the pilot; releasing the job (a fresh submit) may well succeed."""
 HOLD_FATAL = 1002
 """The pilot cannot run as configured (image, container config); fix the route or knobs first."""
+SUB_OUTPUT = 5
+"""HoldReasonSubCode of every backend when ``Out`` or ``Err`` cannot be written (with HOLD_RETRYABLE)."""
 
 #: BLAHP ``<jobstatus>`` code for each phase (1 IDLE, 2 RUNNING, 3 REMOVED, 4 COMPLETED, 5 HELD).
 BLAHP_STATUS: Mapping[Phase, int] = {

@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from gahp.backends.base import Backend
-from gahp.backends.k8s_api import Conflict, KubeApi, truncate
+from gahp.backends.k8s_api import KubeApi, truncate
 from gahp.backends.k8s_cancel import CancelRetries
 from gahp.backends.k8s_rights import RIGHTS
 from gahp.backends.k8s_output import write_outputs
@@ -31,13 +31,14 @@ from gahp.backends.k8s_pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LA
                                    LABEL_QUEUE, OVERRIDES, PROXY_KEY, build_pod, job_id,
                                    load_template, parse_job_id, pod_name, secret_body, stage_inputs)
 from gahp.backends.k8s_settings import KubernetesSettings, QueueSettings, label_value
-from gahp.backends.k8s_state import (SUB_OUTPUT, Classified, classify, job_state,
+from gahp.backends.k8s_state import (SUB_OUTPUT, classify, job_state,
                                      parse_time)
 from gahp.backends.k8s_watch import PodCache
 from gahp.config import Knobs, user_name
-from gahp.errors import BackendError, ConfigError, GahpError, InvalidJob, NotFound, TransientError
+from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
 from gahp.files import read_input
 from gahp.job import HOLD_RETRYABLE, JobState, Phase, PilotJob
+from gahp.reports import Reports
 
 log = logging.getLogger(__name__)
 
@@ -112,9 +113,7 @@ class KubernetesBackend(Backend):
         self._lock = threading.Lock()
         self._apis: Dict[ClusterKey, KubeApi] = {}
         self._caches: Dict[Tuple[ClusterKey, str], PodCache] = {}
-        self._reported: Dict[str, Phase] = {}
-        self._final: Dict[str, JobState] = {}
-        self._job_locks: Dict[str, threading.Lock] = {}
+        self.reports = Reports()
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
@@ -173,10 +172,6 @@ class KubernetesBackend(Backend):
             raise BackendError(f"namespace {namespace} is not served by any queue in PODGAHP_K8S_QUEUES; "
                                "was the configuration changed after this pilot was submitted?")
         return apis
-
-    def _job_lock(self, jid: str) -> threading.Lock:
-        with self._lock:
-            return self._job_locks.setdefault(jid, threading.Lock())
 
     def _queue_of(self, pod: JsonObj) -> QueueSettings:
         label = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_QUEUE)
@@ -314,8 +309,7 @@ class KubernetesBackend(Backend):
                          job.sandbox_id, case)
                 if case == "live":
                     self._ensure_secret(api, newest, staged, jid)
-                with self._lock:
-                    self._final.pop(jid, None)
+                self.reports.forget(jid)
                 return jid
             generation = max([_generation(p) for p in existing] + [0]) + 1
             if queue.max_pods:
@@ -338,8 +332,7 @@ class KubernetesBackend(Backend):
             self._ensure_secret(api, created, staged, jid, fresh=True)
             with self._lock:
                 cache = self._caches.get(((api.kubeconfig, api.context), namespace))
-                self._reported.pop(jid, None)
-                self._final.pop(jid, None)
+            self.reports.forget(jid)
             if cache is not None:
                 cache.put(created)
             return jid
@@ -388,42 +381,26 @@ class KubernetesBackend(Backend):
     # -- status ----------------------------------------------------------------------------
 
     def status(self, job_id: str) -> JobState:
-        with self._job_lock(job_id):
-            with self._lock:
-                final = self._final.get(job_id)
+        with self.reports.lock(job_id):
+            final = self.reports.final(job_id)
             if final is not None:
                 return final
             pod, api, _ = self._find(job_id)
             if pod is None or api is None:
                 self._refuse_foreign(job_id)
                 log.info("[%s] pod not found after a full list: reporting it removed", job_id)
-                return JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1])
+                return self.reports.answer(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]))
             queue = self._queue_of(pod)
             classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
                                   disruption_action=queue.disruption_action)
             state = job_state(pod, classified, job_id)
-            state = self._monotonic(job_id, pod, classified, state)
+            # A pod whose phase cannot be read but that has started is past idle.
+            started = classified.key == "Unknown" and bool((pod.get("status") or {}).get("startTime"))
             if state.phase is Phase.COMPLETED:
                 state = self._finish(api, pod, state, job_id)
             elif state.phase is Phase.HELD and _phase(pod) in ("Succeeded", "Failed"):
                 self._mark_reported(api, pod, job_id)
-            with self._lock:
-                self._reported[job_id] = state.phase
-                if state.phase is Phase.COMPLETED:
-                    # Outputs are written; a repeated poll (a lost result) gets the same answer.
-                    self._final[job_id] = state
-            return state
-
-    def _monotonic(self, jid: str, pod: JsonObj, classified: Classified, state: JobState) -> JobState:
-        """Never report idle after running (an HTCondor-CE would remove the job)."""
-        if state.phase is not Phase.IDLE:
-            return state
-        with self._lock:
-            before = self._reported.get(jid)
-        started = classified.key == "Unknown" and (pod.get("status") or {}).get("startTime")
-        if before is Phase.RUNNING or started:
-            return dataclasses.replace(state, phase=Phase.RUNNING)
-        return state
+            return self.reports.answer(job_id, state, started=started)
 
     def _finish(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> JobState:
         """Write Out/Err, then mark the pod reported; a write failure holds the job instead."""
@@ -459,8 +436,7 @@ class KubernetesBackend(Backend):
             # The gridmanager forgets the job whatever we answer: keep deleting until the pod is gone.
             log.warning("[%s] cancel failed (%s); retrying in the background", job_id, truncate(str(e)))
             self._cancels.add(job_id, lambda: self._cancel_once(job_id))
-        with self._lock:
-            self._final.pop(job_id, None)
+        self.reports.forget(job_id)
 
     def _cancel_once(self, job_id: str) -> None:
         pod, api, _ = self._find(job_id)

@@ -14,7 +14,6 @@ import importlib
 import json
 import logging
 import os
-import random
 import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -29,7 +28,9 @@ ApiException: Any = importlib.import_module("kubernetes.client.exceptions").ApiE
 InClusterConfigLoader: Any = importlib.import_module("kubernetes.config.incluster_config").InClusterConfigLoader
 
 from gahp.backends.k8s_settings import KubernetesSettings, QueueSettings
-from gahp.errors import AuthError, BackendError, ConfigError, NotFound, TransientError
+from gahp.errors import (AuthError, BackendError, ConfigError, Conflict, Expired, Invalid, NotFound,
+                         QuotaExceeded, TransientError, refusal)
+from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -40,26 +41,6 @@ MESSAGE_MAX = 256
 
 #: HTTP statuses worth another attempt.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
-class Conflict(BackendError):
-    """409: the object exists already (``reason`` ``AlreadyExists``) or changed under us (``Conflict``)."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class Expired(TransientError):
-    """410: a watch or list asked for a resource version the server no longer has."""
-
-
-class QuotaExceeded(BackendError):
-    """403 from an admission check (quota, unknown priority class), not from RBAC."""
-
-
-class Invalid(BackendError):
-    """422: the API server found the object invalid."""
 
 
 def truncate(text: str, limit: int = MESSAGE_MAX) -> str:
@@ -106,16 +87,16 @@ def translate(e: BaseException, what: str) -> Exception:
         if status == 403:
             lower = message.lower()
             if "quota" in lower or "priorityclass" in lower:
-                return QuotaExceeded(text)
+                return refusal(QuotaExceeded, text, status, message)
             return AuthError(f"{text} (grant this identity the RBAC rights it needs)")
         if status == 404:
             return NotFound(text)
         if status == 409:
-            return Conflict(text, reason)
+            return refusal(Conflict, text, status, message, reason)
         if status == 410:
-            return Expired(text)
+            return refusal(Expired, text, status, message, reason)
         if status == 422:
-            return Invalid(text)
+            return refusal(Invalid, text, status, message, reason)
         if status in TRANSIENT_STATUSES or status >= 500 or status == 0:
             return TransientError(f"{text} (HTTP {status})" if status else text)
         return BackendError(f"{text} (HTTP {status})")
@@ -244,7 +225,7 @@ class KubeApi:
         settings = self.settings
         attempts = 1 + (settings.retries if retry else 0)
         timeout = (settings.connect_timeout_s, read_timeout or settings.request_timeout_s)
-        delay = settings.backoff_s
+        backoff = Backoff(settings.backoff_s, settings.backoff_max_s)
         for attempt in range(1, attempts + 1):
             self.requests += 1
             try:
@@ -260,17 +241,11 @@ class KubeApi:
                 return json.loads(data)
             except Exception as e:  # noqa: BLE001 - the choke point: every client failure is translated here
                 if attempt < attempts and _is_transient(e):
-                    wait = delay
-                    if isinstance(e, ApiException):
-                        after = _retry_after(e)
-                        if after is not None:
-                            wait = after
-                    wait = min(wait, settings.backoff_max_s) * (1 + 0.1 * random.random())
+                    wait = backoff.delay(attempt, _retry_after(e) if isinstance(e, ApiException) else None)
                     log.warning("%s%s: attempt #%d/%d failed (%s); retrying in %.1f s", what,
                                 f" [{job_id}]" if job_id else "", attempt, attempts,
                                 translate(e, "API request"), wait)
                     time.sleep(wait)
-                    delay = min(delay * 2 or 0.1, settings.backoff_max_s)
                     continue
                 raise translate(e, what) from e
         raise AssertionError("unreachable")  # pragma: no cover

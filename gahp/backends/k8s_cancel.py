@@ -16,6 +16,7 @@ import time
 from typing import Callable, Dict, Optional
 
 from gahp.errors import GahpError, InvalidJob, NotFound
+from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class CancelRetries:
 
     def _run(self) -> None:
         started: Dict[str, float] = {}
+        backoff = Backoff(self.first_backoff_s, self.max_backoff_s)
+        rounds_failed = 0
         delay = self.first_backoff_s
         while not self._stop.is_set():
             self._wake.wait(delay if self.pending() else None)
@@ -77,7 +80,8 @@ class CancelRetries:
                 with self._lock:
                     self._pending.pop(jid, None)
                 started.pop(jid, None)
-            delay = min(delay * 2, self.max_backoff_s) if failed else self.first_backoff_s
+            rounds_failed = rounds_failed + 1 if failed else 0
+            delay = backoff.delay(rounds_failed + 1) if failed else self.first_backoff_s
 
     def close(self) -> None:
         self._stop.set()

@@ -11,14 +11,13 @@ Knows the API only through the :class:`~gahp.backends.k8s_api.KubeApi` it is giv
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from typing import Any, Dict, Iterator, List, Optional
 
 from gahp.backends.k8s_api import KubeApi, translate
 from gahp.backends.k8s_pod import ANN_ERR, ANN_OUT, CONTAINER
 from gahp.errors import BackendError, NotFound
 from gahp.job import JobState
+from gahp.outputs import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -58,26 +57,6 @@ def _stream(response: Any, what: str) -> Iterator[bytes]:
         raise translate(e, what) from e
 
 
-def _atomic_write(path: str, chunks: Any) -> int:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".podgahp-", dir=directory)
-    written = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-                written += len(chunk)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return written
-
-
 def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_bytes: int) -> None:
     """Write ``Out``/``Err`` of a finished pod. OSError when a file cannot be written; TransientError
     when the log cannot be read now (a missing log is written as empty, with a note in ``Err``)."""
@@ -106,13 +85,13 @@ def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_
     if response is not None:
         chunks = _stream(response, f"read log of pod {meta.get('namespace')}/{meta.get('name')}")
     try:
-        written = _atomic_write(log_path, chunks)
+        written = write_atomic(log_path, chunks)
     finally:
         if response is not None:
             response.release_conn()
     text = note + summary(pod, extra, out if err != out else None)
     if err and err != out:
-        _atomic_write(err, [text])
+        write_atomic(err, [text])
     elif err:
         with open(err, "ab") as f:
             f.write(text)

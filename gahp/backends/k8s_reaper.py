@@ -15,12 +15,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Set, Tuple
 
-from gahp.backends.k8s_api import Conflict, KubeApi, truncate
+from gahp.backends.k8s_api import KubeApi, truncate
 from gahp.backends.k8s_identity import job_id
 from gahp.backends.k8s_pod import selector
 from gahp.backends.k8s_settings import KubernetesSettings
 from gahp.backends.k8s_state import parse_time
-from gahp.errors import GahpError, NotFound
+from gahp.errors import Conflict, GahpError, NotFound
 
 log = logging.getLogger(__name__)
 

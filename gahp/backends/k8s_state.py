@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from gahp.backends.k8s_pod import CONTAINER
 from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
+from gahp.job import SUB_OUTPUT as SUB_OUTPUT  # shared by every backend; listed with the others here
 
 JsonObj = Dict[str, Any]
 
@@ -25,7 +26,6 @@ SUB_UNSCHEDULABLE = 1
 SUB_EVICTED = 2
 SUB_PREEMPTED = 3
 SUB_NODE_SHUTDOWN = 4
-SUB_OUTPUT = 5
 SUB_IMAGE_PULL = 10
 SUB_INVALID_IMAGE = 11
 SUB_CONTAINER_CONFIG = 12

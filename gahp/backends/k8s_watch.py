@@ -15,8 +15,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from gahp.backends.k8s_api import Expired, KubeApi, translate
-from gahp.errors import GahpError, TransientError
+from gahp.backends.k8s_api import KubeApi, translate
+from gahp.errors import Expired, GahpError, TransientError
+from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -240,14 +241,16 @@ class PodCache:
                 pass
 
     def _run(self) -> None:
-        delay = self.backoff_s
+        backoff = Backoff(max(self.backoff_s, 0.1), self.backoff_max_s)
+        failures = 0
         while not self._stop.is_set():
+            delay = backoff.delay(failures + 1)
             try:
                 if self._rv is None:
                     with self._list_lock:
                         self._list()
                 self._watch()
-                delay = self.backoff_s
+                failures = 0
             except Expired as e:
                 log.info("%s; listing again", e)
                 with self._cond:
@@ -260,7 +263,7 @@ class PodCache:
                             delay, e)
                 if self._stop.wait(delay):
                     return
-                delay = min(max(delay * 2, 0.1), self.backoff_max_s)
+                failures += 1
             except Exception:  # noqa: BLE001 - the thread must survive anything; the copy stays usable
                 log.exception("pod watch in namespace %s failed unexpectedly", self.namespace)
                 if self._stop.wait(max(delay, 1.0)):

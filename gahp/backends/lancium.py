@@ -15,12 +15,9 @@ the first time). Everything needed later (``Out``, ``Err``, ``Iwd``) is in the L
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
-import stat
-import tempfile
 import threading
 import time
 import zlib
@@ -55,7 +52,9 @@ from gahp.backends.lancium_spec import (
 )
 from gahp.config import Knobs
 from gahp.errors import BackendError, ConfigError, GahpError, InvalidJob, TransientError
-from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase, PilotJob
+from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, SUB_OUTPUT, JobState, Phase, PilotJob
+from gahp.outputs import write_atomic
+from gahp.reports import RANK, Reports
 
 log = logging.getLogger(__name__)
 
@@ -100,15 +99,13 @@ class HoldCode:
 
 
 #: ``Out`` or ``Err`` could not be written (the errno is in the reason). Same subcode as Kubernetes.
-HOLD_OUTPUT = HoldCode(HOLD_RETRYABLE, 5)
+HOLD_OUTPUT = HoldCode(HOLD_RETRYABLE, SUB_OUTPUT)
 #: Lancium reported ``error`` with its ``error_string``: the job failed on Lancium's side.
 HOLD_REMOTE_ERROR = HoldCode(HOLD_RETRYABLE, 20)
 #: Lancium reported ``error`` after the job used up its ``max_run_time`` (from BatchRuntime).
 HOLD_RUN_TIME = HoldCode(HOLD_FATAL, 21)
 
 _SANDBOX_LOCKS = 64
-
-_RANK = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2, Phase.HELD: 2, Phase.REMOVED: 2}
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,6 +314,7 @@ class LanciumBackend(Backend):
         self._tracked: Dict[int, Tracked] = {}
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
         self._terminal_seen: Dict[int, float] = {}
+        self.reports = Reports()
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
@@ -413,7 +411,7 @@ class LanciumBackend(Backend):
         tracked.lancium_status = "submitted"
         tracked.submitted_at = time.time()
         tracked.notes = Notes.decode(fields["notes"])
-        tracked.reported = self._state(lancium_id, "submitted", made)
+        tracked.reported = self.reports.answer(job_id, self._state(lancium_id, "submitted", made))
         log.info("%s: submitted (%d input files)", job_id, len(inputs))
         return job_id
 
@@ -563,18 +561,16 @@ class LanciumBackend(Backend):
         return new
 
     def _monotonic(self, tracked: Tracked, job_id: str, state: JobState) -> JobState:
-        """Never go back (running -> idle would make a CE give up on the job); terminal is final."""
+        """The answer by the GAHP's rules (:mod:`gahp.reports`): never back, terminal is final."""
         old = tracked.reported
-        if old is not None and (_RANK[state.phase] < _RANK[old.phase] or _RANK[old.phase] == 2):
-            if state.phase is not old.phase:
-                log.info("%s: Lancium state went back to %s, still reporting %s", job_id,
-                         state.phase.value, old.phase.value)
-            return old
-        if old is None or old.phase is not state.phase:
-            log.info("%s: %s%s", job_id, state.phase.value,
-                     f" ({state.hold_reason})" if state.hold_reason else "")
-        tracked.reported = state
-        return state
+        new = self.reports.answer(job_id, state)
+        if new.phase is not state.phase:
+            log.info("%s: Lancium state went back to %s, still reporting %s", job_id, state.phase.value,
+                     new.phase.value)
+        elif old is None or old.phase is not new.phase:
+            log.info("%s: %s%s", job_id, new.phase.value, f" ({new.hold_reason})" if new.hold_reason else "")
+        tracked.reported = new
+        return new
 
     def _state(self, lancium_id: int, status: str, detail: Optional[JobJSON]) -> JobState:
         """The neutral state for a Lancium state and (if read) the job's details."""
@@ -669,7 +665,7 @@ class LanciumBackend(Backend):
             contents[path] = contents.get(path, b"") + data  # Out == Err: both, in order
         for path, data in contents.items():
             try:
-                _write_atomic(path, data)
+                write_atomic(path, [data])
             except OSError as e:
                 if best_effort:
                     log.info("%s: cannot write %s: %s", job_id, path, e)
@@ -697,6 +693,7 @@ class LanciumBackend(Backend):
             log.info("%s: delete refused as a conflict, taken as already deleting: %s", job_id, e)
         with self._lock:
             self._tracked.pop(lancium_id, None)
+        self.reports.forget(job_id)
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         """Accepted without action: Lancium cannot replace a submitted job's input files."""
@@ -723,7 +720,7 @@ class LanciumBackend(Backend):
                     continue
                 first = self._terminal_seen.setdefault(lancium_id, now)
                 tracked = self._tracked.get(lancium_id)
-                if tracked is not None and tracked.reported is not None and _RANK[tracked.reported.phase] < 2:
+                if tracked is not None and tracked.reported is not None and RANK[tracked.reported.phase] < 2:
                     continue  # this process has not reported the outcome yet
                 if now - first >= s.cleanup_after_s and len(due) < s.cleanup_per_cycle:
                     due.append(lancium_id)
@@ -734,30 +731,8 @@ class LanciumBackend(Backend):
             with self._lock:
                 self._terminal_seen.pop(lancium_id, None)
                 self._tracked.pop(lancium_id, None)
+            self.reports.forget(job_id_of(lancium_id))
 
 
 def _status_word(error: GahpError) -> str:
     return f"HTTP {error.status}" if isinstance(error, LanciumHTTPError) else str(error)
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    """Replace ``path`` with ``data`` (a temporary file in the same directory, then a rename)."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".podgahp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        try:
-            mode = stat.S_IMODE(os.stat(path).st_mode)
-        except FileNotFoundError:
-            mode = 0o644
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
-                log.debug("cannot remove %s: %s", tmp, e)
-        raise
-

@@ -21,12 +21,14 @@ import stat
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypedDict, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, TypedDict, Union
 
 import requests
 import urllib3
 
-from gahp.errors import AuthError, BackendError, GahpError, InvalidJob, NotFound, TransientError
+from gahp.errors import (AuthError, BackendError, Conflict, GahpError, Invalid, NotFound, ServiceRefusal,
+                         TransientError, refusal)
+from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -101,51 +103,44 @@ class InputFileJSON(TypedDict, total=False):
 # Errors with the HTTP status kept, so callers can tell 409 from 402 without parsing text.
 
 
-class LanciumHTTPError(GahpError):
-    """Mixin state of every translated HTTP refusal: the status and a truncated body."""
-
-    status: int = 0
-    body: str = ""
+#: The shared refusal base (:class:`gahp.errors.ServiceRefusal`), under the name this module used.
+LanciumHTTPError = ServiceRefusal
 
 
-class LanciumNotFound(NotFound, LanciumHTTPError):
+class LanciumNotFound(NotFound, ServiceRefusal):
     """404: the job (or input, output) does not exist (any more)."""
 
 
-class LanciumConflict(BackendError, LanciumHTTPError):
+class LanciumConflict(Conflict):
     """409: the job is not in a state that allows the operation."""
 
 
-class LanciumInvalid(InvalidJob, LanciumHTTPError):
+class LanciumInvalid(Invalid):
     """400/411/412/422: the request or the job description was refused as invalid."""
 
 
-class LanciumAuthError(AuthError, LanciumHTTPError):
+class LanciumAuthError(AuthError, ServiceRefusal):
     """401/403: the API key or access token was refused."""
 
 
-class BillingRequired(BackendError, LanciumHTTPError):
+class BillingRequired(BackendError, ServiceRefusal):
     """402: the account has no billing information; only an administrator can fix that."""
 
 
-class ServiceUnavailable(TransientError, LanciumHTTPError):
+class ServiceUnavailable(TransientError, ServiceRefusal):
     """503 after all retries (at submit: the requested QOS cannot be met)."""
 
 
-class LanciumTransient(TransientError, LanciumHTTPError):
+class LanciumTransient(TransientError, ServiceRefusal):
     """429, 5xx or a transport failure after all retries."""
 
 
-class LanciumRefused(BackendError, LanciumHTTPError):
+class LanciumRefused(BackendError, ServiceRefusal):
     """Any other 4xx: refused for a reason retrying will not fix."""
 
 
-def _http_error(cls: Callable[[str], GahpError], message: str, status: int, body: str) -> GahpError:
-    error = cls(message)
-    assert isinstance(error, LanciumHTTPError)
-    error.status = status
-    error.body = body
-    return error
+def _http_error(cls: Type[ServiceRefusal], message: str, status: int, body: str) -> GahpError:
+    return refusal(cls, message, status, body)
 
 
 def truncate(text: str, limit: int = BODY_LIMIT) -> str:
@@ -298,9 +293,9 @@ class ClientSettings:
     verify: Union[bool, str] = True
     """``PODGAHP_LANCIUM_CA_FILE``: CA bundle for TLS, or True for the system default."""
 
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...): doubling, capped."""
-        return float(min(self.backoff_s * 2.0 ** (attempt - 1), self.backoff_max_s))
+    def delay(self, attempt: int, retry_after: Optional[float] = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...), by :mod:`gahp.retry`."""
+        return Backoff(self.backoff_s, self.backoff_max_s).delay(attempt, retry_after)
 
 
 Sleep = Callable[[float], None]
@@ -412,7 +407,7 @@ class LanciumClient:
                                   0, "") from None
             log.debug("%s %s (%s) -> %d", method, path, what, response.status_code)
             if response.status_code in retry_statuses and attempt < attempts:
-                delay = self._retry_after(response, delay)
+                delay = s.delay(attempt, self._retry_after(response))
                 log.info("%s %s (%s) answered %d, attempt #%d/%d, retrying in %.1f s: %s",
                          method, path, what, response.status_code, attempt, attempts, delay,
                          error_text(response))
@@ -421,14 +416,14 @@ class LanciumClient:
             return response
         raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
 
-    def _retry_after(self, response: requests.Response, default: float) -> float:
+    @staticmethod
+    def _retry_after(response: requests.Response) -> Optional[float]:
+        """The answer's ``Retry-After`` in seconds, if it has a usable one."""
         value = response.headers.get("Retry-After")
-        if value is None:
-            return default
         try:
-            return max(0.0, min(float(value), self.settings.backoff_max_s))
+            return float(value) if value is not None else None
         except ValueError:
-            return default
+            return None
 
     def request(self, method: str, path: str, *, ok: Sequence[int] = (200,), idempotent: bool = True,
                 what: str = "", json_body: Any = None, data: Optional[bytes] = None,

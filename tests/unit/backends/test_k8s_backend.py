@@ -281,7 +281,8 @@ def test_invalid_spec_refusal_carries_the_api_message(make_backend: BackendFacto
     template.write_text(f"spec:\n  containers:\n  - name: pilot\n    image: {IMAGE}\n"
                         "    resources: {limits: {example.com/fpga: '1'}, requests: {example.com/fpga: '2'}}\n")
     backend = make_backend(PODGAHP_K8S_POD_TEMPLATE=str(template))
-    with pytest.raises(BackendError, match="is invalid.*fpga"):
+    # 422 means the same for every backend: the pilot cannot run as described (gahp.errors.Invalid)
+    with pytest.raises(InvalidJob, match="is invalid.*fpga"):
         backend.submit(make_job(tmp_path))
 
 

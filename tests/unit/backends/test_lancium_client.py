@@ -221,13 +221,18 @@ def test_tokens_never_logged(client: LanciumClient, sim: LanciumSim, caplog: pyt
 # Retries and errors
 
 
+def jittered(delays: List[float], expected: List[float]) -> bool:
+    """The delays are the expected back-off plus at most the 10 % jitter of gahp.retry."""
+    return len(delays) == len(expected) and all(e <= d <= e * 1.1 for d, e in zip(delays, expected))
+
+
 def test_5xx_and_429_are_retried_with_back_off(client: LanciumClient, sim: LanciumSim, sleeps: Sleeps) -> None:
     sim.inject(500, method="GET", path="/jobs", count=1)
     sim.inject(429, method="GET", path="/jobs", count=1, retry_after=30)
     sim.inject(502, method="GET", path="/jobs", count=1)
     assert client.list_jobs() == []
     assert sim.count("GET", "/jobs") == 4
-    assert sleeps.delays == [0.5, 4.0, 2.0]  # doubled; Retry-After capped at the maximum
+    assert jittered(sleeps.delays, [0.5, 4.0, 2.0])  # doubled; Retry-After capped at the maximum
 
 
 def test_retries_are_bounded(client: LanciumClient, sim: LanciumSim, sleeps: Sleeps) -> None:
@@ -261,7 +266,7 @@ def test_unreachable_service_is_transient(key_file: Path, sleeps: Sleeps) -> Non
             client.list_jobs()
     finally:
         client.close()
-    assert sleeps.delays == [0.1, 0.2]
+    assert jittered(sleeps.delays, [0.1, 0.2])
 
 
 def test_slow_answer_times_out(sim: LanciumSim, key_file: Path, sleeps: Sleeps) -> None:

@@ -1,0 +1,75 @@
+"""What the GAHP has answered for each job: the rules every backend's status obeys, kept once here.
+
+* **Never back.** A job reported running is never reported idle again (an HTCondor-CE removes a
+  pilot that goes back to idle), and no answer moves to a lower rank (idle < running < the end).
+* **Final answers.** Once a job was reported completed, held or removed, every later status gets
+  that same answer: a status result the gridmanager lost and asks again must not change.
+* **Bounded.** The memory holds the last ``max_jobs`` jobs asked about (least recently used go
+  first) and per-job locks come from a fixed pool, so a GAHP that runs for weeks does not grow with
+  the jobs that have left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import zlib
+from collections import OrderedDict
+from typing import Mapping, Optional
+
+from gahp.job import JobState, Phase
+
+#: Order of phases: an answer never moves to a lower rank; rank 2 is the end.
+RANK: Mapping[Phase, int] = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2, Phase.HELD: 2,
+                             Phase.REMOVED: 2}
+
+_STRIPES = 256
+
+
+class Reports:
+    """The last answer per job id; see the module docstring. Thread-safe."""
+
+    def __init__(self, max_jobs: int = 200_000) -> None:
+        self._max = max_jobs
+        self._lock = threading.Lock()
+        self._last: "OrderedDict[str, JobState]" = OrderedDict()
+        self._locks = [threading.Lock() for _ in range(_STRIPES)]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._last)
+
+    def lock(self, job_id: str) -> threading.Lock:
+        """A lock serialising the work on one job (shared by a few jobs: the pool is fixed)."""
+        return self._locks[zlib.crc32(job_id.encode("utf-8", "surrogateescape")) % _STRIPES]
+
+    def last(self, job_id: str) -> Optional[JobState]:
+        with self._lock:
+            return self._last.get(job_id)
+
+    def final(self, job_id: str) -> Optional[JobState]:
+        """The job's final answer, if it had one."""
+        last = self.last(job_id)
+        return last if last is not None and RANK[last.phase] == 2 else None
+
+    def answer(self, job_id: str, state: JobState, started: bool = False) -> JobState:
+        """The answer to give for ``state`` (``started``: the job is known to have run), remembered."""
+        with self._lock:
+            old = self._last.get(job_id)
+            if old is not None and RANK[old.phase] == 2:
+                self._last.move_to_end(job_id)
+                return old
+            if state.phase is Phase.IDLE and (started or (old is not None and old.phase is Phase.RUNNING)):
+                state = dataclasses.replace(state, phase=Phase.RUNNING)
+            if old is not None and RANK[state.phase] < RANK[old.phase]:
+                state = old
+            self._last[job_id] = state
+            self._last.move_to_end(job_id)
+            while len(self._last) > self._max:
+                self._last.popitem(last=False)
+            return state
+
+    def forget(self, job_id: str) -> None:
+        """Drop what was answered (a cancel, or a new submit of the same job id)."""
+        with self._lock:
+            self._last.pop(job_id, None)
