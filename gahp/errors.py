@@ -35,6 +35,10 @@ class BackendError(GahpError):
     """The backend refused the request for a reason that retrying will not fix (quota, validation)."""
 
 
+class RoutesError(GahpError):
+    """Routes cannot be checked or converted; the message says what to fix."""
+
+
 class NotFound(GahpError):
     """The remote object does not exist; cancel and status use this to stay idempotent."""
 

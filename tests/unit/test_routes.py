@@ -12,6 +12,7 @@ import classad2
 import pytest
 
 from gahp import routes
+from gahp.routes import check
 from gahp.routes import (CE_ROUTER_EMULATION, SAMPLES, RoutesError, convert, gahp_view, grid_type,
                          predict_submit_ad)
 
@@ -260,14 +261,14 @@ Requirements : JobUniverse == 5
 
 
 def test_router_errors_skip_25x_noise_and_name_the_route() -> None:
-    assert routes._router_errors(DIAGNOSTIC) == [
+    assert check._router_errors(DIAGNOSTIC) == [
         "route Bad: CONFIGURATION ERROR: Missing Requirements in job route.",
         "route 'Bad' from JOB_ROUTER_ROUTE_NAMES not found in the routing table.",
     ]
 
 
 def test_route_listing() -> None:
-    (route,) = routes._parse_listing(DIAGNOSTIC)
+    (route,) = check._parse_listing(DIAGNOSTIC)
     assert route == routes.Route("Good", "batch k8s", "JobUniverse == 5", "100", "50", False)
 
 
@@ -288,7 +289,7 @@ def test_report_text() -> None:
 
 
 def test_routes_check_never_runs_what_the_file_says(tmp_path: Path) -> None:
-    from gahp.routes import _without_commands
+    from gahp.routes.check import _without_commands
 
     marker = tmp_path / "ran"
     routes = tmp_path / "routes.conf"

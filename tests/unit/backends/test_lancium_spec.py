@@ -163,7 +163,7 @@ def test_defaults_file_matches_the_code() -> None:
     shipped = _conf_values(DEFAULTS, commented=False)
     assert settings_from_knobs(Knobs(shipped)) == settings_from_knobs(Knobs({}))
     assert _conf_values(ADMIN, commented=True) == shipped
-    code = (ROOT / "gahp" / "backends" / "lancium.py").read_text()
+    code = (ROOT / "gahp" / "backends" / "lancium_settings.py").read_text()
     read = set(re.findall(r"\"(PODGAHP_LANCIUM_[A-Z0-9_]+)\"", code))
     assert read == set(shipped)
 
