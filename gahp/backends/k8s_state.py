@@ -11,8 +11,10 @@ import datetime
 import math
 import re
 from dataclasses import dataclass
-from fractions import Fraction
+from decimal import Decimal
 from typing import Any, Dict, List, Mapping, Optional
+
+from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
 from gahp.backends.k8s_pod import CONTAINER
 from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
@@ -207,22 +209,18 @@ def _spec_image(pod: JsonObj) -> str:
     return str(containers[0].get("image") or "") if containers else ""
 
 
-_QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_SUFFIX: Dict[str, Fraction] = {
-    "": Fraction(1), "m": Fraction(1, 1000), "k": Fraction(1000), "M": Fraction(1000 ** 2),
-    "G": Fraction(1000 ** 3), "T": Fraction(1000 ** 4), "Ki": Fraction(1024), "Mi": Fraction(1024 ** 2),
-    "Gi": Fraction(1024 ** 3), "Ti": Fraction(1024 ** 4)}
-
-
-def quantity(text: Any) -> Optional[Fraction]:
-    """A resource quantity as a number (only the suffixes podgahp and templates commonly use)."""
-    match = _QUANTITY.match(str(text).strip()) if text is not None else None
-    if not match or match.group(2) not in _SUFFIX:
+def quantity(text: Any) -> Optional[Decimal]:
+    """A resource quantity as a number, by the Kubernetes client's own parser (every suffix and
+    exponent form: ``100m``, ``1.5Gi``, ``1e3``, ``2P``); None when absent, not a quantity, or not a
+    finite number below 10**18 (a pod read back is not trusted to be small)."""
+    if text is None:
         return None
     try:
-        return Fraction(match.group(1)) * _SUFFIX[match.group(2)]
-    except (ValueError, ZeroDivisionError):
+        value = parse_quantity(text)  # type: ignore[no-untyped-call,unused-ignore]
+    except (ValueError, TypeError, ArithmeticError):
         return None
+    value = value if isinstance(value, Decimal) else Decimal(value)
+    return value if value.is_finite() and value.adjusted() < 18 else None
 
 
 def _provisioned(pod: JsonObj) -> Dict[str, Optional[int]]:

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import datetime
+from decimal import Decimal
 from typing import Any, Dict, List, Optional
 
 import pytest
 
 from gahp.backends.k8s_state import (POD_STATES, SUB_CONTAINER_CONFIG, SUB_EVICTED,
                                      SUB_IMAGE_PULL, SUB_INVALID_IMAGE, SUB_NODE_SHUTDOWN, SUB_PREEMPTED,
-                                     SUB_UNSCHEDULABLE, classify, job_state, parse_time)
+                                     SUB_UNSCHEDULABLE, _provisioned, classify, job_state, parse_time,
+                                     quantity)
+from gahp.backends.k8s_pod import CONTAINER
 from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, Phase
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=datetime.timezone.utc)
@@ -149,3 +152,20 @@ def test_pilot_container_ended_while_a_sidecar_runs_is_completed() -> None:
 ], ids=["plain", "fraction", "offset", "garbage", "none"])
 def test_parse_time(text: Optional[str], expected: Optional[datetime.datetime]) -> None:
     assert parse_time(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("100m", Decimal("0.1")), ("1.5Gi", Decimal(3 * 2 ** 29)), ("1e3", Decimal(1000)), ("2P", Decimal(2 * 10 ** 15)),
+    (4, Decimal(4)), (None, None), ("bogus", None), ("", None), ("Infinity", None), ("NaN", None),
+    ("1e999999999", None), ("9Ei", None),
+])
+def test_quantity(text: object, expected: Optional[Decimal]) -> None:
+    """Quantities are read by the client's parser; a non-finite or absurd one is not a quantity."""
+    assert quantity(text) == expected
+
+
+def test_provisioned_resources_come_from_the_pilot_containers_requests() -> None:
+    pod = {"spec": {"containers": [{"name": "sidecar", "resources": {"requests": {"cpu": "7"}}},
+                                   {"name": CONTAINER, "resources": {"requests": {
+                                       "cpu": "1500m", "memory": "1.5Gi", "ephemeral-storage": "1e308"}}}]}}
+    assert _provisioned(pod) == {"cpus": 2, "memory": 1536, "disk": None}
