@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass
 from typing import List, Optional
 
-from gahp.backends.k8s_reaper import ReapResult, reap_orphans
-from gahp.backends.k8s_settings import KubernetesSettings
+from gahp.backends.k8s.reaper import ReapResult, reap_orphans
+from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
 from gahp.schedd import grid_job_ids
 

@@ -1,6 +1,6 @@
 """Many pilots through the real ``lancium_gahp`` against a simulated Lancium service with random faults.
 
-Shared by ``tests/unit/backends/test_lancium_faults.py`` and ``benchmarks/lancium_faults.py``. The
+Shared by ``tests/unit/backends/lancium/test_lancium_faults.py`` and ``benchmarks/lancium_faults.py``. The
 driver behaves as the gridmanager does: it submits every pilot once (a failed submit is a held, lost
 pilot), then polls status until each pilot reports COMPLETED, retrying status requests that fail.
 At the end the faults stop and the simulator's jobs are counted: a pilot's sandbox must own exactly
@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List
 
-from gahp.backends.lancium_spec import sandbox_of
+from gahp.backends.lancium.spec import sandbox_of
 from podgahp_sim.lancium import LanciumSim
 from gahp_driver import GahpProcess, gahp_env, script
 

@@ -12,13 +12,13 @@ from gahp.backends.base import Backend
 
 
 def _k8s() -> Type[Backend]:
-    from gahp.backends.k8s import KubernetesBackend
+    from gahp.backends.k8s.backend import KubernetesBackend
 
     return KubernetesBackend
 
 
 def _lancium() -> Type[Backend]:
-    from gahp.backends.lancium import LanciumBackend
+    from gahp.backends.lancium.backend import LanciumBackend
 
     return LanciumBackend
 

@@ -1,0 +1,9 @@
+"""The Kubernetes backend: pilots as pods.
+
+``backend`` (the :class:`~gahp.backends.base.Backend`: submit, status, cancel in one place) over
+``settings`` (knobs and queues), ``identity`` (names, labels, whose pod is whose), ``pod`` (the pod spec),
+``schema`` (the spec checked against the client's models), ``api`` (the API calls and their errors),
+``watch`` (the pod cache), ``state`` (the pod-to-job state table), ``output`` (Out/Err from the pod),
+``cancel`` (cancels retried in the background), ``reaper`` (the clean-up pass) and ``rights`` (the RBAC
+rules the GAHP needs). Nothing here is imported until the backend is chosen.
+"""

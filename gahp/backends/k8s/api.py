@@ -1,0 +1,260 @@
+"""The one door to the Kubernetes API: clients per kubeconfig, timeouts, retries, error translation.
+
+Owns building one ``ApiClient`` per (kubeconfig, context) — never the client library's process-wide
+default, never ``load_config()`` (it prints to stdout, the protocol channel) — and :meth:`KubeApi.call`,
+the single place where client exceptions become :mod:`gahp.errors` classes. Every call asks for the
+raw response (``_preload_content=False``) and parses the JSON itself, so the code reads plain dicts
+whether the installed client builds old-style or pydantic models (kubernetes 30.1 to 37).
+Knows nothing about pods, queues or jobs beyond the names it logs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import urllib3
+
+# The client is typed in some releases and not in others (30.1 has no stubs, 37 ships py.typed
+# with untyped loaders); it is used only through this module, as Any.
+k8s_client: Any = importlib.import_module("kubernetes.client")
+k8s_config: Any = importlib.import_module("kubernetes.config")
+ApiException: Any = importlib.import_module("kubernetes.client.exceptions").ApiException
+InClusterConfigLoader: Any = importlib.import_module("kubernetes.config.incluster_config").InClusterConfigLoader
+
+from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
+from gahp.errors import (AuthError, BackendError, ConfigError, Conflict, Expired, Invalid, NotFound,
+                         QuotaExceeded, TransientError, refusal)
+from gahp.retry import Backoff
+
+log = logging.getLogger(__name__)
+
+JsonObj = Dict[str, Any]
+
+#: Longest API message carried into an error (and so into a hold reason or a log line).
+MESSAGE_MAX = 256
+
+#: HTTP statuses worth another attempt.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def truncate(text: str, limit: int = MESSAGE_MAX) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _status_message(e: ApiException) -> Tuple[str, str]:
+    """(message, reason) of an API error, from its ``Status`` body when it has one."""
+    body = getattr(e, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body.strip().startswith("{"):
+        try:
+            status = json.loads(body)
+        except ValueError:
+            status = None
+        if isinstance(status, dict) and status.get("kind") == "Status":
+            return truncate(str(status.get("message") or e.reason or "")), str(status.get("reason") or "")
+    return truncate(str(getattr(e, "reason", "") or f"HTTP {e.status}")), ""
+
+
+def _retry_after(e: ApiException) -> Optional[float]:
+    headers = getattr(e, "headers", None) or {}
+    try:
+        value = headers.get("Retry-After")
+    except AttributeError:
+        return None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def translate(e: BaseException, what: str) -> Exception:
+    """The :mod:`gahp.errors` exception for a client exception raised while doing ``what``."""
+    if isinstance(e, ApiException):
+        status = int(e.status or 0)
+        message, reason = _status_message(e)
+        text = f"{what}: {message}"
+        if status == 401:
+            return AuthError(f"{what}: the Kubernetes API refused our credentials (401 {message}); "
+                             "check the token or certificate in the kubeconfig")
+        if status == 403:
+            lower = message.lower()
+            if "quota" in lower or "priorityclass" in lower:
+                return refusal(QuotaExceeded, text, status, message)
+            return AuthError(f"{text} (grant this identity the RBAC rights it needs)")
+        if status == 404:
+            return NotFound(text)
+        if status == 409:
+            return refusal(Conflict, text, status, message, reason)
+        if status == 410:
+            return refusal(Expired, text, status, message, reason)
+        if status == 422:
+            return refusal(Invalid, text, status, message, reason)
+        if status in TRANSIENT_STATUSES or status >= 500 or status == 0:
+            return TransientError(f"{text} (HTTP {status})" if status else text)
+        return BackendError(f"{text} (HTTP {status})")
+    if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
+        return TransientError(f"{what}: the Kubernetes API cannot be reached: {truncate(str(e))}")
+    if isinstance(e, ValueError):  # bodies rejected by the client's own models, bad JSON in a reply
+        return BackendError(f"{what}: {truncate(str(e))}")
+    return BackendError(f"{what}: unexpected client error {type(e).__name__}: {truncate(str(e))}")
+
+
+def _is_transient(e: BaseException) -> bool:
+    if isinstance(e, ApiException):
+        return int(e.status or 0) in TRANSIENT_STATUSES or int(e.status or 0) >= 500
+    return isinstance(e, (urllib3.exceptions.HTTPError, OSError))
+
+
+class KubeApi:
+    """One cluster (kubeconfig + context, or the in-cluster service account) and its requests."""
+
+    def __init__(self, settings: KubernetesSettings, queue: QueueSettings) -> None:
+        self.settings = settings
+        self.kubeconfig = queue.kubeconfig
+        self.context = queue.context
+        self._lock = threading.Lock()
+        self._core: Any = None
+        self._groups: Dict[str, Any] = {}
+        self._default_namespace = "default"
+        self.requests = 0
+        """API requests made (every attempt counts), for logs and tests."""
+
+    @property
+    def description(self) -> str:
+        if self.kubeconfig:
+            return f"kubeconfig {self.kubeconfig}" + (f" context {self.context}" if self.context else "")
+        return "in-cluster service account"
+
+    def _connect(self) -> Any:
+        """Build the client on first use; ConfigError when no cluster is usable."""
+        with self._lock:
+            if self._core is not None:
+                return self._core
+            configuration = k8s_client.Configuration()
+            try:
+                if self.kubeconfig:
+                    if not os.path.exists(self.kubeconfig):
+                        raise ConfigError(f"kubeconfig {self.kubeconfig} does not exist "
+                                          "(PODGAHP_K8S_KUBECONFIG)")
+                    contexts, current = k8s_config.list_kube_config_contexts(self.kubeconfig)
+                    chosen = current
+                    if self.context:
+                        chosen = next((c for c in contexts if c.get("name") == self.context), None)
+                        if chosen is None:
+                            raise ConfigError(f"kubeconfig {self.kubeconfig} has no context "
+                                              f"{self.context!r} (PODGAHP_K8S_CONTEXT)")
+                    namespace = ((chosen or {}).get("context") or {}).get("namespace")
+                    self._default_namespace = namespace or "default"
+                    k8s_config.load_kube_config(config_file=self.kubeconfig, context=self.context,
+                                                client_configuration=configuration,
+                                                persist_config=False)
+                elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+                    self._load_service_account(configuration)
+                else:
+                    raise ConfigError("no Kubernetes cluster is configured: set PODGAHP_K8S_KUBECONFIG "
+                                      "to a kubeconfig file readable by the job owner, or run podgahp "
+                                      "in a pod with a service account")
+            except ConfigError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the loaders raise many kinds (ConfigException, YAML, OS)
+                raise ConfigError(f"{self.description} cannot be loaded: {truncate(str(e))}") from e
+            self._refuse_plain_http(configuration)
+            configuration.retries = False  # our own loop retries; urllib3 must not retry behind it
+            api_client = k8s_client.ApiClient(configuration)
+            self._groups = {"authorization": k8s_client.AuthorizationV1Api(api_client)}
+            self._core = k8s_client.CoreV1Api(api_client)
+            return self._core
+
+    def _load_service_account(self, configuration: Any) -> None:
+        """The in-cluster identity: token (re-read as the kubelet rotates it), CA and namespace
+        from the service-account directory, the API server from ``KUBERNETES_SERVICE_HOST``/``_PORT``."""
+        directory = self.settings.service_account_dir
+        token, ca = os.path.join(directory, "token"), os.path.join(directory, "ca.crt")
+        for path in (token, ca):
+            if not os.path.isfile(path):
+                raise ConfigError(f"in-cluster service account: {path} does not exist "
+                                  "(PODGAHP_K8S_SERVICE_ACCOUNT_DIR; or set PODGAHP_K8S_KUBECONFIG)")
+        InClusterConfigLoader(token_filename=token, cert_filename=ca).load_and_set(configuration)
+        try:
+            with open(os.path.join(directory, "namespace"), encoding="utf-8") as f:
+                self._default_namespace = f.read(256).strip() or "default"
+        except OSError:
+            pass
+
+    def _refuse_plain_http(self, configuration: Any) -> None:
+        """A credential never goes over plain HTTP unless the admin says so (client-go refuses it)."""
+        if not str(configuration.host).lower().startswith("http://") or self.settings.allow_insecure_http:
+            return
+        credential = configuration.api_key or configuration.cert_file or configuration.username \
+            or configuration.refresh_api_key_hook is not None
+        if credential:
+            raise ConfigError(f"{self.description}: the API server {configuration.host} is plain HTTP and "
+                              "a credential would be sent unencrypted; use https, or set "
+                              "PODGAHP_K8S_ALLOW_INSECURE_HTTP = True (test clusters only)")
+
+    def namespace(self, queue: QueueSettings) -> str:
+        """The queue's namespace: its knob, else the kubeconfig context's namespace, else default."""
+        if queue.namespace:
+            return queue.namespace
+        self._connect()
+        return self._default_namespace
+
+    def core(self) -> Any:
+        return self._connect()
+
+    def call(self, what: str, method: str, *args: Any, job_id: Optional[str] = None,
+             stream: bool = False, retry: bool = True, read_timeout: Optional[float] = None,
+             group: Optional[str] = None, **kwargs: Any) -> Any:
+        """Call ``CoreV1Api.<method>`` with bounded retries; returns parsed JSON (or the raw stream).
+
+        ``what`` names the operation in errors and logs (``create pod ns/name``); ``group`` picks an
+        API group other than the core one (``authorization``). Transient failures
+        (429, 5xx, timeouts, connection errors) are retried with exponential back-off honouring
+        ``Retry-After``; everything else is translated at once.
+        """
+        core = self._connect()
+        fn: Callable[..., Any] = getattr(self._groups[group] if group else core, method)
+        settings = self.settings
+        attempts = 1 + (settings.retries if retry else 0)
+        timeout = (settings.connect_timeout_s, read_timeout or settings.request_timeout_s)
+        backoff = Backoff(settings.backoff_s, settings.backoff_max_s)
+        for attempt in range(1, attempts + 1):
+            self.requests += 1
+            try:
+                response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+                if stream:
+                    return response
+                try:
+                    data = response.data
+                finally:
+                    response.release_conn()
+                if not data:
+                    return {}
+                return json.loads(data)
+            except Exception as e:  # noqa: BLE001 - the choke point: every client failure is translated here
+                if attempt < attempts and _is_transient(e):
+                    wait = backoff.delay(attempt, _retry_after(e) if isinstance(e, ApiException) else None)
+                    log.warning("%s%s: attempt #%d/%d failed (%s); retrying in %.1f s", what,
+                                f" [{job_id}]" if job_id else "", attempt, attempts,
+                                translate(e, "API request"), wait)
+                    time.sleep(wait)
+                    continue
+                raise translate(e, what) from e
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        with self._lock:
+            core, self._core = self._core, None
+        if core is not None:
+            try:
+                core.api_client.close()
+            except Exception:  # noqa: BLE001 - closing a pool must never fail a shutdown
+                log.debug("closing the API client failed", exc_info=True)

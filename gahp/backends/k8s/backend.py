@@ -1,0 +1,606 @@
+"""The Kubernetes backend: one Pod (plus an input Secret it owns) per routed pilot.
+
+Owns the five verbs over the pieces in the ``k8s_*`` modules: :mod:`~gahp.backends.k8s.settings`
+(knobs, queues), :mod:`~gahp.backends.k8s.api` (clients, retries, error translation),
+:mod:`~gahp.backends.k8s.pod` (pod and Secret bodies, staging), :mod:`~gahp.backends.k8s.watch`
+(the per-namespace LIST + WATCH copy status reads), :mod:`~gahp.backends.k8s.state` (the state
+table) and :mod:`~gahp.backends.k8s.output` (``Out``/``Err``). Job ids are
+``k8s/<namespace>/<pod>``; everything else a fresh process needs is in the pod's labels and
+annotations. Finished pods are kept for a while after their outcome was reported, then deleted by a
+periodic clean-up pass, which also removes pods superseded by a resubmission of their sandbox.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import logging
+import os
+import threading
+import time
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from gahp.backends.base import Backend
+from gahp.backends.k8s.api import KubeApi, truncate
+from gahp.backends.k8s.cancel import CancelRetries
+from gahp.backends.k8s.rights import RIGHTS
+from gahp.backends.k8s.output import write_outputs
+from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
+from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_GENERATION,
+                                   LABEL_QUEUE, OVERRIDES, PROXY_KEY, build_pod, job_id,
+                                   load_template, parse_job_id, pod_name, secret_body, stage_inputs)
+from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
+from gahp.backends.k8s.state import (SUB_OUTPUT, classify, job_state,
+                                     parse_time)
+from gahp.backends.k8s.watch import PodCache
+from gahp.config import Knobs, user_name
+from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
+from gahp.files import read_input
+from gahp.job import HOLD_RETRYABLE, JobState, Phase, PilotJob
+from gahp.reports import Reports
+
+log = logging.getLogger(__name__)
+
+JsonObj = Dict[str, Any]
+ClusterKey = Tuple[Optional[str], Optional[str]]
+
+#: Most pods the clean-up pass deletes at once (the rest wait for the next pass).
+REAP_BATCH = 100
+#: Attempts at creating a pod when generation numbers collide with a concurrent submit.
+CREATE_ATTEMPTS = 3
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _rfc3339(when: datetime.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _phase(pod: JsonObj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _is_live(pod: JsonObj) -> bool:
+    """Not finished and not being deleted: a pod a repeated submit must not duplicate."""
+    meta = pod.get("metadata") or {}
+    return not meta.get("deletionTimestamp") and _phase(pod) in ("Pending", "Running", "Unknown")
+
+
+def _reported(pod: JsonObj) -> bool:
+    return bool(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_REPORTED))
+
+
+#: What a submit does when its sandbox already has pods, by the newest one (one row each, tested):
+#: a re-submit after a GAHP crash, a timed-out submit or a lost API answer must find the pilot it
+#: already started, running or finished-but-unreported, so that a pilot never runs twice; only a
+#: pod whose outcome was reported (then held and released) or that is being deleted (cancelled)
+#: makes way for a new generation.
+RESUBMIT_RULES: Tuple[Tuple[str, str], ...] = (
+    ("live", "reuse"),
+    ("finished, not reported", "reuse"),
+    ("finished and reported", "new generation"),
+    ("being deleted", "new generation"),
+)
+
+
+def resubmit_case(pod: JsonObj) -> str:
+    """The row of :data:`RESUBMIT_RULES` that ``pod`` (the newest of its sandbox) falls in."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "being deleted"
+    if _phase(pod) in ("Succeeded", "Failed"):
+        return "finished and reported" if _reported(pod) else "finished, not reported"
+    return "live"
+
+
+def _generation(pod: JsonObj) -> int:
+    try:
+        return int(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_GENERATION, "0"))
+    except ValueError:
+        return 0
+
+
+class KubernetesBackend(Backend):
+    """Routed pilots as pods; see ``docs/kubernetes.md`` for the admin's view."""
+
+    name = "k8s"
+
+    def __init__(self, settings: KubernetesSettings, user: Optional[str] = None) -> None:
+        self.settings = settings
+        self.user = user or user_name()
+        self._lock = threading.Lock()
+        self._apis: Dict[ClusterKey, KubeApi] = {}
+        self._caches: Dict[Tuple[ClusterKey, str], PodCache] = {}
+        self.reports = Reports()
+        self._stop = threading.Event()
+        self._reaper: Optional[threading.Thread] = None
+        self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
+
+    @classmethod
+    def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
+        return cls(KubernetesSettings.from_knobs(knobs))
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _api(self, queue: QueueSettings) -> KubeApi:
+        with self._lock:
+            api = self._apis.get(queue.cluster_key)
+            if api is None:
+                api = self._apis[queue.cluster_key] = KubeApi(self.settings, queue)
+            return api
+
+    def _cache(self, api: KubeApi, namespace: str) -> PodCache:
+        key = ((api.kubeconfig, api.context), namespace)
+        with self._lock:
+            cache = self._caches.get(key)
+            if cache is None:
+                cache = self._caches[key] = PodCache(
+                    api, namespace, owner_selector(self.settings.ce_name, self.user),
+                    watch_timeout_s=self.settings.watch_timeout_s, backoff_s=max(self.settings.backoff_s, 0.1),
+                    backoff_max_s=self.settings.backoff_max_s)
+            start_reaper = self._reaper is None and self.settings.reap_interval_s > 0
+            if start_reaper:
+                self._reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
+        cache.start()
+        if start_reaper and self._reaper is not None:
+            self._reaper.start()
+        return cache
+
+    def _targets(self) -> List[Tuple[QueueSettings, KubeApi, str]]:
+        """(queue, api, namespace) of every queue whose cluster can be configured; ConfigError if none."""
+        targets: List[Tuple[QueueSettings, KubeApi, str]] = []
+        errors: List[str] = []
+        for queue in self.settings.queues.values():
+            api = self._api(queue)
+            try:
+                targets.append((queue, api, api.namespace(queue)))
+            except ConfigError as e:
+                errors.append(f"queue {queue.name}: {e}")
+        if not targets:
+            raise ConfigError("; ".join(errors))
+        return targets
+
+    def _clusters_for(self, namespace: str) -> List[KubeApi]:
+        """The distinct clusters that have a queue in ``namespace``."""
+        apis: List[KubeApi] = []
+        for _, api, ns in self._targets():
+            if ns == namespace and api not in apis:
+                apis.append(api)
+        if not apis:
+            raise BackendError(f"namespace {namespace} is not served by any queue in PODGAHP_K8S_QUEUES; "
+                               "was the configuration changed after this pilot was submitted?")
+        return apis
+
+    def _queue_of(self, pod: JsonObj) -> QueueSettings:
+        label = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_QUEUE)
+        for queue in self.settings.queues.values():
+            if label_value(queue.name.lower()) == label:
+                return queue
+        return self.settings.queue(None)
+
+    def _find(self, jid: str) -> Tuple[Optional[JsonObj], Optional[KubeApi], Optional[PodCache]]:
+        """The pod of a job id from the watch copies, relisting once before calling it gone.
+
+        A pod deleted by Kubernetes after a disruption (preemption, eviction API, node drain) is
+        returned as last seen, so that its outcome can still be reported.
+        """
+        namespace, name = parse_job_id(jid)
+        apis = self._clusters_for(namespace)
+        caches = [(api, self._cache(api, namespace)) for api in apis]
+        for api, cache in caches:
+            cache.wait_synced(self.settings.sync_timeout_s)
+            pod = cache.get(name)
+            if pod is not None:
+                return pod, api, cache
+        asked = time.monotonic()
+        for api, cache in caches:
+            cache.relist(asked)
+            pod = cache.get(name)
+            if pod is not None:
+                return pod, api, cache
+        for api, cache in caches:
+            last = cache.gone(name)
+            if last is not None and _disrupted(last):
+                if _phase(last) not in ("Succeeded", "Failed"):
+                    last = dict(last, status=dict(last.get("status") or {}, phase="Failed"))
+                return last, api, cache
+        return None, (apis[0] if len(apis) == 1 else None), None
+
+    # -- ping ------------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        """Check what a site gets wrong before pilots fail: each queue's template and token file, the
+        cluster and namespace (a dry-run create of the queue's pod), and every right of
+        :data:`~gahp.backends.k8s.rights.RIGHTS`, naming what is missing and where to fix it."""
+        problems: List[str] = []
+        seen: Set[Tuple[ClusterKey, str]] = set()
+        try:
+            targets = self._targets()
+        except ConfigError as e:
+            raise ConfigError(f"ping: {e}") from e
+        for queue, api, namespace in targets:
+            where = f"queue {queue.name} (namespace {namespace}, {api.description})"
+            try:
+                template = load_template(queue.pod_template)
+            except ConfigError as e:
+                problems.append(f"{where}: {e}")
+                continue
+            if queue.token_file and not os.access(queue.token_file, os.R_OK):
+                problems.append(f"{where}: token file {queue.token_file} cannot be read (PODGAHP_K8S_TOKEN_FILE)")
+            key = ((api.kubeconfig, api.context), namespace)
+            try:
+                missing: List[str] = []
+                if key not in seen:
+                    seen.add(key)
+                    for resource, verb, purpose in RIGHTS:
+                        allowed, reason = self._may(api, namespace, verb, resource)
+                        if not allowed:
+                            missing.append(f"{verb} {resource}")
+                            problems.append(f"{where}: this identity may not {verb} {resource}, needed to {purpose}"
+                                            + (f" ({reason})" if reason else "")
+                                            + "; grant the rules of docs/podgahp-rbac.yaml")
+                    if "list pods" not in missing:
+                        api.call(f"list pods in {namespace}", "list_namespaced_pod", namespace,
+                                 label_selector=owner_selector(self.settings.ce_name, self.user), limit=1)
+                if "create pods" not in missing:
+                    self._dry_run(queue, api, namespace, template)
+            except NotFound as e:
+                problems.append(f"{where}: namespace {namespace} does not exist ({truncate(str(e))}); "
+                                "create it or set PODGAHP_K8S_NAMESPACE")
+            except GahpError as e:
+                problems.append(f"{where}: {e}")
+        if problems:
+            raise BackendError("; ".join(problems))
+
+    def _dry_run(self, queue: QueueSettings, api: KubeApi, namespace: str, template: JsonObj) -> None:
+        """Create the queue's pod with ``dryRun=All``: admission (quota, priority class, validation)
+        answers as for a pilot, and nothing is stored."""
+        probe = PilotJob(executable="/bin/true", iwd="/", sandbox_id="podgahp-ping", cpus=1, memory_mb=64)
+        name = pod_name(sandbox_key(self.settings.ce_name, self.user, probe.sandbox_id), 1)
+        body = build_pod(probe, queue, template, name=name, namespace=namespace, ce_name=self.settings.ce_name,
+                         generation=1, user=self.user, staged=[])
+        api.call(f"dry-run create of a pod of queue {queue.name} in {namespace}", "create_namespaced_pod",
+                 namespace, body, dry_run="All")
+
+    def _may(self, api: KubeApi, namespace: str, verb: str, resource: str) -> Tuple[bool, str]:
+        """Ask the API server (SelfSubjectAccessReview) whether we may do ``verb`` on ``resource``."""
+        base, _, sub = resource.partition("/")
+        attributes = {"namespace": namespace, "verb": verb, "resource": base}
+        if sub:
+            attributes["subresource"] = sub
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": attributes}}
+        try:
+            answer = api.call(f"check {verb} {resource} in {namespace}", "create_self_subject_access_review",
+                              review, group="authorization")
+        except NotFound:
+            log.info("SelfSubjectAccessReview is not available; not checking %s %s in %s", verb, resource,
+                     namespace)
+            return True, ""
+        status = answer.get("status") or {}
+        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
+
+    # -- submit ----------------------------------------------------------------------------
+
+    def submit(self, job: PilotJob) -> str:
+        queue = self.settings.queue(job.queue)
+        api = self._api(queue)
+        namespace = api.namespace(queue)
+        for setting in job.settings:
+            if setting.startswith("k8s_") and setting not in OVERRIDES:
+                log.warning("sandbox %s: route setting %s is not one a route may override; ignored "
+                            "(allowed: %s)", job.sandbox_id, setting, ", ".join(sorted(OVERRIDES)))
+        template = load_template(queue.pod_template)
+        staged = stage_inputs(job, queue, self.settings.secret_max_bytes)
+        key = sandbox_key(self.settings.ce_name, self.user, job.sandbox_id)
+        sandbox_selector = f"{owner_selector(self.settings.ce_name, self.user)},{LABEL_SANDBOX}={key}"
+
+        for _ in range(CREATE_ATTEMPTS):
+            existing = api.call(f"list pods of sandbox {job.sandbox_id}", "list_namespaced_pod", namespace,
+                                label_selector=sandbox_selector).get("items") or []
+            newest = max(existing, key=_generation, default=None)
+            case = resubmit_case(newest) if newest is not None else "none"
+            if newest is not None and dict(RESUBMIT_RULES)[case] == "reuse":
+                name = newest["metadata"]["name"]
+                jid = job_id(namespace, name)
+                log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
+                         job.sandbox_id, case)
+                if case == "live":
+                    self._ensure_secret(api, newest, staged, jid)
+                self.reports.forget(jid)
+                return jid
+            generation = max([_generation(p) for p in existing] + [0]) + 1
+            if queue.max_pods:
+                self._check_cap(api, namespace, queue)
+            name = pod_name(key, generation)
+            jid = job_id(namespace, name)
+            body = build_pod(job, queue, template, name=name, namespace=namespace,
+                             ce_name=self.settings.ce_name, generation=generation, user=self.user,
+                             staged=staged)
+            try:
+                created = api.call(f"create pod {namespace}/{name}", "create_namespaced_pod", namespace, body,
+                                   job_id=jid)
+            except Conflict as e:
+                if e.reason != "AlreadyExists":
+                    raise
+                log.info("[%s] pod exists already (a concurrent submit); checking it", jid)
+                continue
+            log.info("[%s] created pod for sandbox %s (queue %s, generation %d)", jid, job.sandbox_id,
+                     queue.name, generation)
+            self._ensure_secret(api, created, staged, jid, fresh=True)
+            with self._lock:
+                cache = self._caches.get(((api.kubeconfig, api.context), namespace))
+            self.reports.forget(jid)
+            if cache is not None:
+                cache.put(created)
+            return jid
+        raise TransientError(f"sandbox {job.sandbox_id}: pods kept appearing under the names podgahp chose; "
+                             "another process is submitting the same sandbox")
+
+    def _check_cap(self, api: KubeApi, namespace: str, queue: QueueSettings) -> None:
+        cache = self._cache(api, namespace)
+        cache.wait_synced(self.settings.sync_timeout_s)
+        label = label_value(queue.name.lower())
+        live = sum(1 for p in cache.pods() if _is_live(p)
+                   and ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_QUEUE) == label)
+        if live >= queue.max_pods:
+            raise BackendError(f"queue {queue.name} has {live} live pods, its cap is {queue.max_pods} "
+                               f"(PODGAHP_K8S_MAX_PODS); limit the route's jobs (MaxJobs) below the cap")
+
+    def _ensure_secret(self, api: KubeApi, pod: JsonObj, staged: Any, jid: str, fresh: bool = False) -> None:
+        """Create the pod's input Secret, owned by the pod; replace a stale one left by an older pod."""
+        meta = pod["metadata"]
+        name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
+        labels = {k: v for k, v in (meta.get("labels") or {}).items()}
+        body = secret_body(name, namespace, uid, labels, staged)
+        try:
+            api.call(f"create secret {namespace}/{name}", "create_namespaced_secret", namespace, body, job_id=jid)
+            return
+        except Conflict:
+            pass
+        except GahpError as e:
+            if fresh:
+                log.warning("[%s] input secret cannot be created (%s); deleting the pod", jid, e)
+                try:
+                    api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace,
+                             job_id=jid, grace_period_seconds=0)
+                except GahpError as delete_error:
+                    log.warning("[%s] deleting the pod failed too: %s", jid, delete_error)
+                raise BackendError(f"pod {namespace}/{name}: input secret cannot be created: {e}") from e
+            raise
+        current = api.call(f"read secret {namespace}/{name}", "read_namespaced_secret", name, namespace, job_id=jid)
+        owners = (current.get("metadata") or {}).get("ownerReferences") or []
+        if any(o.get("uid") == uid for o in owners):
+            return
+        log.info("[%s] replacing an input secret owned by an older pod of the same name", jid)
+        api.call(f"replace secret {namespace}/{name}", "replace_namespaced_secret", name, namespace, body,
+                 job_id=jid)
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self, job_id: str) -> JobState:
+        with self.reports.lock(job_id):
+            final = self.reports.final(job_id)
+            if final is not None:
+                return final
+            pod, api, _ = self._find(job_id)
+            if pod is None or api is None:
+                self._refuse_foreign(job_id)
+                log.info("[%s] pod not found after a full list: reporting it removed", job_id)
+                return self.reports.answer(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]))
+            queue = self._queue_of(pod)
+            classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
+                                  disruption_action=queue.disruption_action)
+            state = job_state(pod, classified, job_id)
+            # A pod whose phase cannot be read but that has started is past idle.
+            started = classified.key == "Unknown" and bool((pod.get("status") or {}).get("startTime"))
+            if state.phase is Phase.COMPLETED:
+                state = self._finish(api, pod, state, job_id)
+            elif state.phase is Phase.HELD and _phase(pod) in ("Succeeded", "Failed"):
+                self._mark_reported(api, pod, job_id)
+            return self.reports.answer(job_id, state, started=started)
+
+    def _finish(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> JobState:
+        """Write Out/Err, then mark the pod reported; a write failure holds the job instead."""
+        try:
+            write_outputs(api, pod, state, jid, self.settings.output_max_bytes)
+        except OSError as e:
+            log.warning("[%s] outputs cannot be written: %s", jid, e)
+            return dataclasses.replace(
+                state, phase=Phase.HELD, hold_code=HOLD_RETRYABLE, hold_subcode=SUB_OUTPUT,
+                hold_reason=f"pod finished but its output cannot be written: {e.filename or ''}: "
+                            f"{e.strerror or e}")
+        self._mark_reported(api, pod, jid)
+        return state
+
+    def _mark_reported(self, api: KubeApi, pod: JsonObj, jid: str) -> None:
+        """Record on the pod that its final outcome reached HTCondor (a re-submit then makes a new pod)."""
+        meta = pod.get("metadata") or {}
+        if not (meta.get("annotations") or {}).get(ANN_REPORTED):
+            patch = {"metadata": {"annotations": {ANN_REPORTED: _rfc3339(_now())}}}
+            try:
+                api.call(f"annotate pod {meta.get('namespace')}/{meta.get('name')}", "patch_namespaced_pod",
+                         meta.get("name"), meta.get("namespace"), patch, job_id=jid)
+            except GahpError as e:
+                log.warning("[%s] pod cannot be marked reported (it will be cleaned up later): %s", jid, e)
+
+    # -- cancel and refresh ----------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> None:
+        parse_job_id(job_id)
+        try:
+            self._cancel_once(job_id)
+        except (TransientError, BackendError) as e:
+            # The gridmanager forgets the job whatever we answer: keep deleting until the pod is gone.
+            log.warning("[%s] cancel failed (%s); retrying in the background", job_id, truncate(str(e)))
+            self._cancels.add(job_id, lambda: self._cancel_once(job_id))
+        self.reports.forget(job_id)
+
+    def _cancel_once(self, job_id: str) -> None:
+        pod, api, _ = self._find(job_id)
+        if pod is None or api is None:
+            self._refuse_foreign(job_id)
+            log.info("[%s] pod is already gone", job_id)
+            return
+        self._delete_own(api, pod, job_id, self._queue_of(pod).delete_grace_s)
+
+    def _delete_own(self, api: KubeApi, pod: JsonObj, jid: str, grace: Optional[int]) -> None:
+        """Delete a pod of this user, and only that pod: the uid precondition makes the API server
+        refuse if the name now holds another pod."""
+        meta = pod.get("metadata") or {}
+        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        why = refusal(pod, self.settings.ce_name, self.user)
+        if why is not None:
+            raise InvalidJob(f"{why}; refusing to delete it")
+        extra: JsonObj = {} if grace is None else {"grace_period_seconds": grace}
+        try:
+            api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace, job_id=jid,
+                     body={"preconditions": {"uid": meta.get("uid")}}, propagation_policy="Background", **extra)
+            log.info("[%s] deleted pod (grace %s s)", jid, grace if grace is not None else "default")
+        except NotFound:
+            log.info("[%s] pod is already gone", jid)
+        except Conflict as e:
+            log.info("[%s] pod was replaced meanwhile; not deleting the new one (%s)", jid, truncate(str(e)))
+
+    def _refuse_foreign(self, jid: str) -> None:
+        """A job id naming a pod that is not in this user's copy: if such a pod exists, it is another
+        user's or another CE's, and the request is refused naming why (a read, never a write)."""
+        namespace, name = parse_job_id(jid)
+        for api in self._clusters_for(namespace):
+            try:
+                pod = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace, job_id=jid)
+            except NotFound:
+                continue
+            why = refusal(pod, self.settings.ce_name, self.user)
+            if why is not None:
+                raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
+
+    def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
+        namespace, name = parse_job_id(job_id)
+        data = read_input(proxy_path, "proxy", self.settings.secret_max_bytes, "PODGAHP_K8S_SECRET_MAX_BYTES")
+        pod, api, _ = self._find(job_id)
+        if pod is None or api is None:
+            self._refuse_foreign(job_id)
+            log.info("[%s] no pod to refresh the proxy of", job_id)
+            return
+        why = refusal(pod, self.settings.ce_name, self.user)
+        if why is not None:
+            raise InvalidJob(f"{why}; its proxy is not refreshed")
+        if not _is_live(pod):
+            log.info("[%s] pod has finished; proxy not refreshed", job_id)
+            return
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        key = annotations.get(ANN_PROXY_KEY)
+        if not key:
+            volumes = (pod.get("spec") or {}).get("volumes") or []
+            staged = [i.get("key") for v in volumes if v.get("name") == INPUT_VOLUME
+                      for i in ((v.get("secret") or {}).get("items") or [])]
+            if PROXY_KEY not in staged:
+                log.warning("[%s] the pilot was submitted without a proxy; nothing to refresh", job_id)
+                return
+            key = PROXY_KEY
+        patch = {"data": {key: base64.b64encode(data).decode()}}
+        try:
+            api.call(f"refresh proxy in secret {namespace}/{name}", "patch_namespaced_secret", name, namespace,
+                     patch, job_id=job_id)
+        except NotFound:
+            log.info("[%s] input secret is gone; proxy not refreshed", job_id)
+            return
+        log.info("[%s] proxy refreshed from %s", job_id, proxy_path)
+
+    # -- clean-up --------------------------------------------------------------------------
+
+    def _reap_loop(self) -> None:
+        first = True
+        while not self._stop.wait(5.0 if first else self.settings.reap_interval_s):
+            first = False
+            with self._lock:
+                caches = list(self._caches.values())
+            for cache in caches:
+                if not cache.synced:
+                    continue
+                try:
+                    self.reap(cache)
+                except Exception:  # noqa: BLE001 - a clean-up failure must not stop later passes
+                    log.exception("clean-up of namespace %s failed", cache.namespace)
+
+    def reap(self, cache: PodCache) -> List[str]:
+        """Delete finished pods past their retention and pods superseded by a resubmission.
+
+        Returns the names deleted (at most :data:`REAP_BATCH`).
+        """
+        now = _now()
+        pods = cache.pods()
+        newest: Dict[str, int] = {}
+        for pod in pods:
+            sandbox = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_SANDBOX, "")
+            newest[sandbox] = max(newest.get(sandbox, 0), _generation(pod))
+        doomed: List[Tuple[str, str]] = []
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            sandbox = (meta.get("labels") or {}).get(LABEL_SANDBOX, "")
+            if _generation(pod) < newest.get(sandbox, 0):
+                doomed.append((meta.get("name", ""), "superseded by a newer pod of its sandbox"))
+                continue
+            if _phase(pod) not in ("Succeeded", "Failed"):
+                continue
+            reported = parse_time((meta.get("annotations") or {}).get(ANN_REPORTED))
+            if reported is not None:
+                if (now - reported).total_seconds() >= self.settings.finished_retention_s:
+                    doomed.append((meta.get("name", ""), "finished and reported"))
+                continue
+            finished = _finish_time(pod)
+            if finished is not None and (now - finished).total_seconds() >= self.settings.unreported_retention_s:
+                doomed.append((meta.get("name", ""), "finished long ago and never reported"))
+        deleted: List[str] = []
+        for name, why in doomed[:REAP_BATCH]:
+            jid = job_id(cache.namespace, name)
+            try:
+                cache.api.call(f"delete pod {cache.namespace}/{name}", "delete_namespaced_pod", name,
+                               cache.namespace, job_id=jid, propagation_policy="Background")
+                log.info("[%s] cleaned up: %s", jid, why)
+                deleted.append(name)
+            except NotFound:
+                pass
+            except GahpError as e:
+                log.warning("[%s] clean-up delete failed: %s", jid, truncate(str(e)))
+        return deleted
+
+    def close(self) -> None:
+        self._stop.set()
+        self._cancels.close()
+        with self._lock:
+            caches = list(self._caches.values())
+            apis = list(self._apis.values())
+        for cache in caches:
+            cache.close()
+        for api in apis:
+            api.close()
+
+
+def _disrupted(pod: JsonObj) -> bool:
+    """Ended by Kubernetes itself: a terminal phase, or a ``DisruptionTarget`` condition."""
+    if _phase(pod) in ("Succeeded", "Failed"):
+        return True
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _finish_time(pod: JsonObj) -> Optional[datetime.datetime]:
+    status = pod.get("status") or {}
+    times = []
+    for container in status.get("containerStatuses") or []:
+        finished = parse_time(((container.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        if finished:
+            times.append(finished)
+    for condition in status.get("conditions") or []:
+        when = parse_time(condition.get("lastTransitionTime"))
+        if when:
+            times.append(when)
+    if times:
+        return max(times)
+    return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))

@@ -1,0 +1,99 @@
+"""Writing a finished pilot's ``Out`` and ``Err`` from its pod log, before it is reported completed.
+
+Kubernetes keeps one log per container with standard output and standard error merged, so:
+``Out`` gets the whole pilot container log; ``Err`` gets a few ``podgahp:`` lines describing how the
+pod ended (node, exit code or signal, reason) — and when ``Err`` is the same file as ``Out`` those
+lines are appended after the log. With no ``Out``, the log goes to ``Err``. Files are written
+atomically (temporary file + rename) with the GAHP's (the job owner's) identity.
+Knows the API only through the :class:`~gahp.backends.k8s.api.KubeApi` it is given.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterator, List, Optional
+
+from gahp.backends.k8s.api import KubeApi, translate
+from gahp.backends.k8s.pod import ANN_ERR, ANN_OUT, CONTAINER
+from gahp.errors import BackendError, NotFound
+from gahp.job import JobState
+from gahp.outputs import write_atomic
+
+log = logging.getLogger(__name__)
+
+JsonObj = Dict[str, Any]
+
+
+def _container_name(pod: JsonObj) -> str:
+    containers: List[JsonObj] = (pod.get("spec") or {}).get("containers") or []
+    names = [c.get("name") for c in containers]
+    if CONTAINER in names or not names:
+        return CONTAINER
+    return str(names[0])
+
+
+def summary(pod: JsonObj, state: JsonObj, out: Optional[str]) -> bytes:
+    """The ``podgahp:`` lines written to ``Err``."""
+    meta = pod.get("metadata") or {}
+    node = (pod.get("spec") or {}).get("nodeName") or "no node"
+    lines = [f"podgahp: pod {meta.get('namespace')}/{meta.get('name')} on {node} ended"]
+    if state.get("exit_signal") is not None:
+        lines.append(f"podgahp: killed by signal {state['exit_signal']}")
+    else:
+        lines.append(f"podgahp: exit code {state.get('exit_code') or 0}")
+    if state.get("exit_reason"):
+        lines.append(f"podgahp: {state['exit_reason']}")
+    if out:
+        lines.append(f"podgahp: the pod log (standard output and error merged) is in {out}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _stream(response: Any, what: str) -> Iterator[bytes]:
+    """The response body in chunks; a failed read becomes a :mod:`gahp.errors` error, not an OSError."""
+    try:
+        for chunk in response.stream(64 * 1024, decode_content=True):
+            yield chunk
+    except Exception as e:  # noqa: BLE001 - network failures while streaming, translated once
+        raise translate(e, what) from e
+
+
+def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_bytes: int) -> None:
+    """Write ``Out``/``Err`` of a finished pod. OSError when a file cannot be written; TransientError
+    when the log cannot be read now (a missing log is written as empty, with a note in ``Err``)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    out: Optional[str] = annotations.get(ANN_OUT)
+    err: Optional[str] = annotations.get(ANN_ERR)
+    if not out and not err:
+        return
+    meta = pod.get("metadata") or {}
+    extra = {"exit_code": state.exit_code, "exit_signal": state.exit_signal, "exit_reason": state.exit_reason}
+    note = b""
+    log_path = out or err
+    assert log_path is not None
+    kwargs: Dict[str, Any] = {"container": _container_name(pod)}
+    if max_bytes:
+        kwargs["limit_bytes"] = max_bytes
+    response: Any = None
+    try:
+        response = api.call(f"read log of pod {meta.get('namespace')}/{meta.get('name')}",
+                            "read_namespaced_pod_log", meta.get("name"), meta.get("namespace"),
+                            job_id=job_id, stream=True, **kwargs)
+    except (NotFound, BackendError) as e:
+        note = f"podgahp: the pod log is not available: {e}\n".encode()
+        log.info("[%s] %s", job_id, note.decode().strip())
+    chunks: Iterator[bytes] = iter(())
+    if response is not None:
+        chunks = _stream(response, f"read log of pod {meta.get('namespace')}/{meta.get('name')}")
+    try:
+        written = write_atomic(log_path, chunks)
+    finally:
+        if response is not None:
+            response.release_conn()
+    text = note + summary(pod, extra, out if err != out else None)
+    if err and err != out:
+        write_atomic(err, [text])
+    elif err:
+        with open(err, "ab") as f:
+            f.write(text)
+    log.info("[%s] wrote %d bytes of pod log to %s%s", job_id, written, log_path,
+             f" and the outcome to {err}" if err else "")

@@ -1,0 +1,274 @@
+"""Pod phase and reason → neutral :class:`~gahp.job.JobState`: the backend's one state table.
+
+:func:`classify` reduces a raw pod to a key of :data:`POD_STATES` plus the details a hold reason or
+exit reason needs; :func:`job_state` turns that into a ``JobState``. Every row of the table is
+documented in ``docs/kubernetes.md`` and covered by a parametrized test. Pure functions over dicts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Dict, List, Mapping, Optional
+
+from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
+
+from gahp.backends.k8s.pod import CONTAINER
+from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
+from gahp.job import SUB_OUTPUT as SUB_OUTPUT  # shared by every backend; listed with the others here
+
+JsonObj = Dict[str, Any]
+
+
+# HoldReasonSubCode values.
+SUB_UNSCHEDULABLE = 1
+SUB_EVICTED = 2
+SUB_PREEMPTED = 3
+SUB_NODE_SHUTDOWN = 4
+SUB_IMAGE_PULL = 10
+SUB_INVALID_IMAGE = 11
+SUB_CONTAINER_CONFIG = 12
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the state table."""
+
+    phase: Phase
+    hold_code: int = 0
+    hold_subcode: int = 0
+    reason: str = ""
+    """Prefix of ``ExitReason`` (completed) or ``HoldReason`` (held)."""
+
+
+#: Key (pod phase, then reason) → what the gridmanager is told. Keys are produced by :func:`classify`.
+POD_STATES: Mapping[str, Rule] = {
+    "Pending": Rule(Phase.IDLE),
+    "Pending/Unschedulable": Rule(Phase.IDLE),
+    "Pending/Unschedulable/TimedOut": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_UNSCHEDULABLE,
+                                           "pod could not be scheduled"),
+    "Pending/ErrImagePull": Rule(Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, "image cannot be pulled"),
+    "Pending/ImagePullBackOff": Rule(Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, "image cannot be pulled"),
+    "Pending/ErrImageNeverPull": Rule(Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, "image is not on the node"),
+    "Pending/InvalidImageName": Rule(Phase.HELD, HOLD_FATAL, SUB_INVALID_IMAGE, "image name is invalid"),
+    "Pending/CreateContainerConfigError": Rule(Phase.HELD, HOLD_FATAL, SUB_CONTAINER_CONFIG,
+                                               "container cannot be configured"),
+    "Pending/CreateContainerError": Rule(Phase.HELD, HOLD_FATAL, SUB_CONTAINER_CONFIG,
+                                         "container cannot be created"),
+    "Running": Rule(Phase.RUNNING),
+    "Unknown": Rule(Phase.IDLE),
+    "Succeeded": Rule(Phase.COMPLETED),
+    "Failed": Rule(Phase.COMPLETED),
+    "Failed/OOMKilled": Rule(Phase.COMPLETED, reason="OOMKilled: the pilot exceeded its memory limit"),
+    "Failed/DeadlineExceeded": Rule(Phase.COMPLETED,
+                                    reason="DeadlineExceeded: the pilot ran longer than its BatchRuntime"),
+    "Failed/Evicted": Rule(Phase.COMPLETED, reason="Evicted by the kubelet"),
+    "Failed/Preempted": Rule(Phase.COMPLETED, reason="Preempted or evicted by Kubernetes"),
+    "Failed/NodeShutdown": Rule(Phase.COMPLETED, reason="Terminated by a node shutdown"),
+    "Failed/Evicted/Hold": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_EVICTED, "pod was evicted"),
+    "Failed/Preempted/Hold": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_PREEMPTED, "pod was preempted or evicted"),
+    "Failed/NodeShutdown/Hold": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_NODE_SHUTDOWN,
+                                     "pod was terminated by a node shutdown"),
+    "Missing": Rule(Phase.REMOVED),
+}
+
+_DISRUPTIONS = {"PreemptionByScheduler", "PreemptionByKubeScheduler", "EvictionByEvictionAPI",
+                "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"}
+_WAITING_HOLDS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+                  "CreateContainerConfigError", "CreateContainerError"}
+SIGKILL = 9
+
+
+@dataclass(frozen=True)
+class Classified:
+    key: str
+    message: str = ""
+    exit_code: Optional[int] = None
+    exit_signal: Optional[int] = None
+
+
+def parse_time(text: Any) -> Optional[datetime.datetime]:
+    if not isinstance(text, str) or not text:
+        return None
+    text = re.sub(r"\.[0-9]+", "", text.strip()).replace("Z", "+00:00")
+    try:
+        parsed = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+
+
+def _container_status(pod: JsonObj) -> JsonObj:
+    statuses: List[JsonObj] = (pod.get("status") or {}).get("containerStatuses") or []
+    for status in statuses:
+        if status.get("name") == CONTAINER:
+            return status
+    containers = ((pod.get("spec") or {}).get("containers") or [{}])
+    first = containers[0].get("name") if containers and isinstance(containers[0], dict) else None
+    for status in statuses:
+        if status.get("name") == first:
+            return status
+    return statuses[0] if statuses else {}
+
+
+def _condition(pod: JsonObj, kind: str) -> JsonObj:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return {}
+
+
+def _age_s(pod: JsonObj, now: datetime.datetime) -> float:
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    return (now - created).total_seconds() if created else 0.0
+
+
+def _exit(terminated: JsonObj) -> Classified:
+    code = terminated.get("exitCode")
+    signal = terminated.get("signal")
+    if isinstance(signal, int) and signal > 0:
+        return Classified("", exit_signal=signal)
+    if terminated.get("reason") == "OOMKilled":
+        return Classified("", exit_signal=SIGKILL)
+    if isinstance(code, int):
+        return Classified("", exit_code=code)
+    return Classified("", exit_signal=SIGKILL)
+
+
+def classify(pod: JsonObj, *, now: datetime.datetime, unschedulable_timeout_s: int,
+             disruption_action: str) -> Classified:
+    """The :data:`POD_STATES` key of a pod, with the message and exit status that go with it."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    container = _container_status(pod)
+    state = container.get("state") or {}
+    terminated = state.get("terminated") or {}
+    waiting = state.get("waiting") or {}
+
+    if phase == "Running" and terminated:
+        # The pilot container ended while other (sidecar) containers keep the pod running.
+        phase = "Succeeded" if terminated.get("exitCode") == 0 else "Failed"
+
+    if phase == "Pending":
+        reason = waiting.get("reason") or ""
+        if reason in _WAITING_HOLDS:
+            image = container.get("image") or _spec_image(pod)
+            message = waiting.get("message") or ""
+            return Classified(f"Pending/{reason}", f'image "{image}": {reason}: {message}'.rstrip(": "))
+        scheduled = _condition(pod, "PodScheduled")
+        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+            message = scheduled.get("message") or "no node fits the pod"
+            age = _age_s(pod, now)
+            if unschedulable_timeout_s and age >= unschedulable_timeout_s:
+                return Classified("Pending/Unschedulable/TimedOut",
+                                  f"unschedulable for {int(age)} s (queue limit "
+                                  f"{unschedulable_timeout_s} s): {message}")
+            return Classified("Pending/Unschedulable", message)
+        return Classified("Pending")
+    if phase == "Running":
+        return Classified("Running")
+    if phase == "Succeeded":
+        done = _exit(terminated) if terminated else Classified("", exit_code=0)
+        return Classified("Succeeded", exit_code=done.exit_code, exit_signal=done.exit_signal)
+    if phase == "Failed":
+        reason = status.get("reason") or ""
+        message = status.get("message") or ""
+        done = _exit(terminated) if terminated else Classified("", exit_signal=SIGKILL)
+        disruption = _condition(pod, "DisruptionTarget")
+        key = "Failed"
+        if terminated.get("reason") == "OOMKilled":
+            key, message = "Failed/OOMKilled", terminated.get("message") or message
+        elif reason == "DeadlineExceeded":
+            key = "Failed/DeadlineExceeded"
+        elif reason == "Evicted":
+            key = "Failed/Evicted"
+        elif reason in ("Terminated", "Shutdown", "NodeShutdown"):
+            key = "Failed/NodeShutdown"
+        elif disruption.get("status") == "True" and (disruption.get("reason") in _DISRUPTIONS
+                                                     or disruption.get("reason")):
+            key = "Failed/Preempted"
+            message = message or f"{disruption.get('reason')}: {disruption.get('message') or ''}".rstrip(": ")
+        elif terminated:
+            message = terminated.get("message") or (
+                f"container {terminated.get('reason')}" if terminated.get("reason") not in (None, "Error",
+                                                                                            "Completed") else "")
+        if key in ("Failed/Evicted", "Failed/Preempted", "Failed/NodeShutdown") and disruption_action == "hold":
+            key += "/Hold"
+        return Classified(key, message, done.exit_code, done.exit_signal)
+    return Classified("Unknown", status.get("reason") or "")
+
+
+def _spec_image(pod: JsonObj) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for c in containers:
+        if c.get("name") == CONTAINER:
+            return str(c.get("image") or "")
+    return str(containers[0].get("image") or "") if containers else ""
+
+
+def quantity(text: Any) -> Optional[Decimal]:
+    """A resource quantity as a number, by the Kubernetes client's own parser (every suffix and
+    exponent form: ``100m``, ``1.5Gi``, ``1e3``, ``2P``); None when absent, not a quantity, or not a
+    finite number below 10**18 (a pod read back is not trusted to be small)."""
+    if text is None:
+        return None
+    try:
+        value = parse_quantity(text)  # type: ignore[no-untyped-call,unused-ignore]
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+    value = value if isinstance(value, Decimal) else Decimal(value)
+    return value if value.is_finite() and value.adjusted() < 18 else None
+
+
+def _provisioned(pod: JsonObj) -> Dict[str, Optional[int]]:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    container = next((c for c in containers if c.get("name") == CONTAINER), containers[0] if containers else {})
+    requests = (container.get("resources") or {}).get("requests") or {}
+    cpu, memory, disk = (quantity(requests.get(k)) for k in ("cpu", "memory", "ephemeral-storage"))
+    return {
+        "cpus": math.ceil(cpu) if cpu is not None else None,
+        "memory": math.ceil(memory / 1024 ** 2) if memory is not None else None,
+        "disk": math.ceil(disk / 1024) if disk is not None else None,
+    }
+
+
+def job_state(pod: Optional[JsonObj], classified: Classified, job_id: str) -> JobState:
+    """The ``JobState`` for a classified pod (``pod`` None for a pod that is gone)."""
+    rule = POD_STATES[classified.key]
+    if pod is None:
+        return JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1])
+    meta = pod.get("metadata") or {}
+    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    provisioned = _provisioned(pod)
+    common: Dict[str, Any] = dict(
+        batch_id=meta.get("name"),
+        worker_node=spec.get("nodeName") or None,
+        cpus_provisioned=provisioned["cpus"],
+        memory_provisioned_mb=provisioned["memory"],
+        disk_provisioned_kb=provisioned["disk"],
+    )
+    if rule.phase is Phase.HELD:
+        text = f"{rule.reason}: pod {name}: {classified.message}" if classified.message else (
+            f"{rule.reason}: pod {name}")
+        return JobState(Phase.HELD, hold_reason=text, hold_code=rule.hold_code,
+                        hold_subcode=rule.hold_subcode, **common)
+    if rule.phase is Phase.COMPLETED:
+        container = _container_status(pod)
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        started = parse_time(terminated.get("startedAt") or status.get("startTime"))
+        finished = parse_time(terminated.get("finishedAt"))
+        wall = (finished - started).total_seconds() if started and finished else None
+        reason = rule.reason
+        if classified.message:
+            reason = f"{reason}: {classified.message}" if reason else classified.message
+        if classified.exit_signal is not None:
+            return JobState(Phase.COMPLETED, exit_signal=classified.exit_signal, exit_reason=reason or None,
+                            wall_clock_s=wall, **common)
+        return JobState(Phase.COMPLETED, exit_code=classified.exit_code or 0, exit_reason=reason or None,
+                        wall_clock_s=wall, **common)
+    return JobState(rule.phase, **common)

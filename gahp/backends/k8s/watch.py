@@ -1,0 +1,280 @@
+"""An in-memory copy of this CE's pods in one namespace, kept current by one LIST + WATCH.
+
+Owns the watch thread: a label-selected LIST, then WATCH requests resumed from the last
+``resourceVersion`` seen (bookmarks included); ``410 Expired`` (as an HTTP status or an in-stream
+``ERROR`` event) makes it LIST again. Status polls read the copy, so the number of API requests
+does not grow with the number of pilots polled. On API failures the copy keeps its last data and
+the thread retries with back-off. Knows nothing about jobs: it stores raw pod dicts by name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from gahp.backends.k8s.api import KubeApi, translate
+from gahp.errors import Expired, GahpError, TransientError
+from gahp.retry import Backoff
+
+log = logging.getLogger(__name__)
+
+JsonObj = Dict[str, Any]
+
+#: How long, and for how many pods, the last state of a deleted pod is remembered, so that a pilot
+#: whose pod was preempted and deleted can still be reported with its outcome.
+GONE_KEEP_SECONDS = 3600.0
+GONE_KEEP_MAX = 10000
+
+
+def resource_version(obj: JsonObj) -> Optional[str]:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return str(rv) if rv is not None else None
+
+
+def _newer(candidate: Optional[str], current: Optional[str]) -> bool:
+    """True unless both versions are numbers and ``candidate`` is older (versions are opaque strings
+    to clients, but every real and simulated server uses a counter; compare only when safe)."""
+    if candidate is None or current is None:
+        return True
+    try:
+        return int(candidate) >= int(current)
+    except ValueError:
+        return True
+
+
+def _after(candidate: Optional[str], floor: Optional[str]) -> bool:
+    """True unless both are numbers and ``candidate`` is not strictly after ``floor``."""
+    if candidate is None or floor is None:
+        return True
+    try:
+        return int(candidate) > int(floor)
+    except ValueError:
+        return True
+
+
+class PodCache:
+    """Pods of one namespace matching ``selector``, by name."""
+
+    def __init__(self, api: KubeApi, namespace: str, selector: str, *, watch_timeout_s: int,
+                 backoff_s: float, backoff_max_s: float) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.selector = selector
+        self.watch_timeout_s = watch_timeout_s
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._cond = threading.Condition()
+        self._list_lock = threading.Lock()
+        self._pods: Dict[str, JsonObj] = {}
+        self._gone: Dict[str, Tuple[float, JsonObj]] = {}
+        self._rv: Optional[str] = None
+        self._floor_rv: Optional[str] = None
+        self._synced = False
+        self._error: Optional[GahpError] = None
+        self._last_list_start = float("-inf")
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._response: Any = None
+        self.lists = 0
+        """Completed full LISTs (initial, after 410, and on demand)."""
+        self.watches = 0
+        """WATCH requests started."""
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._cond:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name=f"watch-{self.namespace}", daemon=True)
+            self._thread.start()
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def wait_synced(self, timeout: float) -> None:
+        """Block until the first LIST is in; TransientError carrying the last API error if not in time."""
+        self.start()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not self._synced:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    detail = f": {self._error}" if self._error else ""
+                    raise TransientError(f"pods of namespace {self.namespace} not listed yet{detail}")
+                self._cond.wait(remaining)
+
+    def get(self, name: str) -> Optional[JsonObj]:
+        with self._cond:
+            return self._pods.get(name)
+
+    def gone(self, name: str) -> Optional[JsonObj]:
+        """The last state seen of a pod that has been deleted (kept :data:`GONE_KEEP_SECONDS`)."""
+        with self._cond:
+            entry = self._gone.get(name)
+            return entry[1] if entry else None
+
+    def _bury(self, name: str, obj: JsonObj) -> None:
+        """Remember a deleted pod's last state; caller holds ``_cond``."""
+        now = time.monotonic()
+        self._gone[name] = (now, obj)
+        if len(self._gone) > GONE_KEEP_MAX:
+            for old in [n for n, (when, _) in self._gone.items() if now - when > GONE_KEEP_SECONDS]:
+                del self._gone[old]
+            while len(self._gone) > GONE_KEEP_MAX:
+                del self._gone[next(iter(self._gone))]
+
+    def pods(self) -> List[JsonObj]:
+        with self._cond:
+            return list(self._pods.values())
+
+    def put(self, pod: JsonObj) -> None:
+        """Record a pod the caller just got from the API (e.g. a create's response)."""
+        name = (pod.get("metadata") or {}).get("name")
+        if not name:
+            return
+        with self._cond:
+            current = self._pods.get(name)
+            if current is None or _newer(resource_version(pod), resource_version(current)):
+                self._pods[name] = pod
+
+    def relist(self, since: float) -> None:
+        """Make sure a full LIST started at or after ``since`` (a ``time.monotonic()``) has completed."""
+        with self._list_lock:
+            if self._last_list_start >= since:
+                return
+            self._list()
+
+    # -- the watch thread --------------------------------------------------------------------
+
+    def _list(self) -> None:
+        """LIST the namespace and replace the copy; caller holds ``_list_lock``."""
+        started = time.monotonic()
+        body = self.api.call(f"list pods in {self.namespace}", "list_namespaced_pod", self.namespace,
+                             label_selector=self.selector)
+        items = body.get("items") or []
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        with self._cond:
+            fresh: Dict[str, JsonObj] = {}
+            for item in items:
+                name = (item.get("metadata") or {}).get("name")
+                if name:
+                    fresh[name] = item
+            for name, obj in self._pods.items():
+                if name not in fresh:
+                    self._bury(name, obj)
+            self._pods = fresh
+            self._rv = str(rv) if rv is not None else None
+            self._floor_rv = self._rv
+            self._synced = True
+            self._error = None
+            self._last_list_start = started
+            self.lists += 1
+            self._cond.notify_all()
+        log.debug("listed %d pods in namespace %s at resourceVersion %s", len(items), self.namespace, rv)
+
+    def _apply(self, event: JsonObj) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            message = obj.get("message") or obj.get("reason") or "watch error"
+            if code == 410 or obj.get("reason") in ("Expired", "Gone"):
+                raise Expired(f"watch of namespace {self.namespace}: {message}")
+            raise TransientError(f"watch of namespace {self.namespace}: {message} ({code})")
+        rv = resource_version(obj)
+        name = (obj.get("metadata") or {}).get("name")
+        with self._cond:
+            if rv is not None:
+                self._rv = rv
+            if kind == "BOOKMARK" or not name:
+                return
+            if kind == "DELETED":
+                current = self._pods.get(name)
+                if current is None or _newer(rv, resource_version(current)):
+                    self._pods.pop(name, None)
+                    self._bury(name, obj)
+            elif kind in ("ADDED", "MODIFIED"):
+                current = self._pods.get(name)
+                if current is None:
+                    # A pod absent from the last LIST may appear only through a change after it.
+                    if _after(rv, self._floor_rv):
+                        self._pods[name] = obj
+                elif _newer(rv, resource_version(current)):
+                    self._pods[name] = obj
+
+    def _watch(self) -> None:
+        """One WATCH request from the current resource version, until the server ends it."""
+        self.watches += 1
+        response = self.api.call(f"watch pods in {self.namespace}", "list_namespaced_pod", self.namespace,
+                                 label_selector=self.selector, watch=True, resource_version=self._rv,
+                                 timeout_seconds=self.watch_timeout_s, allow_watch_bookmarks=True,
+                                 stream=True, retry=False, read_timeout=self.watch_timeout_s + 30)
+        self._response = response
+        buffer = b""
+        try:
+            for chunk in response.stream(64 * 1024, decode_content=True):
+                if self._stop.is_set():
+                    return
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        self._apply(json.loads(line))
+            if buffer.strip():
+                self._apply(json.loads(buffer))
+        except GahpError:
+            raise
+        except Exception as e:  # noqa: BLE001 - stream read failures are translated like any call
+            if self._stop.is_set():
+                return
+            raise translate(e, f"watch pods in {self.namespace}") from e
+        finally:
+            self._response = None
+            try:
+                response.release_conn()
+            except Exception:  # noqa: BLE001 - a broken connection cannot be released cleanly
+                pass
+
+    def _run(self) -> None:
+        backoff = Backoff(max(self.backoff_s, 0.1), self.backoff_max_s)
+        failures = 0
+        while not self._stop.is_set():
+            delay = backoff.delay(failures + 1)
+            try:
+                if self._rv is None:
+                    with self._list_lock:
+                        self._list()
+                self._watch()
+                failures = 0
+            except Expired as e:
+                log.info("%s; listing again", e)
+                with self._cond:
+                    self._rv = None
+            except GahpError as e:
+                with self._cond:
+                    self._error = e
+                    self._cond.notify_all()
+                log.warning("pod watch in namespace %s failed, retrying in %.1f s: %s", self.namespace,
+                            delay, e)
+                if self._stop.wait(delay):
+                    return
+                failures += 1
+            except Exception:  # noqa: BLE001 - the thread must survive anything; the copy stays usable
+                log.exception("pod watch in namespace %s failed unexpectedly", self.namespace)
+                if self._stop.wait(max(delay, 1.0)):
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            for method in ("shutdown", "close"):
+                try:
+                    getattr(response, method)()
+                except Exception:  # noqa: BLE001 - best effort to unblock the reading thread
+                    pass

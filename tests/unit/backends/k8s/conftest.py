@@ -1,0 +1,47 @@
+"""Fixtures of the ``test_k8s_*`` files: a simulated cluster with fast clocks, a kubeconfig for it,
+and Kubernetes backends built from knobs (closed after the test)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.config import Knobs
+from k8s_helpers import NAMESPACE, BackendFactory, knobs_for
+from podgahp_sim.k8s import KubeSim, SimConfig
+
+
+@pytest.fixture
+def sim() -> Iterator[KubeSim]:
+    config = SimConfig(namespaces=("default", NAMESPACE), tick_seconds=0.05, run_seconds=0.5,
+                       container_create_seconds=0.05, image_backoff_seconds=0.1, gc_seconds=0.1,
+                       sigterm_exit_seconds=0.2)
+    with KubeSim(config) as running:
+        yield running
+
+
+@pytest.fixture
+def kubeconfig(sim: KubeSim, tmp_path: Path) -> str:
+    return sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE)
+
+
+@pytest.fixture
+def make_backend(kubeconfig: str) -> Iterator[BackendFactory]:
+    made: List[KubernetesBackend] = []
+
+    def make(**extra: str) -> KubernetesBackend:
+        backend = KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig, **extra)))
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
+def backend(make_backend: BackendFactory) -> KubernetesBackend:
+    return make_backend()

@@ -1,0 +1,107 @@
+"""Least privilege: the shipped Role grants exactly the rights podgahp uses; with the simulator
+enforcing it every operation goes through, and without any one rule BLAH_PING names it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Dict, List, Set, Tuple
+
+import pytest
+import yaml
+
+from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.backends.k8s.rights import RIGHTS
+from gahp.errors import BackendError
+from gahp.job import Phase
+from podgahp_sim.k8s import KubeSim
+
+from k8s_helpers import NAMESPACE, BackendFactory, make_job, wait_state
+from paths import DOCS
+
+MANIFEST = DOCS / "podgahp-rbac.yaml"
+
+
+def role() -> Dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    (found,) = [d for d in docs if d["kind"] == "Role"]
+    return dict(found)
+
+
+def granted(doc: Dict[str, Any]) -> Set[Tuple[str, str]]:
+    return {(resource, verb) for rule in doc["rules"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_manifest_grants_exactly_the_rights_used() -> None:
+    assert granted(role()) == {(resource, verb) for resource, verb, _ in RIGHTS}
+    kinds = [d["kind"] for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding"]
+    assert role()["metadata"]["namespace"] == NAMESPACE
+
+
+def test_every_operation_goes_through_with_the_role(make_backend: BackendFactory, sim: KubeSim,
+                                                    tmp_path: Path) -> None:
+    sim.enforce_role(role())
+    backend = make_backend(PODGAHP_K8S_FINISHED_RETENTION_SECONDS="0")
+    backend.ping()
+    done = backend.submit(make_job(tmp_path, sandbox="done_1.0_1", env=[("PODGAHP_SIM_LOG", "hello")]))
+    assert wait_state(backend, done, Phase.COMPLETED).exit_code == 0
+    assert "hello" in (tmp_path / "pilot.out").read_text()
+    proxy = tmp_path / "proxy"
+    proxy.write_text("proxy 1")
+    running = backend.submit(make_job(tmp_path, sandbox="run_1.0_1", proxy=str(proxy),
+                                      env=[("PODGAHP_SIM_RUN_SECONDS", "60")]))
+    wait_state(backend, running, Phase.RUNNING)
+    proxy.write_text("proxy 2")
+    backend.refresh_proxy(running, str(proxy))
+    assert backend.submit(make_job(tmp_path, sandbox="run_1.0_1", proxy=str(proxy))) == running
+    backend.cancel(running)
+    cache = next(iter(backend._caches.values()))
+    sim.wait_for(lambda: backend.reap(cache) or True, 5, "a clean-up pass")
+    refused = [f"{r.method} {r.path}" for r in sim.requests() if r.status == 403]
+    assert refused == []
+    assert backend._cancels.pending() == 0
+
+
+@pytest.mark.parametrize("resource,verb", [(r, v) for r, v, _ in RIGHTS], ids=[f"{v}-{r}" for r, v, _ in RIGHTS])
+def test_ping_names_a_missing_right(make_backend: BackendFactory, sim: KubeSim, resource: str, verb: str) -> None:
+    reduced = copy.deepcopy(role())
+    rules = []
+    for rule in reduced["rules"]:
+        if resource not in rule["resources"]:
+            rules.append(rule)
+            continue
+        if len(rule["resources"]) > 1:
+            rules.append(dict(rule, resources=[r for r in rule["resources"] if r != resource]))
+        verbs = [v for v in rule["verbs"] if v != verb]
+        if verbs:
+            rules.append(dict(rule, resources=[resource], verbs=verbs))
+    reduced["rules"] = rules
+    assert granted(reduced) == granted(role()) - {(resource, verb)}
+    sim.enforce_role(reduced)
+    with pytest.raises(BackendError, match=f"may not {verb} {resource}, needed to .*docs/podgahp-rbac.yaml") as info:
+        make_backend().ping()
+    others_named: List[str] = [f"may not {v} {r}," for r, v, _ in RIGHTS if (r, v) != (resource, verb)]
+    assert not any(text in str(info.value) for text in others_named)
+
+
+def test_ping_names_a_broken_template_and_a_missing_namespace(make_backend: BackendFactory, sim: KubeSim,
+                                                              tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="pod template .*nope.yaml cannot be read"):
+        make_backend(PODGAHP_K8S_POD_TEMPLATE=str(tmp_path / "nope.yaml")).ping()
+    with pytest.raises(BackendError, match="namespace elsewhere does not exist"):
+        make_backend(PODGAHP_K8S_NAMESPACE="elsewhere").ping()
+    assert sim.pods() == []  # the dry runs stored nothing
+
+
+def test_ping_with_a_token_file_that_cannot_be_read(make_backend: BackendFactory, tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="token file .* cannot be read .PODGAHP_K8S_TOKEN_FILE"):
+        make_backend(PODGAHP_K8S_TOKEN_FILE=str(tmp_path / "missing-token")).ping()
+
+
+def test_reaper_and_pings_do_not_need_more(make_backend: BackendFactory, sim: KubeSim) -> None:
+    sim.enforce_role(role())
+    backend: KubernetesBackend = make_backend()
+    for _ in range(2):
+        backend.ping()
+    assert not [r for r in sim.requests() if r.status == 403]

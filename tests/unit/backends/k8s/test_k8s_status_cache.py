@@ -1,0 +1,163 @@
+"""The status cache: one LIST + WATCH per namespace, resumed from resourceVersion, relisted on
+410 Expired, and an API request count that stays flat while the number of polled pilots grows.
+Also the clean-up of finished and superseded pods.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.backends.k8s.identity import ANN_USER, owner_labels, pod_name, sandbox_key
+from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
+from gahp.config import Knobs
+from gahp.job import Phase
+from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
+
+from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, knobs_for, make_job, wait_state
+
+
+USER = getpass.getuser()
+
+
+def name_of(tag: str, generation: int = 1) -> str:
+    """The pod name podgahp gives sandbox ``tag`` of this user on CE ce.test."""
+    return pod_name(sandbox_key("ce.test", USER, tag), generation)
+
+
+def _create_pods(sim: KubeSim, names: List[str], labels: dict = {}) -> None:  # noqa: B006 - read only
+    """Create pods straight through the REST API, labelled as this user's pilots on this CE (long-running)."""
+    for name in names:
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "annotations": {ANN_USER: USER},
+                             "labels": {**owner_labels("ce.test", USER), LABEL_QUEUE: "default",
+                                        LABEL_SANDBOX: name[6:26], LABEL_GENERATION: "1", **labels}},
+                "spec": {"restartPolicy": "Never",
+                         "containers": [{"name": "pilot", "image": IMAGE,
+                                         "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}},
+                                         "env": [{"name": "PODGAHP_SIM_RUN_SECONDS", "value": "3600"}]}]}}
+        request = urllib.request.Request(f"{sim.url}/api/v1/namespaces/{NAMESPACE}/pods", method="POST",
+                                         data=json.dumps(body).encode(),
+                                         headers={"Authorization": f"Bearer {sim.token}",
+                                                  "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=sim.client_context()) as response:
+            assert response.status == 201
+
+
+def _poll_all(backend: KubernetesBackend, names: List[str]) -> None:
+    for name in names:
+        assert backend.status(f"k8s/{NAMESPACE}/{name}").phase in (Phase.IDLE, Phase.RUNNING)
+
+
+@pytest.fixture
+def big_sim() -> Iterator[KubeSim]:
+    """One node large enough for 1000 small pods, so the scheduler does not retry them every tick."""
+    config = SimConfig(namespaces=(NAMESPACE,), tick_seconds=0.2, container_create_seconds=0.05,
+                       nodes=(SimNode("big-node", cpu="1000", memory="1000Gi", pods=5000),))
+    with KubeSim(config) as running:
+        yield running
+
+
+def test_request_count_stays_flat_from_10_to_1000_pilots(big_sim: KubeSim, tmp_path: Path) -> None:
+    sim = big_sim
+    backend = KubernetesBackend.from_knobs(Knobs(knobs_for(sim.write_kubeconfig(
+        str(tmp_path / "kubeconfig"), namespace=NAMESPACE))))
+    names = [name_of(f"flat-{i:04d}") for i in range(1000)]
+    _create_pods(sim, names[:10])
+    _poll_all(backend, names[:10])  # starts the watch, first LIST
+    sim.clear_requests()
+    for _ in range(3):
+        _poll_all(backend, names[:10])
+    with_10 = len(sim.requests())
+
+    _create_pods(sim, names[10:])
+    sim.wait_for(lambda: all(backend._caches[next(iter(backend._caches))].get(n) for n in names), 20,
+                 "watch delivered 1000 pods")
+    sim.clear_requests()
+    for _ in range(3):
+        _poll_all(backend, names)
+    with_1000 = len(sim.requests())
+    backend.close()
+    assert with_10 <= 1 and with_1000 <= 1, (with_10, with_1000)  # at most a renewed watch
+    assert not sim.requests("GET", r"/pods/pilot-")  # never one request per pilot
+
+
+def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend, sim: KubeSim,
+                                                      tmp_path: Path) -> None:
+    job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1.5")]))
+    wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
+    cache = next(iter(backend._caches.values()))
+    lists = cache.lists
+
+
+    def watches() -> List[RequestRecord]:
+        sim.drop_watches()  # the request log records a watch when it ends
+        return [r for r in sim.requests("GET", "/pods$") if r.query.get("watch")]
+
+    sim.wait_for(lambda: len(watches()) >= 2, 5, "two watches ended")
+    for resumed in watches()[1:]:
+        assert resumed.query.get("resourceVersion") not in (None, "", "0")
+    state = wait_state(backend, job_id, Phase.COMPLETED, Phase.HELD)
+    assert state.phase is Phase.COMPLETED and cache.lists == lists  # resumed, not relisted
+
+
+def test_expired_watch_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
+    job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
+    wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
+    cache = next(iter(backend._caches.values()))
+    lists = cache.lists
+    sim.compact()
+
+    def behind() -> bool:
+        cache._rv = "1"  # as if this process had fallen behind the server's event log
+        sim.drop_watches()  # repeated: the watch may not be open yet
+        return cache.lists > lists
+
+    sim.wait_for(behind, 5, "a relist after 410")
+    assert wait_state(backend, job_id, Phase.COMPLETED, Phase.HELD).phase is Phase.COMPLETED
+
+
+def test_expired_watch_as_http_410_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
+    job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
+    wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
+    cache = next(iter(backend._caches.values()))
+    lists = cache.lists
+    sim.fail_next(1, status=410, method="GET", path="/pods$")
+    sim.wait_for(lambda: sim.drop_watches() or cache.lists > lists, 5, "a relist after HTTP 410")
+
+
+def test_status_keeps_answering_from_the_cache_while_the_api_fails(backend: KubernetesBackend, sim: KubeSim,
+                                                                   tmp_path: Path) -> None:
+    job_id = backend.submit(make_job(tmp_path, cpus=64))
+    wait_state(backend, job_id, Phase.IDLE)
+    sim.fail_next(1000, status=503)
+    sim.drop_watches()
+    time.sleep(0.3)
+    assert backend.status(job_id).phase is Phase.IDLE
+    sim.clear_faults()
+
+
+def test_clean_up_deletes_reported_and_superseded_pods(make_backend: BackendFactory, sim: KubeSim,
+                                                       tmp_path: Path) -> None:
+    backend = make_backend(PODGAHP_K8S_FINISHED_RETENTION_SECONDS="0")
+    done = backend.submit(make_job(tmp_path, sandbox="done_1.0_1"))
+    assert wait_state(backend, done, Phase.COMPLETED).phase is Phase.COMPLETED
+    unreported = backend.submit(make_job(tmp_path, sandbox="quiet_1.0_1", stdout=None, stderr=None))
+    sim.wait_for_phase(NAMESPACE, unreported.split("/")[2], "Succeeded")
+    old_gen, new_gen = name_of("shared", 1), name_of("shared", 2)
+    _create_pods(sim, [old_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"})
+    _create_pods(sim, [new_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"})
+    cache = next(iter(backend._caches.values()))
+    sim.wait_for(lambda: cache.get(new_gen) and (
+        (cache.get(done.split("/")[2]) or {}).get("metadata", {}).get("annotations", {}).get(ANN_REPORTED)),
+        5, "cache current")
+    deleted = backend.reap(cache)
+    assert sorted(deleted) == sorted([done.split("/")[2], old_gen])
+    assert sim.pod(NAMESPACE, unreported.split("/")[2]) is not None  # outcome never reported: kept

@@ -1,0 +1,49 @@
+"""Fixtures of the ``test_lancium_*`` files: a running Lancium simulator with fast clocks, an API key
+file for it, and Lancium backends built from knobs (closed after the test)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+from gahp.backends.lancium.backend import LanciumBackend
+from lancium_helpers import BackendFactory, fast_settings, knobs_for
+from podgahp_sim.lancium import LanciumSim
+
+
+@pytest.fixture
+def sim() -> Iterator[LanciumSim]:
+    with LanciumSim(fast_settings()) as running:
+        yield running
+
+
+@pytest.fixture
+def key_file(sim: LanciumSim, tmp_path: Path) -> Path:
+    path = tmp_path / "lancium.key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(sim.api_key + "\n")
+    return path
+
+
+@pytest.fixture
+def make_backend(sim: LanciumSim, key_file: Path) -> Iterator[BackendFactory]:
+    """Build backends from knobs (keywords override); every one is closed afterwards."""
+    made: List[LanciumBackend] = []
+
+    def make(**extra: str) -> LanciumBackend:
+        backend = LanciumBackend.from_knobs(knobs_for(sim, key_file, **extra))
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
+def backend(make_backend: BackendFactory) -> LanciumBackend:
+    return make_backend()
