@@ -139,9 +139,9 @@ class Server:
                 log.error("%s failed unexpectedly:\n%s", command.name, traceback.format_exc())
                 fields = command.failure(f"podgahp internal error in {command.name}: "
                                          f"{type(e).__name__}: {e}")
+            self._add_result(request_id, fields)  # logged once queued: the line means "answered"
             log.info("%s rc=%s %s (%.3f s)", command.name, fields[0],
                      "ok" if fields[0] == "0" else repr(fields[1]), time.monotonic() - started)
-        self._add_result(request_id, fields)
 
     def _expire_loop(self) -> None:
         while not self._stop.wait(0.5):

@@ -11,6 +11,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from gahp import protocol
+from polling import wait_until
 
 
 class GahpProcess:
@@ -87,13 +88,12 @@ class GahpProcess:
                      poll: float = 0.05) -> Dict[str, List[str]]:
         """Poll RESULTS until every request in ``request_ids`` has its result."""
         wanted, got = set(request_ids), {}
-        deadline = time.monotonic() + timeout
-        while wanted - set(got):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no result for {sorted(wanted - set(got))[:10]}")
+
+        def collect() -> List[str]:
             got.update(self.results())
-            if wanted - set(got):
-                time.sleep(poll)
+            return sorted(wanted - set(got))
+
+        wait_until(collect, "a result for every request", timeout, poll, done=lambda missing: not missing)
         return got
 
     def close(self, timeout: float = 10.0) -> int:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from click.testing import CliRunner
 from gahp import __version__
 from gahp.cli import main
 from gahp_driver import script
+from polling import wait_until
 
 
 def test_version() -> None:
@@ -25,11 +25,8 @@ def test_gahp_needs_a_known_backend() -> None:
 
 
 def _wait_for(path: Path, timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} never written"
-        time.sleep(0.1)
-    return path.read_text()
+    return wait_until(lambda: path.exists() and path.read_text().strip() and path.read_text(),
+                      f"{path} written", timeout, 0.1)
 
 
 def test_sim_k8s_serves_the_official_client(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from gahp import protocol
 from gahp_driver import GahpProcess
+from polling import wait_until
 
 Start = Callable[..., GahpProcess]
 
@@ -178,7 +179,9 @@ def test_async_mode_r_once_per_batch_and_results_in_completion_order(start_gahp:
     for request in ("2", "3", "4"):
         assert gahp.command("BLAH_PING", request, "k8s") == ["S"]
     assert gahp.read(timeout=10, skip_r=False) == ["R"]
-    time.sleep(0.6)  # let all three finish; no second R before the next RESULTS
+    # all three answered (the log line comes once a result is queued); no second R before RESULTS
+    wait_until(lambda: "".join(p.read_text() for p in tmp_path.glob("PodgahpLog.*")).count("BLAH_PING rc="),
+               "all three pings answered", 10, done=lambda answered: answered == 3)
     header = gahp.command("RESULTS")
     assert header == ["S", "3"]
     order = [gahp.read()[0] for _ in range(3)]
@@ -323,10 +326,8 @@ def test_a_request_that_timed_out_in_the_queue_never_runs(start_gahp: Start, tmp
 
     def log_text() -> str:
         return "".join(p.read_text() for p in tmp_path.glob("PodgahpLog.*"))
-    deadline = time.monotonic() + 20
-    while "timed out while queued" not in log_text():  # the worker reaches it once request 2 is done
-        assert time.monotonic() < deadline, log_text()
-        time.sleep(0.1)
+    # the worker reaches it once request 2 is done
+    wait_until(log_text, "the queued request is dropped", 20, 0.1, done=lambda text: "timed out while queued" in text)
     gahp.close()
     assert "BLAH_JOB_SUBMIT timed out while queued; not run" in log_text()
     assert "BLAH_JOB_SUBMIT rc=" not in log_text()

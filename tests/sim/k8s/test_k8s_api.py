@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 from podgahp_sim.k8s import KubeSim, PodQuota, RbacRule, serve
 from test_k8s_support import (CLIENT_MAJOR, NS, api_client_for, core, expect_error, make_sim, pod_body, raw,
                               roundtrip, sim, status_of)
+from polling import wait_until
 
 pytestmark = pytest.mark.filterwarnings("error")
 __all__ = ["api_client_for", "core", "make_sim", "sim"]  # fixtures used by name
@@ -563,10 +564,7 @@ def test_serve_runs_until_stopped(tmp_path: Any) -> None:
         ready=ready.append, stop=stop))
     thread.start()
     try:
-        deadline = time.monotonic() + 5
-        while not ready and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ready, "serve() did not report readiness"
+        wait_until(lambda: ready, "serve() reports readiness", timeout=5)
         contexts, active = config.list_kube_config_contexts(config_file=path)
         assert active["context"]["namespace"] == "pilots"
         api_client = config.new_client_from_config(config_file=path, persist_config=False)

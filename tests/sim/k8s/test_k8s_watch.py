@@ -227,7 +227,8 @@ def test_stop_ends_open_watch(make_sim: Callable[..., KubeSim],
 
     thread = threading.Thread(target=consume)
     thread.start()
-    time.sleep(0.2)
+    sim.wait_for(lambda: any(r.query.get("watch") == "true" for r in sim.requests("GET", "/pods$")),
+                 what="the watch is open")
     sim.stop()
     assert done.wait(5)
     thread.join(1)

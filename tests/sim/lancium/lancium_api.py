@@ -14,13 +14,13 @@ from __future__ import annotations
 import copy
 import json
 import re
-import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import requests
 
 from podgahp_sim.lancium import API_VERSION, LanciumSim, LanciumSimSettings
 from paths import DATA
+from polling import wait_until
 
 SPEC_FILE = DATA / "lancium-openapi.json"
 PUBLISHED: Dict[str, Any] = json.loads(SPEC_FILE.read_text())
@@ -350,15 +350,15 @@ class ApiClient:
     def wait(self, job_id: int, statuses: Sequence[str], timeout: float = 5.0) -> Tuple[Dict[str, Any], List[str]]:
         """Poll ``GET /jobs/{id}`` until one of ``statuses``; returns the job and the states seen."""
         seen: List[str] = []
-        deadline = time.monotonic() + timeout
-        while True:
+        def show() -> Dict[str, Any]:
             job = self.show(job_id)
             if not seen or seen[-1] != job["status"]:
                 seen.append(job["status"])
-            if job["status"] in statuses:
-                return job, seen
-            assert time.monotonic() < deadline, "job %d stuck; states seen %s" % (job_id, seen)
-            time.sleep(0.01)
+            return job
+
+        job = wait_until(show, "job %d in %s" % (job_id, statuses), timeout, 0.01,
+                         done=lambda job: job["status"] in statuses)
+        return job, seen
 
 
 def pilot_job(**overrides: Any) -> Dict[str, Any]:

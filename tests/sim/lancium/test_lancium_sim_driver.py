@@ -15,6 +15,7 @@ import requests
 from podgahp_sim.lancium import QOS_LEVELS, LanciumSim, LanciumSimSettings, LoggedRequest, serve
 
 from lancium_api import ApiClient, pilot_job
+from polling import wait_until
 
 
 # -- faults ---------------------------------------------------------------------------------------
@@ -198,10 +199,7 @@ def test_serve_writes_key_and_url_and_stops(tmp_path: Path) -> None:
     )
     thread.start()
     try:
-        deadline = time.monotonic() + 5
-        while not url_file.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(url_file.exists, "the simulator writes its URL file", timeout=5)
         url = url_file.read_text().strip()
         key = key_file.read_text().strip()
         assert key_file.stat().st_mode & 0o777 == 0o600

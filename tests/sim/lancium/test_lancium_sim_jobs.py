@@ -10,6 +10,7 @@ import pytest
 from podgahp_sim.lancium import LanciumSim
 
 from lancium_api import BLANK, ApiClient, env, pilot_job
+from polling import wait_until
 
 JOB_KEYS = {
     "id", "name", "status", "notes", "account", "created_at", "updated_at", "submitted_at",
@@ -453,10 +454,8 @@ def test_delete_then_vanish(api: ApiClient, sim: LanciumSim, status: str) -> Non
     assert api.call("DELETE", "/jobs/%d" % job_id).status_code == 202  # again: still accepted
     with sim.lock:
         assert sim.state.cores_in_use() == 0
-    deadline = time.monotonic() + 3
-    while api.call("GET", "/jobs/%d" % job_id).status_code != 404:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: api.call("GET", "/jobs/%d" % job_id).status_code, f"job {job_id} gone", timeout=3,
+               done=lambda code: code == 404)
     assert job_id not in [j["id"] for j in api.call("GET", "/jobs").json()["jobs"]]
     assert api.call("DELETE", "/jobs/%d" % job_id).status_code == 404
 

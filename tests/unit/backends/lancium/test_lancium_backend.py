@@ -25,6 +25,7 @@ from gahp.errors import BackendError, InvalidJob, TransientError
 from gahp.job import JobState, Phase
 from lancium_helpers import BackendFactory, make_pilot, wait_phase
 from podgahp_sim.lancium import STATUSES, LanciumSim
+from polling import wait_until
 
 # --------------------------------------------------------------------------------------------
 # Submit
@@ -466,11 +467,11 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
     sim.advance(lancium_id_of(unreported), "finished")
     wait_phase(backend, done, (Phase.COMPLETED,))
     backend.status(unreported)  # not yet: outputs are awaited, so it is RUNNING at first
-    deadline = time.monotonic() + 5
-    while sim.job(lancium_id_of(done))["status"] != "delete pending":
-        assert time.monotonic() < deadline, "finished job not cleaned up"
+    def cleaned() -> str:
         backend.status(done)
-        time.sleep(0.05)
+        return str(sim.job(lancium_id_of(done))["status"])
+
+    wait_until(cleaned, "the finished job cleaned up", 5, 0.05, done=lambda status: status == "delete pending")
     assert sim.job(foreign)["status"] == "created"  # not named by podgahp
     assert sim.job(lancium_id_of(unreported))["status"] == "finished"  # outcome not reported yet
 
