@@ -61,8 +61,12 @@ def routes() -> None:
               help="Pilot job ads (long form, blank line between ads); default: built-in samples.")
 @click.option("--ce/--no-ce", default=True, show_default=True,
               help="Apply HTCondor-CE's router transforms around the routes.")
-def routes_check(config_file: str, jobs_file: str | None, ce: bool) -> None:
-    """Show where sample pilots go under CONFIG_FILE's routes and what podgahp would receive."""
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON (routes, samples with what podgahp receives, problems).")
+def routes_check(config_file: str, jobs_file: str | None, ce: bool, as_json: bool) -> None:
+    """Show where sample pilots go under CONFIG_FILE's routes and what podgahp would receive.
+
+    Exits 1 when a route has a problem, with the report printed either way."""
     from gahp import routes as routes_lib
     from gahp.errors import GahpError
 
@@ -70,7 +74,7 @@ def routes_check(config_file: str, jobs_file: str | None, ce: bool) -> None:
         report = routes_lib.check_file(config_file, jobs_file=jobs_file, ce=ce)
     except GahpError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(report.text())
+    click.echo(report.to_json() if as_json else report.text())
     if not report.ok:
         raise click.exceptions.Exit(1)
 

@@ -91,13 +91,6 @@ RequestMemory = 2048
 RequestDisk = 1000000
 """
 
-#: check_file with a jobs file, behind the CE's transforms.
-CHECK_JOBS = ("import sys; from gahp.routes import check_file; "
-              "print(check_file(sys.argv[1], jobs_file=sys.argv[2], ce=True).to_json())")
-
-#: Runs check_file inside the installation and prints its report as JSON.
-CHECK = ("import sys; from gahp.routes import check_file; "
-         "print(check_file(sys.argv[1], ce=sys.argv[2] == 'ce').to_json())")
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +111,12 @@ def workdir(inst: Installation) -> Iterator[str]:
     shutil.rmtree(inst.host_path(path), ignore_errors=True)
 
 
-def check(inst: Installation, path: str, ce: bool) -> Dict[str, Any]:
-    out = inst.run([inst.bin("python"), "-c", CHECK, path, "ce" if ce else "plain"]).stdout
-    report: Dict[str, Any] = json.loads(out)
+def check(inst: Installation, path: str, ce: bool, *options: str) -> Dict[str, Any]:
+    """``podgahp routes check --json`` inside the installation; its exit status says what ``ok`` says."""
+    proc = inst.run([inst.bin("podgahp"), "routes", "check", "--json", "--ce" if ce else "--no-ce", *options, path],
+                    check=False)
+    report: Dict[str, Any] = json.loads(proc.stdout)
+    assert proc.returncode == (0 if report["ok"] else 1), proc.stderr
     return report
 
 
@@ -220,8 +216,8 @@ JOB_ROUTER_ROUTE_Attributes @=jrt
         ad.replace("Owner = ", f'TestRoute = "{route}"\nOwner = ', 1) + "\n"
         for route, ad in (("macros", PLAIN_AD.format(cluster=1)), ("attributes", PLAIN_AD.format(cluster=2))))
     inst.host_path(f"{workdir}/jobs.ad").write_text(jobs)
-    out = inst.run([inst.bin("python"), "-c", CHECK_JOBS, f"{workdir}/routes.conf", f"{workdir}/jobs.ad"]).stdout
-    views = {s["route"]: s["gahp"] for s in json.loads(out)["samples"]}
+    report = check(inst, f"{workdir}/routes.conf", True, "--jobs", f"{workdir}/jobs.ad")
+    views = {s["route"]: s["gahp"] for s in report["samples"]}
     macros, attributes = views["Macros"], views["Attributes"]
     assert (macros["cpus"], macros["memory_mb"], macros["wall_time_s"], macros["queue"]) == (4, 4000, 5400, "cpu")
     assert macros["environment"]["ROUTE_VAR"] == "1"

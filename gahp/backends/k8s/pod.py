@@ -322,9 +322,37 @@ def _merge_env(container: JsonObj, pairs: List[Tuple[str, str]]) -> None:
 def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: str, namespace: str,
               ce_name: str, generation: int, user: str, staged: List[StagedFile]) -> JsonObj:
     """The pilot's Pod: the template with the job's command, environment, resources and inputs."""
+    check_limits(job, queue)
     pod = copy.deepcopy(template)
     pod["apiVersion"], pod["kind"] = "v1", "Pod"
-    meta = pod.get("metadata") or {}
+    pod["metadata"] = _metadata(pod.get("metadata") or {}, job, queue, name=name, namespace=namespace,
+                                ce_name=ce_name, generation=generation, user=user, staged=staged)
+    pod.pop("status", None)
+
+    spec: JsonObj = pod["spec"]
+    container = pilot_container(spec)
+    container["name"] = container.get("name") or CONTAINER
+    _apply_overrides(job, queue, spec, container)
+    if not container.get("image"):
+        if not queue.image:
+            raise ConfigError(f"queue {queue.name}: the pod template names no image and "
+                              "PODGAHP_K8S_IMAGE is not set")
+        container["image"] = queue.image
+    spec["restartPolicy"] = "Never"
+    # A pilot runs user code: it gets no API credentials unless the admin's template asks for them.
+    spec.setdefault("automountServiceAccountToken", False)
+    if job.wall_time_s:
+        spec["activeDeadlineSeconds"] = job.wall_time_s
+    _set_resources(container, job, queue)
+    _safe_defaults(spec, container)
+    _mount_inputs(spec, container, queue.workdir, name, staged)
+    _set_command(container, job, queue, job_id(namespace, name), staged)
+    return pod
+
+
+def _metadata(meta: JsonObj, job: PilotJob, queue: QueueSettings, *, name: str, namespace: str, ce_name: str,
+              generation: int, user: str, staged: List[StagedFile]) -> JsonObj:
+    """The template's metadata, less what the API server sets, with podgahp's labels and annotations."""
     for key in ("name", "generateName", "namespace", "uid", "resourceVersion", "creationTimestamp",
                 "ownerReferences", "finalizers"):
         meta.pop(key, None)
@@ -336,40 +364,20 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
         LABEL_GENERATION: str(generation),
     })
     annotations = dict(meta.get("annotations") or {})
-    annotations.update({
-        ANN_SANDBOX_ID: job.sandbox_id,
-        ANN_IWD: job.iwd,
-        ANN_USER: user,
-        ANN_CMD: job.executable,
-    })
+    annotations.update({ANN_SANDBOX_ID: job.sandbox_id, ANN_IWD: job.iwd, ANN_USER: user, ANN_CMD: job.executable})
     if job.stdout:
         annotations[ANN_OUT] = job.stdout
     if job.stderr:
         annotations[ANN_ERR] = job.stderr
+    if any(f.key == PROXY_KEY for f in staged):
+        annotations[ANN_PROXY_KEY] = PROXY_KEY
     meta.update(name=name, namespace=namespace, labels=labels, annotations=annotations)
-    pod["metadata"] = meta
-    pod.pop("status", None)
+    return meta
 
-    check_limits(job, queue)
-    spec: JsonObj = pod["spec"]
-    container = pilot_container(spec)
-    container["name"] = container.get("name") or CONTAINER
-    _apply_overrides(job, queue, spec, container)
-    if not container.get("image"):
-        if not queue.image:
-            raise ConfigError(f"queue {queue.name}: the pod template names no image and "
-                              "PODGAHP_K8S_IMAGE is not set")
-        container["image"] = queue.image
 
-    spec["restartPolicy"] = "Never"
-    # A pilot runs user code: it gets no API credentials unless the admin's template asks for them.
-    spec.setdefault("automountServiceAccountToken", False)
-    if job.wall_time_s:
-        spec["activeDeadlineSeconds"] = job.wall_time_s
-    _set_resources(container, job, queue)
-    _safe_defaults(spec, container)
-
-    workdir = queue.workdir
+def _mount_inputs(spec: JsonObj, container: JsonObj, workdir: str, secret: str, staged: List[StagedFile]) -> None:
+    """A scratch work directory (unless the template mounts one there) and the staged inputs from
+    the pilot's Secret: all under ``INPUT_DIR``, and each at its place in the work directory."""
     input_dir = f"{workdir}/{INPUT_DIR}"
     volumes: List[JsonObj] = [v for v in (spec.get("volumes") or [])
                               if v.get("name") not in (WORK_VOLUME, INPUT_VOLUME)]
@@ -379,7 +387,7 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
         volumes.append({"name": WORK_VOLUME, "emptyDir": {}})
         mounts.append({"name": WORK_VOLUME, "mountPath": workdir})
     volumes.append({"name": INPUT_VOLUME, "secret": {
-        "secretName": name, "defaultMode": 0o444,
+        "secretName": secret, "defaultMode": 0o444,
         "items": [{"key": f.key, "path": f.path, "mode": f.mode} for f in staged]}})
     mounts.append({"name": INPUT_VOLUME, "mountPath": input_dir, "readOnly": True})
     for f in staged:
@@ -389,14 +397,19 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
     container["volumeMounts"] = mounts
     container["workingDir"] = workdir
 
+
+def _set_command(container: JsonObj, job: PilotJob, queue: QueueSettings, pod_job_id: str,
+                 staged: List[StagedFile]) -> None:
+    """The pilot's command, arguments and environment (its own, podgahp's, and where its
+    credentials are)."""
+    workdir = queue.workdir
+    input_dir = f"{workdir}/{INPUT_DIR}"
     executable = f"{workdir}/{os.path.basename(job.executable)}"
     env: List[Tuple[str, str]] = list(job.environment)
-    env += [("PODGAHP_JOB_ID", job_id(namespace, name)), ("PODGAHP_SANDBOX_ID", job.sandbox_id),
-            ("PODGAHP_QUEUE", queue.name)]
+    env += [("PODGAHP_JOB_ID", pod_job_id), ("PODGAHP_SANDBOX_ID", job.sandbox_id), ("PODGAHP_QUEUE", queue.name)]
     for f in staged:
         if f.key == PROXY_KEY:
             env.append(("X509_USER_PROXY", f"{input_dir}/{f.path}"))
-            annotations[ANN_PROXY_KEY] = f.key
         elif f.key == TOKEN_KEY:
             env.append(("BEARER_TOKEN_FILE", f"{input_dir}/{f.path}"))
     if job.stdin:
@@ -407,4 +420,3 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
         container["command"] = [executable]
     container["args"] = list(job.arguments)
     _merge_env(container, env)
-    return pod

@@ -153,52 +153,62 @@ def classify(pod: JsonObj, *, now: datetime.datetime, unschedulable_timeout_s: i
         phase = "Succeeded" if terminated.get("exitCode") == 0 else "Failed"
 
     if phase == "Pending":
-        reason = waiting.get("reason") or ""
-        if reason in _WAITING_HOLDS:
-            image = container.get("image") or _spec_image(pod)
-            message = waiting.get("message") or ""
-            return Classified(f"Pending/{reason}", f'image "{image}": {reason}: {message}'.rstrip(": "))
-        scheduled = _condition(pod, "PodScheduled")
-        if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-            message = scheduled.get("message") or "no node fits the pod"
-            age = _age_s(pod, now)
-            if unschedulable_timeout_s and age >= unschedulable_timeout_s:
-                return Classified("Pending/Unschedulable/TimedOut",
-                                  f"unschedulable for {int(age)} s (queue limit "
-                                  f"{unschedulable_timeout_s} s): {message}")
-            return Classified("Pending/Unschedulable", message)
-        return Classified("Pending")
+        return _classify_pending(pod, container, waiting, now, unschedulable_timeout_s)
     if phase == "Running":
         return Classified("Running")
     if phase == "Succeeded":
         done = _exit(terminated) if terminated else Classified("", exit_code=0)
         return Classified("Succeeded", exit_code=done.exit_code, exit_signal=done.exit_signal)
     if phase == "Failed":
-        reason = status.get("reason") or ""
-        message = status.get("message") or ""
-        done = _exit(terminated) if terminated else Classified("", exit_signal=SIGKILL)
-        disruption = _condition(pod, "DisruptionTarget")
-        key = "Failed"
-        if terminated.get("reason") == "OOMKilled":
-            key, message = "Failed/OOMKilled", terminated.get("message") or message
-        elif reason == "DeadlineExceeded":
-            key = "Failed/DeadlineExceeded"
-        elif reason == "Evicted":
-            key = "Failed/Evicted"
-        elif reason in ("Terminated", "Shutdown", "NodeShutdown"):
-            key = "Failed/NodeShutdown"
-        elif disruption.get("status") == "True" and (disruption.get("reason") in _DISRUPTIONS
-                                                     or disruption.get("reason")):
-            key = "Failed/Preempted"
-            message = message or f"{disruption.get('reason')}: {disruption.get('message') or ''}".rstrip(": ")
-        elif terminated:
-            message = terminated.get("message") or (
-                f"container {terminated.get('reason')}" if terminated.get("reason") not in (None, "Error",
-                                                                                            "Completed") else "")
-        if key in ("Failed/Evicted", "Failed/Preempted", "Failed/NodeShutdown") and disruption_action == "hold":
-            key += "/Hold"
-        return Classified(key, message, done.exit_code, done.exit_signal)
+        return _classify_failed(pod, terminated, disruption_action)
     return Classified("Unknown", status.get("reason") or "")
+
+
+def _classify_pending(pod: JsonObj, container: JsonObj, waiting: JsonObj, now: datetime.datetime,
+                      unschedulable_timeout_s: int) -> Classified:
+    reason = waiting.get("reason") or ""
+    if reason in _WAITING_HOLDS:
+        image = container.get("image") or _spec_image(pod)
+        message = waiting.get("message") or ""
+        return Classified(f"Pending/{reason}", f'image "{image}": {reason}: {message}'.rstrip(": "))
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        message = scheduled.get("message") or "no node fits the pod"
+        age = _age_s(pod, now)
+        if unschedulable_timeout_s and age >= unschedulable_timeout_s:
+            return Classified("Pending/Unschedulable/TimedOut",
+                              f"unschedulable for {int(age)} s (queue limit "
+                              f"{unschedulable_timeout_s} s): {message}")
+        return Classified("Pending/Unschedulable", message)
+    return Classified("Pending")
+
+
+def _classify_failed(pod: JsonObj, terminated: JsonObj, disruption_action: str) -> Classified:
+    status = pod.get("status") or {}
+    reason = status.get("reason") or ""
+    message = status.get("message") or ""
+    done = _exit(terminated) if terminated else Classified("", exit_signal=SIGKILL)
+    disruption = _condition(pod, "DisruptionTarget")
+    key = "Failed"
+    if terminated.get("reason") == "OOMKilled":
+        key, message = "Failed/OOMKilled", terminated.get("message") or message
+    elif reason == "DeadlineExceeded":
+        key = "Failed/DeadlineExceeded"
+    elif reason == "Evicted":
+        key = "Failed/Evicted"
+    elif reason in ("Terminated", "Shutdown", "NodeShutdown"):
+        key = "Failed/NodeShutdown"
+    elif disruption.get("status") == "True" and (disruption.get("reason") in _DISRUPTIONS
+                                                 or disruption.get("reason")):
+        key = "Failed/Preempted"
+        message = message or f"{disruption.get('reason')}: {disruption.get('message') or ''}".rstrip(": ")
+    elif terminated:
+        message = terminated.get("message") or (
+            f"container {terminated.get('reason')}" if terminated.get("reason") not in (None, "Error",
+                                                                                        "Completed") else "")
+    if key in ("Failed/Evicted", "Failed/Preempted", "Failed/NodeShutdown") and disruption_action == "hold":
+        key += "/Hold"
+    return Classified(key, message, done.exit_code, done.exit_signal)
 
 
 def _spec_image(pod: JsonObj) -> str:

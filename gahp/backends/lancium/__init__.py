@@ -1,6 +1,8 @@
 """The Lancium backend: pilots as Lancium Compute jobs.
 
 ``backend`` (the :class:`~gahp.backends.base.Backend`: submit, status, cancel in one place) over
-``settings`` (knobs), ``spec`` (the job body from a pilot), ``client`` (the REST API, its auth and errors)
+``settings`` (knobs), ``identity`` (job ids), ``state`` (the Lancium-state table and hold codes),
+``spec`` (the job body from a pilot), ``submit`` (a submit as a convergence), ``client`` (the REST API),
+``credentials`` (the API key file, token expiry), ``refusals`` (HTTP failures as :mod:`gahp.errors`)
 and ``jobs`` (the shared, rate-limited job list). Nothing here is imported until the backend is chosen.
 """

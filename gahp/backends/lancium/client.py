@@ -6,37 +6,30 @@ request helper with timeouts and bounded retries, and the translation of HTTP fa
 client libraries are not used because they call the network at import time or hard-code hosts.
 
 Secrets: the API key and access tokens never appear in a log line or an exception message; error
-bodies are cut to :data:`BODY_LIMIT` characters before they are logged or raised.
+bodies are cut to :data:`~gahp.backends.lancium.refusals.BODY_LIMIT` characters before they are
+logged or raised.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import logging
-import os
-import stat
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, TypedDict, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypedDict, Union
 
 import requests
 import urllib3
 
-from gahp.errors import (AuthError, BackendError, Conflict, GahpError, Invalid, NotFound, ServiceRefusal,
-                         TransientError, refusal)
+from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
+from gahp.backends.lancium.refusals import (RETRY_STATUSES, LanciumAuthError, LanciumConflict, LanciumNotFound,
+                                            LanciumTransient, error_text, translate, truncate)
+from gahp.errors import refusal
 from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
-BODY_LIMIT = 256
-"""Characters of an error body kept in logs and messages."""
-
-#: Statuses worth retrying on any request: throttled or a server-side hiccup.
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Statuses a request that is not idempotent may still retry: the server said it did nothing.
 RETRY_STATUSES_UNSAFE = frozenset({429, 503})
 
@@ -97,165 +90,6 @@ class InputFileJSON(TypedDict, total=False):
     name: str
     source_type: str
     upload_complete: bool
-
-
-# --------------------------------------------------------------------------------------------
-# Errors with the HTTP status kept, so callers can tell 409 from 402 without parsing text.
-
-
-#: The shared refusal base (:class:`gahp.errors.ServiceRefusal`), under the name this module used.
-LanciumHTTPError = ServiceRefusal
-
-
-class LanciumNotFound(NotFound, ServiceRefusal):
-    """404: the job (or input, output) does not exist (any more)."""
-
-
-class LanciumConflict(Conflict):
-    """409: the job is not in a state that allows the operation."""
-
-
-class LanciumInvalid(Invalid):
-    """400/411/412/422: the request or the job description was refused as invalid."""
-
-
-class LanciumAuthError(AuthError, ServiceRefusal):
-    """401/403: the API key or access token was refused."""
-
-
-class BillingRequired(BackendError, ServiceRefusal):
-    """402: the account has no billing information; only an administrator can fix that."""
-
-
-class ServiceUnavailable(TransientError, ServiceRefusal):
-    """503 after all retries (at submit: the requested QOS cannot be met)."""
-
-
-class LanciumTransient(TransientError, ServiceRefusal):
-    """429, 5xx or a transport failure after all retries."""
-
-
-class LanciumRefused(BackendError, ServiceRefusal):
-    """Any other 4xx: refused for a reason retrying will not fix."""
-
-
-def _http_error(cls: Type[ServiceRefusal], message: str, status: int, body: str) -> GahpError:
-    return refusal(cls, message, status, body)
-
-
-def truncate(text: str, limit: int = BODY_LIMIT) -> str:
-    """``text`` on one line, cut to ``limit`` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def error_text(response: requests.Response) -> str:
-    """The ``errors`` of a Lancium error body as one short line (the raw body if not JSON)."""
-    try:
-        body: object = response.json()
-    except ValueError:
-        return truncate(response.text or "")
-    errors = body.get("errors", body) if isinstance(body, dict) else body
-    if isinstance(errors, dict):
-        parts = []
-        for key, messages in errors.items():
-            if isinstance(messages, list):
-                parts.append(f"{key}: {', '.join(str(m) for m in messages)}")
-            else:
-                parts.append(f"{key}: {messages}")
-        return truncate("; ".join(parts))
-    if isinstance(errors, list):
-        return truncate("; ".join(str(e) for e in errors))
-    return truncate(json.dumps(errors))
-
-
-def translate(method: str, path: str, response: requests.Response) -> GahpError:
-    """The :mod:`gahp.errors` class for a refused request (the one choke point for HTTP statuses)."""
-    status = response.status_code
-    body = error_text(response)
-    what = f"Lancium refused {method} {path} (HTTP {status})"
-    detail = f": {body}" if body else ""
-    if status == 400 or status in (411, 412, 422):
-        return _http_error(LanciumInvalid, f"{what}{detail}", status, body)
-    if status in (401, 403):
-        return _http_error(LanciumAuthError, f"{what}: credentials refused{detail}", status, body)
-    if status == 402:
-        return _http_error(
-            BillingRequired,
-            f"{what}: billing required — the Lancium account has no billing information; an "
-            f"administrator must add it on the Lancium portal before pilots can run{detail}",
-            status, body)
-    if status == 404:
-        return _http_error(LanciumNotFound, f"{what}: not found{detail}", status, body)
-    if status == 409:
-        return _http_error(LanciumConflict, f"{what}: conflict with the job's state{detail}", status, body)
-    if status == 503:
-        return _http_error(ServiceUnavailable, f"{what}: service unavailable{detail}", status, body)
-    if status in RETRY_STATUSES or status >= 500:
-        return _http_error(LanciumTransient, f"{what}{detail}", status, body)
-    return _http_error(LanciumRefused, f"{what}{detail}", status, body)
-
-
-# --------------------------------------------------------------------------------------------
-# The API key file and access tokens.
-
-
-def read_api_key(path: str, knob: str = "PODGAHP_LANCIUM_API_KEY_FILE") -> str:
-    """The API key in ``path``; :class:`AuthError` if missing, empty, or readable by others.
-
-    The file holds the key alone (surrounding blanks ignored) or a ``LANCIUM_API_KEY=<key>`` line
-    as in ``~/.lancium/lancium.conf``.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise AuthError(f"{knob} = {path}: cannot open the Lancium API key file ({e.strerror}); "
-                        f"put the API key there, mode 0600, owned by the user running the pilots") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise AuthError(f"{knob} = {path}: the Lancium API key file is not a regular file")
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise AuthError(
-                f"{knob} = {path}: the Lancium API key file is accessible by group or others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o}); refusing to use it — run chmod 600 {path}")
-        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
-            fd = -1
-            text = f.read(65536)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    key = ""
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, sep, value = line.partition("=")
-        if sep and name.strip() in ("LANCIUM_API_KEY", "api_key"):
-            key = value.strip().strip("'\"")
-        else:
-            key = line
-        break
-    if not key or any(c.isspace() for c in key):
-        raise AuthError(f"{knob} = {path}: the Lancium API key file holds no key (expected the key alone "
-                        f"on one line)")
-    return key
-
-
-def jwt_expiry(token: str) -> Optional[float]:
-    """``exp`` of a JWT's payload, decoded without checking the signature; None if unreadable."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    payload = parts[1] + "=" * (-len(parts[1]) % 4)
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(payload.encode("ascii")))
-    except (ValueError, binascii.Error, UnicodeError):
-        return None
-    exp = claims.get("exp") if isinstance(claims, dict) else None
-    if isinstance(exp, (int, float)) and not isinstance(exp, bool):
-        return float(exp)
-    return None
 
 
 def inputs_by_name(job: Mapping[str, Any]) -> Dict[str, InputFileJSON]:
@@ -337,7 +171,7 @@ class LanciumClient:
                               idempotent=True, what="token exchange")
         if response.status_code in (401, 403):
             body = error_text(response)
-            raise _http_error(
+            raise refusal(
                 LanciumAuthError,
                 f"Lancium refused the API key in {self.settings.api_key_file} (HTTP "
                 f"{response.status_code}{': ' + body if body else ''}); create a new key on the "
@@ -347,7 +181,7 @@ class LanciumClient:
         header = response.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise _http_error(LanciumTransient,
+            raise refusal(LanciumTransient,
                               "Lancium answered POST /access_tokens without a bearer token in its "
                               "Authorization header", response.status_code, "")
         token = token.strip()
@@ -402,7 +236,7 @@ class LanciumClient:
                              method, path, what, attempt, attempts, delay, reason)
                     self._sleep(delay)
                     continue
-                raise _http_error(LanciumTransient,
+                raise refusal(LanciumTransient,
                                   f"cannot reach the Lancium API at {s.base_url} ({method} {path}): {reason}",
                                   0, "") from None
             log.debug("%s %s (%s) -> %d", method, path, what, response.status_code)
@@ -457,11 +291,11 @@ class LanciumClient:
         try:
             body = response.json()
         except ValueError:
-            raise _http_error(LanciumTransient,
+            raise refusal(LanciumTransient,
                               f"Lancium answered {method} {path} with a body that is not JSON: "
                               f"{truncate(response.text)}", response.status_code, "") from None
         if not isinstance(body, dict):
-            raise _http_error(LanciumTransient,
+            raise refusal(LanciumTransient,
                               f"Lancium answered {method} {path} with JSON that is not an object",
                               response.status_code, "")
         return body
@@ -472,7 +306,7 @@ class LanciumClient:
         body = self.request_json("GET", "/jobs", what="list jobs")
         jobs = body.get("jobs")
         if not isinstance(jobs, list):
-            raise _http_error(LanciumTransient, "Lancium answered GET /jobs without a jobs list", 200, "")
+            raise refusal(LanciumTransient, "Lancium answered GET /jobs without a jobs list", 200, "")
         result: List[JobSummaryJSON] = []
         for item in jobs:
             if isinstance(item, dict) and isinstance(item.get("id"), int) and isinstance(item.get("status"), str):
@@ -485,7 +319,7 @@ class LanciumClient:
         body = self.request_json("GET", f"/jobs/{job_id}", what="show job")
         job = body.get("job")
         if not isinstance(job, dict):
-            raise _http_error(LanciumTransient, f"Lancium answered GET /jobs/{job_id} without a job", 200, "")
+            raise refusal(LanciumTransient, f"Lancium answered GET /jobs/{job_id} without a job", 200, "")
         return job  # type: ignore[return-value]  # shape checked by the readers of each key
 
     def create_job(self, fields: Mapping[str, Any]) -> JobJSON:
@@ -493,7 +327,7 @@ class LanciumClient:
                                  json_body={"job": dict(fields)})
         job = body.get("job")
         if not isinstance(job, dict) or not isinstance(job.get("id"), int):
-            raise _http_error(LanciumTransient, "Lancium answered POST /jobs without a job id", 201, "")
+            raise refusal(LanciumTransient, "Lancium answered POST /jobs without a job id", 201, "")
         return job  # type: ignore[return-value]
 
     def submit_job(self, job_id: int) -> None:
@@ -511,7 +345,7 @@ class LanciumClient:
         body = self.request_json("PUT", f"/jobs/{job_id}", what="update job", json_body={"job": dict(fields)})
         job = body.get("job")
         if not isinstance(job, dict) or not isinstance(job.get("id"), int):
-            raise _http_error(LanciumTransient, f"Lancium answered PUT /jobs/{job_id} without a job", 200, "")
+            raise refusal(LanciumTransient, f"Lancium answered PUT /jobs/{job_id} without a job", 200, "")
         return job  # type: ignore[return-value]
 
     def create_input(self, job_id: int, name: str, *, size: Optional[int] = None,
@@ -531,7 +365,7 @@ class LanciumClient:
         created = body.get("input_file", body)
         data_id = created.get("id") if isinstance(created, dict) else None
         if not isinstance(data_id, int):
-            raise _http_error(LanciumTransient,
+            raise refusal(LanciumTransient,
                               f"Lancium answered POST /jobs/{job_id}/data without an input file id", 201, "")
         return data_id
 

@@ -13,21 +13,11 @@ from typing import List, Type
 
 import pytest
 
-from gahp.backends.lancium.client import (
-    BODY_LIMIT,
-    BillingRequired,
-    ClientSettings,
-    LanciumAuthError,
-    LanciumClient,
-    LanciumConflict,
-    LanciumInvalid,
-    LanciumNotFound,
-    LanciumRefused,
-    LanciumTransient,
-    ServiceUnavailable,
-    jwt_expiry,
-    read_api_key,
-)
+from gahp.backends.lancium.client import ClientSettings, LanciumClient
+from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
+from gahp.backends.lancium.refusals import (BODY_LIMIT, BillingRequired, LanciumAuthError, LanciumConflict,
+                                            LanciumInvalid, LanciumNotFound, LanciumRefused, LanciumTransient,
+                                            ServiceUnavailable)
 from gahp.errors import AuthError, BackendError, GahpError, InvalidJob, NotFound, TransientError
 from podgahp_sim.lancium import LanciumSim
 
