@@ -16,23 +16,22 @@ import base64
 import dataclasses
 import datetime
 import logging
-import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.base import Backend
 from gahp.backends.k8s.api import KubeApi, truncate
 from gahp.backends.k8s.cancel import CancelRetries
-from gahp.backends.k8s.rights import RIGHTS
-from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
-from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_GENERATION,
-                                   LABEL_QUEUE, OVERRIDES, PROXY_KEY, build_pod, job_id,
-                                   load_template, parse_job_id, pod_name, secret_body, stage_inputs)
+from gahp.backends.k8s.output import write_outputs
+from gahp.backends.k8s.ping import setup_problems
+from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_QUEUE, OVERRIDES, PROXY_KEY,
+                                   build_pod, job_id, load_template, parse_job_id, pod_name, secret_body,
+                                   stage_inputs)
+from gahp.backends.k8s.retention import due_for_cleanup, generation_of
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
-from gahp.backends.k8s.state import (SUB_OUTPUT, classify, job_state,
-                                     parse_time)
+from gahp.backends.k8s.state import SUB_OUTPUT, classify, job_state
 from gahp.backends.k8s.watch import PodCache
 from gahp.config import Knobs, user_name
 from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
@@ -93,13 +92,6 @@ def resubmit_case(pod: JsonObj) -> str:
     if _phase(pod) in ("Succeeded", "Failed"):
         return "finished and reported" if _reported(pod) else "finished, not reported"
     return "live"
-
-
-def _generation(pod: JsonObj) -> int:
-    try:
-        return int(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_GENERATION, "0"))
-    except ValueError:
-        return 0
 
 
 class KubernetesBackend(Backend):
@@ -211,76 +203,14 @@ class KubernetesBackend(Backend):
     # -- ping ------------------------------------------------------------------------------
 
     def ping(self) -> None:
-        """Check what a site gets wrong before pilots fail: each queue's template and token file, the
-        cluster and namespace (a dry-run create of the queue's pod), and every right of
-        :data:`~gahp.backends.k8s.rights.RIGHTS`, naming what is missing and where to fix it."""
-        problems: List[str] = []
-        seen: Set[Tuple[ClusterKey, str]] = set()
+        """Check what a site gets wrong before pilots fail (:func:`gahp.backends.k8s.ping.setup_problems`)."""
         try:
             targets = self._targets()
         except ConfigError as e:
             raise ConfigError(f"ping: {e}") from e
-        for queue, api, namespace in targets:
-            where = f"queue {queue.name} (namespace {namespace}, {api.description})"
-            try:
-                template = load_template(queue.pod_template)
-            except ConfigError as e:
-                problems.append(f"{where}: {e}")
-                continue
-            if queue.token_file and not os.access(queue.token_file, os.R_OK):
-                problems.append(f"{where}: token file {queue.token_file} cannot be read (PODGAHP_K8S_TOKEN_FILE)")
-            key = ((api.kubeconfig, api.context), namespace)
-            try:
-                missing: List[str] = []
-                if key not in seen:
-                    seen.add(key)
-                    for resource, verb, purpose in RIGHTS:
-                        allowed, reason = self._may(api, namespace, verb, resource)
-                        if not allowed:
-                            missing.append(f"{verb} {resource}")
-                            problems.append(f"{where}: this identity may not {verb} {resource}, needed to {purpose}"
-                                            + (f" ({reason})" if reason else "")
-                                            + "; grant the rules of docs/podgahp-rbac.yaml")
-                    if "list pods" not in missing:
-                        api.call(f"list pods in {namespace}", "list_namespaced_pod", namespace,
-                                 label_selector=owner_selector(self.settings.ce_name, self.user), limit=1)
-                if "create pods" not in missing:
-                    self._dry_run(queue, api, namespace, template)
-            except NotFound as e:
-                problems.append(f"{where}: namespace {namespace} does not exist ({truncate(str(e))}); "
-                                "create it or set PODGAHP_K8S_NAMESPACE")
-            except GahpError as e:
-                problems.append(f"{where}: {e}")
+        problems = setup_problems(targets, self.settings.ce_name, self.user)
         if problems:
             raise BackendError("; ".join(problems))
-
-    def _dry_run(self, queue: QueueSettings, api: KubeApi, namespace: str, template: JsonObj) -> None:
-        """Create the queue's pod with ``dryRun=All``: admission (quota, priority class, validation)
-        answers as for a pilot, and nothing is stored."""
-        probe = PilotJob(executable="/bin/true", iwd="/", sandbox_id="podgahp-ping", cpus=1, memory_mb=64)
-        name = pod_name(sandbox_key(self.settings.ce_name, self.user, probe.sandbox_id), 1)
-        body = build_pod(probe, queue, template, name=name, namespace=namespace, ce_name=self.settings.ce_name,
-                         generation=1, user=self.user, staged=[])
-        api.call(f"dry-run create of a pod of queue {queue.name} in {namespace}", "create_namespaced_pod",
-                 namespace, body, dry_run="All")
-
-    def _may(self, api: KubeApi, namespace: str, verb: str, resource: str) -> Tuple[bool, str]:
-        """Ask the API server (SelfSubjectAccessReview) whether we may do ``verb`` on ``resource``."""
-        base, _, sub = resource.partition("/")
-        attributes = {"namespace": namespace, "verb": verb, "resource": base}
-        if sub:
-            attributes["subresource"] = sub
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-                  "spec": {"resourceAttributes": attributes}}
-        try:
-            answer = api.call(f"check {verb} {resource} in {namespace}", "create_self_subject_access_review",
-                              review, group="authorization")
-        except NotFound:
-            log.info("SelfSubjectAccessReview is not available; not checking %s %s in %s", verb, resource,
-                     namespace)
-            return True, ""
-        status = answer.get("status") or {}
-        return bool(status.get("allowed")), str(status.get("reason") or status.get("evaluationError") or "")
 
     # -- submit ----------------------------------------------------------------------------
 
@@ -300,7 +230,7 @@ class KubernetesBackend(Backend):
         for _ in range(CREATE_ATTEMPTS):
             existing = api.call(f"list pods of sandbox {job.sandbox_id}", "list_namespaced_pod", namespace,
                                 label_selector=sandbox_selector).get("items") or []
-            newest = max(existing, key=_generation, default=None)
+            newest = max(existing, key=generation_of, default=None)
             case = resubmit_case(newest) if newest is not None else "none"
             if newest is not None and dict(RESUBMIT_RULES)[case] == "reuse":
                 name = newest["metadata"]["name"]
@@ -311,7 +241,7 @@ class KubernetesBackend(Backend):
                     self._ensure_secret(api, newest, staged, jid)
                 self.reports.forget(jid)
                 return jid
-            generation = max([_generation(p) for p in existing] + [0]) + 1
+            generation = max([generation_of(p) for p in existing] + [0]) + 1
             if queue.max_pods:
                 self._check_cap(api, namespace, queue)
             name = pod_name(key, generation)
@@ -531,31 +461,8 @@ class KubernetesBackend(Backend):
 
         Returns the names deleted (at most :data:`REAP_BATCH`).
         """
-        now = _now()
-        pods = cache.pods()
-        newest: Dict[str, int] = {}
-        for pod in pods:
-            sandbox = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_SANDBOX, "")
-            newest[sandbox] = max(newest.get(sandbox, 0), _generation(pod))
-        doomed: List[Tuple[str, str]] = []
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            if meta.get("deletionTimestamp"):
-                continue
-            sandbox = (meta.get("labels") or {}).get(LABEL_SANDBOX, "")
-            if _generation(pod) < newest.get(sandbox, 0):
-                doomed.append((meta.get("name", ""), "superseded by a newer pod of its sandbox"))
-                continue
-            if _phase(pod) not in ("Succeeded", "Failed"):
-                continue
-            reported = parse_time((meta.get("annotations") or {}).get(ANN_REPORTED))
-            if reported is not None:
-                if (now - reported).total_seconds() >= self.settings.finished_retention_s:
-                    doomed.append((meta.get("name", ""), "finished and reported"))
-                continue
-            finished = _finish_time(pod)
-            if finished is not None and (now - finished).total_seconds() >= self.settings.unreported_retention_s:
-                doomed.append((meta.get("name", ""), "finished long ago and never reported"))
+        doomed = due_for_cleanup(cache.pods(), _now(), self.settings.finished_retention_s,
+                                 self.settings.unreported_retention_s)
         deleted: List[str] = []
         for name, why in doomed[:REAP_BATCH]:
             jid = job_id(cache.namespace, name)
@@ -588,19 +495,3 @@ def _disrupted(pod: JsonObj) -> bool:
         return True
     return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
                for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _finish_time(pod: JsonObj) -> Optional[datetime.datetime]:
-    status = pod.get("status") or {}
-    times = []
-    for container in status.get("containerStatuses") or []:
-        finished = parse_time(((container.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-        if finished:
-            times.append(finished)
-    for condition in status.get("conditions") or []:
-        when = parse_time(condition.get("lastTransitionTime"))
-        if when:
-            times.append(when)
-    if times:
-        return max(times)
-    return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
