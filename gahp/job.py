@@ -1,13 +1,12 @@
-"""The pilot job model: what one submit ad asks for, and the neutral state a backend reports.
+"""The pilot job model: what one submit ad asks for.
 
 Owns parsing the gridmanager's submit ClassAd (through the ``classad2`` bindings) into an immutable
-:class:`PilotJob`, HTCondor's argument and environment syntaxes, and turning a :class:`JobState`
-into the BLAHP status code and status ad. Knows nothing about the wire format or any backend.
+:class:`PilotJob`, with HTCondor's argument and environment syntaxes and the CE's ``CERequirements``.
+The state a backend reports is :mod:`gahp.jobstate`. Knows nothing about the wire format or any backend.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import os
 import re
@@ -297,46 +296,10 @@ def _operator_count(text: str) -> int:
 
 def parse_submit_ad(text: str) -> PilotJob:
     """Parse the (unescaped) submit ad of ``BLAH_JOB_SUBMIT``; raises :class:`InvalidJob`."""
-    operators = _operator_count(text)
-    if operators > MAX_AD_OPERATORS:
-        # The ClassAd parser recurses per operator: a hostile ad of ~150,000 of them crashes it.
-        raise InvalidJob(f"submit ad has {operators} operators outside strings, more than the "
-                         f"{MAX_AD_OPERATORS} a pilot's ad can need")
-    try:
-        parsed = classad2.parseNext(text) if text.strip().startswith("[") else None
-    except (ValueError, RuntimeError) as e:
-        raise InvalidJob(f"submit ad is not a valid ClassAd: {str(e)[:200]}") from None
-    if parsed is None:
-        raise InvalidJob("submit ad is not a valid ClassAd")
+    parsed = _parse_ad(text)
     ad = _Ad(parsed)
-
-    executable = ad.string("Cmd", required=True)
-    iwd = ad.string("Iwd", required=True)
-    job_directory = ad.string("JobDirectory", required=True)
-    assert executable is not None and iwd is not None and job_directory is not None
-    if not os.path.isabs(iwd):
-        raise InvalidJob(f"submit ad attribute Iwd = {iwd!r} is not an absolute path")
-    sandbox_id = job_directory[len(JOB_DIRECTORY_PREFIX):] if job_directory.startswith(
-        JOB_DIRECTORY_PREFIX) else job_directory
-    if not sandbox_id or any(c.isspace() for c in sandbox_id):
-        raise InvalidJob(f"submit ad attribute JobDirectory = {job_directory!r} is not a sandbox id")
-
-    try:
-        if ad.has("Arguments"):
-            arguments = split_args_v2(ad.string("Arguments") or "")
-        else:
-            arguments = split_args_v1(ad.string("Args") or "")
-    except ValueError as e:
-        raise InvalidJob(f"submit ad attribute Arguments cannot be parsed: {e}") from e
-
-    try:
-        if ad.has("Environment"):
-            environment = split_env_v2(ad.string("Environment") or "")
-        else:
-            delimiter = ad.string("EnvDelim") or ";"
-            environment = split_env_v1(ad.string("Env") or "", delimiter[:1] or ";")
-    except ValueError as e:
-        raise InvalidJob(f"submit ad environment cannot be parsed: {e}") from e
+    executable, iwd, sandbox_id = _where(ad)
+    arguments, environment = _command_line(ad)
 
     settings: Dict[str, Scalar] = {}
     if "CERequirements" in parsed:
@@ -377,88 +340,51 @@ def parse_submit_ad(text: str) -> PilotJob:
     )
 
 
-# --------------------------------------------------------------------------------------------
-# The neutral job state and its BLAHP form.
+def _parse_ad(text: str) -> classad2.ClassAd:
+    operators = _operator_count(text)
+    if operators > MAX_AD_OPERATORS:
+        # The ClassAd parser recurses per operator: a hostile ad of ~150,000 of them crashes it.
+        raise InvalidJob(f"submit ad has {operators} operators outside strings, more than the "
+                         f"{MAX_AD_OPERATORS} a pilot's ad can need")
+    try:
+        parsed = classad2.parseNext(text) if text.strip().startswith("[") else None
+    except (ValueError, RuntimeError) as e:
+        raise InvalidJob(f"submit ad is not a valid ClassAd: {str(e)[:200]}") from None
+    if parsed is None:
+        raise InvalidJob("submit ad is not a valid ClassAd")
+    return parsed
 
 
-class Phase(enum.Enum):
-    """Where a pilot is, in words every backend can map its own states to."""
-
-    IDLE = "idle"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    HELD = "held"
-    REMOVED = "removed"
-
-
-# HoldReasonCode values of the holds podgahp's backends report (HTCondor's own codes are small
-# numbers), shared so that one site policy or pilot factory release rule covers every backend;
-# each backend's subcodes say why.
-HOLD_RETRYABLE = 1001
-"""The infrastructure failed the pilot; releasing the job (a fresh submit) may well succeed."""
-HOLD_FATAL = 1002
-"""The pilot cannot run as configured (image, container config); fix the route or knobs first."""
-SUB_OUTPUT = 5
-"""HoldReasonSubCode of every backend when ``Out`` or ``Err`` cannot be written (with HOLD_RETRYABLE)."""
-
-#: BLAHP ``<jobstatus>`` code for each phase (1 IDLE, 2 RUNNING, 3 REMOVED, 4 COMPLETED, 5 HELD).
-BLAHP_STATUS: Mapping[Phase, int] = {
-    Phase.IDLE: 1,
-    Phase.RUNNING: 2,
-    Phase.REMOVED: 3,
-    Phase.COMPLETED: 4,
-    Phase.HELD: 5,
-}
+def _where(ad: _Ad) -> Tuple[str, str, str]:
+    """The pilot's executable, its absolute Iwd, and its sandbox id (from JobDirectory)."""
+    executable = ad.string("Cmd", required=True)
+    iwd = ad.string("Iwd", required=True)
+    job_directory = ad.string("JobDirectory", required=True)
+    assert executable is not None and iwd is not None and job_directory is not None
+    if not os.path.isabs(iwd):
+        raise InvalidJob(f"submit ad attribute Iwd = {iwd!r} is not an absolute path")
+    sandbox_id = job_directory[len(JOB_DIRECTORY_PREFIX):] if job_directory.startswith(
+        JOB_DIRECTORY_PREFIX) else job_directory
+    if not sandbox_id or any(c.isspace() for c in sandbox_id):
+        raise InvalidJob(f"submit ad attribute JobDirectory = {job_directory!r} is not a sandbox id")
+    return executable, iwd, sandbox_id
 
 
-@dataclass(frozen=True)
-class JobState:
-    """A backend's answer to "how is this pilot?", free of any backend's vocabulary."""
-
-    phase: Phase
-    exit_code: Optional[int] = None
-    """Exit status of a completed pilot that exited normally."""
-    exit_signal: Optional[int] = None
-    """Signal that killed a completed pilot (then ``exit_code`` is None)."""
-    exit_reason: Optional[str] = None
-    """Why a completed pilot ended, when it is more than its exit code (OOMKilled, deadline)."""
-    hold_reason: Optional[str] = None
-    hold_code: int = 0
-    hold_subcode: int = 0
-    batch_id: Optional[str] = None
-    """The backend's own name for the job (pod name, Lancium job id)."""
-    worker_node: Optional[str] = None
-    wall_clock_s: Optional[float] = None
-    cpus_provisioned: Optional[int] = None
-    memory_provisioned_mb: Optional[int] = None
-    disk_provisioned_kb: Optional[int] = None
-
-    @property
-    def blahp_status(self) -> int:
-        return BLAHP_STATUS[self.phase]
-
-    def status_ad(self) -> str:
-        """The one-line ClassAd the gridmanager copies into the job (``JobStatus`` and friends)."""
-        ad = classad2.ClassAd()
-        ad["JobStatus"] = self.blahp_status
-        values: List[Tuple[str, object]] = [
-            ("BatchjobId", self.batch_id),
-            ("WorkerNode", self.worker_node),
-            ("RemoteWallClockTime", self.wall_clock_s),
-            ("CpusProvisioned", self.cpus_provisioned),
-            ("MemoryProvisioned", self.memory_provisioned_mb),
-            ("DiskProvisioned", self.disk_provisioned_kb),
-        ]
-        if self.phase is Phase.COMPLETED:
-            if self.exit_signal is not None:
-                values += [("ExitBySignal", True), ("ExitSignal", self.exit_signal)]
-            else:
-                values += [("ExitBySignal", False), ("ExitCode", self.exit_code or 0)]
-            values.append(("ExitReason", self.exit_reason))
-        elif self.phase is Phase.HELD:
-            values += [("HoldReason", self.hold_reason or "held by the backend with no reason"),
-                       ("HoldReasonCode", self.hold_code), ("HoldReasonSubCode", self.hold_subcode)]
-        for name, value in values:
-            if value is not None:
-                ad[name] = value
-        return repr(ad)
+def _command_line(ad: _Ad) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """Arguments and environment, in whichever of the two syntaxes the ad uses."""
+    try:
+        if ad.has("Arguments"):
+            arguments = split_args_v2(ad.string("Arguments") or "")
+        else:
+            arguments = split_args_v1(ad.string("Args") or "")
+    except ValueError as e:
+        raise InvalidJob(f"submit ad attribute Arguments cannot be parsed: {e}") from e
+    try:
+        if ad.has("Environment"):
+            environment = split_env_v2(ad.string("Environment") or "")
+        else:
+            delimiter = ad.string("EnvDelim") or ";"
+            environment = split_env_v1(ad.string("Env") or "", delimiter[:1] or ";")
+    except ValueError as e:
+        raise InvalidJob(f"submit ad environment cannot be parsed: {e}") from e
+    return arguments, environment

@@ -18,7 +18,8 @@ from gahp.backends.base import Backend
 from gahp.commands import Commands
 from gahp.config import Knobs, ServerSettings
 from gahp.errors import ConfigError, GahpError
-from gahp.job import JobState, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import JobState
 from gahp.provenance import ProvenanceSettings, RouteCheck
 from gahp.server import Server
 

@@ -17,7 +17,7 @@ import zlib
 from collections import OrderedDict
 from typing import Mapping, Optional
 
-from gahp.job import JobState, Phase
+from gahp.jobstate import JobState, Phase
 
 #: Order of phases: an answer never moves to a lower rank; rank 2 is the end.
 RANK: Mapping[Phase, int] = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2, Phase.HELD: 2,

@@ -2,7 +2,7 @@
 
 A backend turns the five things the gridmanager asks of a batch system into calls to one remote
 service. It knows nothing about the BLAHP wire format: it takes a :class:`~gahp.job.PilotJob`,
-returns job ids and :class:`~gahp.job.JobState` values, and raises :mod:`gahp.errors` classes.
+returns job ids and :class:`~gahp.jobstate.JobState` values, and raises :mod:`gahp.errors` classes.
 
 Every method may be called from several worker threads at once, and from a process that has never
 seen the job before (the gridmanager restarts GAHPs freely), so a job id alone must be enough to act.
@@ -14,7 +14,8 @@ import abc
 from typing import ClassVar
 
 from gahp.config import Knobs
-from gahp.job import JobState, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import JobState
 
 
 class Backend(abc.ABC):

@@ -20,7 +20,8 @@ from typing import Dict, Optional, Set
 from gahp.backends.base import Backend
 from gahp.config import Knobs
 from gahp.errors import BackendError, InvalidJob
-from gahp.job import JobState, Phase, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import JobState, Phase
 
 
 @dataclass(frozen=True)

@@ -340,23 +340,8 @@ def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> R
     if not os.path.isfile(path):
         raise RoutesError(f"{path}: no such file")
     with tempfile.TemporaryDirectory(prefix="podgahp-routes-") as tmp:
-        config = os.path.join(tmp, "condor_config")
-        parts = ["## Written by podgahp routes check.\n"]
-        transforms = "no HTCondor-CE transforms"
-        if ce:
-            if os.path.isfile(CE_ROUTER_DEFAULTS):
-                parts.append(f"include : {CE_ROUTER_DEFAULTS}\n")
-                transforms = f"HTCondor-CE transforms from {CE_ROUTER_DEFAULTS}"
-            else:
-                # The pilots' CONDORCE_COLLECTOR_HOST: this machine's CE collector.
-                parts.append("COLLECTOR_HOST = $(FULL_HOSTNAME):9619\n")
-                parts.append(f"include : {CE_ROUTER_EMULATION}\n")
-                transforms = "HTCondor-CE router transforms (podgahp's emulation)"
-        checked, disabled = _without_commands(path, tmp)
-        parts.append(f"include : {checked}\n")
-        Path(config).write_text("".join(parts))
+        config, transforms, disabled = _write_config(tmp, path, ce)
         tools = _Tools(config)
-
         version = tools.version()
         proc = tools.run(["condor_job_router_info", "-diagnostic", "-config"])
         listing = proc.stdout + proc.stderr
@@ -365,68 +350,12 @@ def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> R
                               f"{listing.strip()}")
         routes = _parse_listing(listing)
         messages = _router_errors(listing)
-        problems: List[str] = []
-        warnings: List[str] = list(disabled)
-
+        entries, problems, warnings = _old_syntax(tools, messages, path, version, ce)
+        warnings = list(disabled) + warnings
         expected = route_names(tools.config_val("JOB_ROUTER_ROUTE_NAMES"))
-        entries = _entries_names(tools)
-        if entries:
-            knob = (tools.config_val("JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES") or "").strip().lower()
-            if any("no longer supported" in m for m in messages):
-                problems.append(
-                    f"JOB_ROUTER_ENTRIES ({', '.join(entries)}) are not read by HTCondor {version}: "
-                    f"convert them with `podgahp routes convert {path}`")
-                entries = []
-            elif knob not in ("true", "1", "yes", "t"):
-                problems.append(
-                    f"JOB_ROUTER_ENTRIES ({', '.join(entries)}) are ignored unless "
-                    "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True; better, convert them with "
-                    f"`podgahp routes convert {path}`")
-                entries = []
-            else:
-                warnings.append(
-                    "the routes use the old JOB_ROUTER_ENTRIES syntax, which HTCondor 24.10 and later no "
-                    f"longer read; convert them with `podgahp routes convert {path}`")
-                if ce:
-                    warnings.append(
-                        "HTCondor applies no pre- or post-route transforms (HTCondor-CE's xcount, maxMemory, "
-                        "maxWallTime, default_* handling) to routes in the old syntax; HTCondor-CE 23.0 "
-                        "used JOB_ROUTER_DEFAULTS for that instead")
-        found = [r.name for r in routes]
         want = expected + [e for e in entries if e not in expected]
-        missing = [n for n in want if n not in found]
-        if missing:
-            problems.append(
-                f"route(s) {', '.join(missing)} of {path} were dropped by the JobRouter (HTCondor "
-                "drops invalid routes silently)")
-        if not want and not routes and not problems:
-            problems.append(f"{path} defines no routes (no JOB_ROUTER_ROUTE_NAMES, no JOB_ROUTER_ENTRIES)")
-        for line in messages:
-            if "ERROR" in line or (missing and "failed to parse" in line.lower()):
-                problems.append(f"JobRouter: {line}")
-        for r in routes:
-            batch, extra = grid_type(r.grid_resource)
-            if extra and r.grid_resource.lower().startswith("batch"):
-                problems.append(
-                    f"route {r.name}: GridResource \"{r.grid_resource}\" has tokens after the batch type; "
-                    "the gridmanager would start REMOTE_GAHP (SSH) instead of the local "
-                    f"{batch.upper()}_GAHP. Pass parameters with SET and CERequirements instead")
-
-        if jobs_file is not None:
-            jobs_path = os.path.abspath(jobs_file)
-            try:
-                jobs_text = Path(jobs_path).read_text()
-            except OSError as e:
-                raise RoutesError(f"{jobs_file}: {e.strerror}") from e
-            names = _job_names(jobs_text)
-            descriptions: Dict[str, Tuple[str, str]] = {jid: (jid, "") for jid in names}
-            if not names:
-                raise RoutesError(f"{jobs_file}: no job ad with ClusterId and ProcId (long form, a blank "
-                                  "line between ads)")
-        else:
-            jobs_path = os.path.join(tmp, "samples.ads")
-            Path(jobs_path).write_text(samples_text())
-            descriptions = {f"{i + 1}.0": (s.name, s.description) for i, s in enumerate(SAMPLES)}
+        problems += _route_problems(path, routes, want, messages, bool(problems))
+        jobs_path, descriptions = _pilots(jobs_file, tmp)
         routed, _ = route_jobs(tools, jobs_path, os.path.join(tmp, "routed.ads"))
 
     results = [_sample_result(jid, name, description, routed.get(jid), problems, warnings)
@@ -436,6 +365,95 @@ def check_file(path: str, jobs_file: Optional[str] = None, ce: bool = True) -> R
     return Report(path=path, ce=ce, condor_version=version, transforms=transforms, routes=tuple(routes),
                   expected_routes=tuple(want), samples=tuple(results), problems=tuple(problems),
                   warnings=tuple(warnings), router_messages=tuple(messages))
+
+
+def _write_config(tmp: str, path: str, ce: bool) -> Tuple[str, str, List[str]]:
+    """A configuration holding only the routes file (behind the CE's router transforms when ``ce``):
+    its path, a description of the transforms, and warnings about the commands taken out of it."""
+    config = os.path.join(tmp, "condor_config")
+    parts = ["## Written by podgahp routes check.\n"]
+    transforms = "no HTCondor-CE transforms"
+    if ce:
+        if os.path.isfile(CE_ROUTER_DEFAULTS):
+            parts.append(f"include : {CE_ROUTER_DEFAULTS}\n")
+            transforms = f"HTCondor-CE transforms from {CE_ROUTER_DEFAULTS}"
+        else:
+            # The pilots' CONDORCE_COLLECTOR_HOST: this machine's CE collector.
+            parts.append("COLLECTOR_HOST = $(FULL_HOSTNAME):9619\n")
+            parts.append(f"include : {CE_ROUTER_EMULATION}\n")
+            transforms = "HTCondor-CE router transforms (podgahp's emulation)"
+    checked, disabled = _without_commands(path, tmp)
+    parts.append(f"include : {checked}\n")
+    Path(config).write_text("".join(parts))
+    return config, transforms, list(disabled)
+
+
+def _old_syntax(tools: "_Tools", messages: List[str], path: str, version: str,
+                ce: bool) -> Tuple[List[str], List[str], List[str]]:
+    """Routes in the old JOB_ROUTER_ENTRIES syntax: the names this HTCondor reads, problems, warnings."""
+    entries = _entries_names(tools)
+    if not entries:
+        return [], [], []
+    knob = (tools.config_val("JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES") or "").strip().lower()
+    if any("no longer supported" in m for m in messages):
+        return [], [f"JOB_ROUTER_ENTRIES ({', '.join(entries)}) are not read by HTCondor {version}: "
+                    f"convert them with `podgahp routes convert {path}`"], []
+    if knob not in ("true", "1", "yes", "t"):
+        return [], [f"JOB_ROUTER_ENTRIES ({', '.join(entries)}) are ignored unless "
+                    "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True; better, convert them with "
+                    f"`podgahp routes convert {path}`"], []
+    warnings = ["the routes use the old JOB_ROUTER_ENTRIES syntax, which HTCondor 24.10 and later no "
+                f"longer read; convert them with `podgahp routes convert {path}`"]
+    if ce:
+        warnings.append(
+            "HTCondor applies no pre- or post-route transforms (HTCondor-CE's xcount, maxMemory, "
+            "maxWallTime, default_* handling) to routes in the old syntax; HTCondor-CE 23.0 "
+            "used JOB_ROUTER_DEFAULTS for that instead")
+    return entries, [], warnings
+
+
+def _route_problems(path: str, routes: Sequence[Route], want: List[str], messages: List[str],
+                    already: bool) -> List[str]:
+    """Routes the JobRouter dropped, its error lines, and GridResources that would start the wrong GAHP."""
+    problems: List[str] = []
+    found = [r.name for r in routes]
+    missing = [n for n in want if n not in found]
+    if missing:
+        problems.append(
+            f"route(s) {', '.join(missing)} of {path} were dropped by the JobRouter (HTCondor "
+            "drops invalid routes silently)")
+    if not want and not routes and not already:
+        problems.append(f"{path} defines no routes (no JOB_ROUTER_ROUTE_NAMES, no JOB_ROUTER_ENTRIES)")
+    for line in messages:
+        if "ERROR" in line or (missing and "failed to parse" in line.lower()):
+            problems.append(f"JobRouter: {line}")
+    for r in routes:
+        batch, extra = grid_type(r.grid_resource)
+        if extra and r.grid_resource.lower().startswith("batch"):
+            problems.append(
+                f"route {r.name}: GridResource \"{r.grid_resource}\" has tokens after the batch type; "
+                "the gridmanager would start REMOTE_GAHP (SSH) instead of the local "
+                f"{batch.upper()}_GAHP. Pass parameters with SET and CERequirements instead")
+    return problems
+
+
+def _pilots(jobs_file: Optional[str], tmp: str) -> Tuple[str, Dict[str, Tuple[str, str]]]:
+    """The file of pilot ads to route (``jobs_file``, or the samples written into ``tmp``) and, by
+    job id, each pilot's name and description."""
+    if jobs_file is None:
+        jobs_path = os.path.join(tmp, "samples.ads")
+        Path(jobs_path).write_text(samples_text())
+        return jobs_path, {f"{i + 1}.0": (s.name, s.description) for i, s in enumerate(SAMPLES)}
+    jobs_path = os.path.abspath(jobs_file)
+    try:
+        jobs_text = Path(jobs_path).read_text()
+    except OSError as e:
+        raise RoutesError(f"{jobs_file}: {e.strerror}") from e
+    names = _job_names(jobs_text)
+    if not names:
+        raise RoutesError(f"{jobs_file}: no job ad with ClusterId and ProcId (long form, a blank "
+                          "line between ads)")
+    return jobs_path, {jid: (jid, "") for jid in names}
 
 
 def _sample_result(job_id: str, name: str, description: str, routed: Optional[classad2.ClassAd],

@@ -194,29 +194,9 @@ def convert(text: str) -> str:
     by_name: Dict[str, _Knob] = {}
     for knob in knobs:
         by_name[knob.name.upper()] = knob  # the last assignment wins, as in HTCondor
-    for unsupported in _UNSUPPORTED:
-        if unsupported in by_name:
-            raise RoutesError(f"{unsupported} is set: convert the routes it provides (put them in "
-                              "JOB_ROUTER_ENTRIES of a file) and run convert on that file")
-    entries_knob = by_name.get("JOB_ROUTER_ENTRIES")
-    if entries_knob is None or not entries_knob.value.strip():
-        raise RoutesError("no JOB_ROUTER_ENTRIES in this file: nothing to convert")
-    for source in (entries_knob, by_name.get("JOB_ROUTER_DEFAULTS")):
-        if source is not None and "$(" in source.value:
-            raise RoutesError(f"{source.name} uses config macros ($(...)); expand them first "
-                              f"(condor_config_val {source.name}) and convert the expanded text")
-
-    defaults: Dict[str, classad2.ExprTree] = {}
+    entries_knob = _convertible(by_name)
     defaults_knob = by_name.get("JOB_ROUTER_DEFAULTS")
-    if defaults_knob is not None:
-        default_ads = _parse_ads(defaults_knob.value, "JOB_ROUTER_DEFAULTS")
-        merge = by_name.get("MERGE_JOB_ROUTER_DEFAULT_ADS")
-        if len(default_ads) > 1 and not (merge and merge.value.strip().lower() in ("true", "1", "yes")):
-            raise RoutesError("JOB_ROUTER_DEFAULTS holds several ClassAds but MERGE_JOB_ROUTER_DEFAULT_ADS "
-                              "is not True, so HTCondor would not read them; fix that first")
-        for ad in default_ads:
-            for key in ad.keys():
-                defaults[key] = ad.lookup(key)
+    defaults = _defaults(defaults_knob, by_name.get("MERGE_JOB_ROUTER_DEFAULT_ADS"))
 
     names: List[str] = []
     blocks: List[str] = []
@@ -246,7 +226,45 @@ def convert(text: str) -> str:
         replacement.append("JOB_ROUTER_ROUTE_NAMES = " + " ".join(new_names) + " $(JOB_ROUTER_ROUTE_NAMES)")
     replacement.append("")
     replacement.append("\n\n".join(blocks))
+    header = ["##  Converted to JOB_ROUTER_ROUTE_* routes by podgahp routes convert; the comments are",
+              "##  those of the original file, which used JOB_ROUTER_ENTRIES.", ""]
+    out = _replace_knobs(text, knobs, entries_knob, replacement)
+    return "\n".join(header + out).rstrip("\n") + "\n"
 
+
+def _convertible(by_name: Dict[str, _Knob]) -> _Knob:
+    """The JOB_ROUTER_ENTRIES knob, once nothing stands in the way of converting it."""
+    for unsupported in _UNSUPPORTED:
+        if unsupported in by_name:
+            raise RoutesError(f"{unsupported} is set: convert the routes it provides (put them in "
+                              "JOB_ROUTER_ENTRIES of a file) and run convert on that file")
+    entries_knob = by_name.get("JOB_ROUTER_ENTRIES")
+    if entries_knob is None or not entries_knob.value.strip():
+        raise RoutesError("no JOB_ROUTER_ENTRIES in this file: nothing to convert")
+    for source in (entries_knob, by_name.get("JOB_ROUTER_DEFAULTS")):
+        if source is not None and "$(" in source.value:
+            raise RoutesError(f"{source.name} uses config macros ($(...)); expand them first "
+                              f"(condor_config_val {source.name}) and convert the expanded text")
+    return entries_knob
+
+
+def _defaults(defaults_knob: Optional[_Knob], merge: Optional[_Knob]) -> Dict[str, classad2.ExprTree]:
+    """JOB_ROUTER_DEFAULTS as attributes (several ads merged, as HTCondor does when told to)."""
+    defaults: Dict[str, classad2.ExprTree] = {}
+    if defaults_knob is None:
+        return defaults
+    default_ads = _parse_ads(defaults_knob.value, "JOB_ROUTER_DEFAULTS")
+    if len(default_ads) > 1 and not (merge and merge.value.strip().lower() in ("true", "1", "yes")):
+        raise RoutesError("JOB_ROUTER_DEFAULTS holds several ClassAds but MERGE_JOB_ROUTER_DEFAULT_ADS "
+                          "is not True, so HTCondor would not read them; fix that first")
+    for ad in default_ads:
+        for key in ad.keys():
+            defaults[key] = ad.lookup(key)
+    return defaults
+
+
+def _replace_knobs(text: str, knobs: List[_Knob], entries_knob: _Knob, replacement: List[str]) -> List[str]:
+    """The file's lines with JOB_ROUTER_ENTRIES replaced and the knobs it made obsolete commented on."""
     consumed = {k.first: k for k in knobs if k.name.upper() in _CONSUMED}
     out: List[str] = []
     lines = text.splitlines()
@@ -264,9 +282,8 @@ def convert(text: str) -> str:
         elif here.name.upper() == "JOB_ROUTER_DEFAULTS":
             out.append("##  (JOB_ROUTER_DEFAULTS merged into the routes below)")
         i = here.last + 1
-    header = ["##  Converted to JOB_ROUTER_ROUTE_* routes by podgahp routes convert; the comments are",
-              "##  those of the original file, which used JOB_ROUTER_ENTRIES.", ""]
-    return "\n".join(header + out).rstrip("\n") + "\n"
+    return out
+
 
 def route_names(value: Optional[str]) -> List[str]:
     return [n for n in LIST_SEPARATORS.split(value or "") if n]

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import pytest
 
-from gahp.job import JobState, Phase
+from gahp.jobstate import JobState, Phase
 from gahp.reports import Reports
 
 I, R, C, H, X = Phase.IDLE, Phase.RUNNING, Phase.COMPLETED, Phase.HELD, Phase.REMOVED

@@ -36,7 +36,8 @@ from gahp.backends.k8s.watch import PodCache
 from gahp.config import Knobs, user_name
 from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
 from gahp.files import read_input
-from gahp.job import HOLD_RETRYABLE, JobState, Phase, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import HOLD_RETRYABLE, JobState, Phase
 from gahp.reports import Reports
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.pod import ANN_ERR, ANN_OUT, CONTAINER
 from gahp.errors import BackendError, NotFound
-from gahp.job import JobState
+from gahp.jobstate import JobState
 from gahp.outputs import write_atomic
 
 log = logging.getLogger(__name__)

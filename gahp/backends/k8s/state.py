@@ -1,4 +1,4 @@
-"""Pod phase and reason → neutral :class:`~gahp.job.JobState`: the backend's one state table.
+"""Pod phase and reason → neutral :class:`~gahp.jobstate.JobState`: the backend's one state table.
 
 :func:`classify` reduces a raw pod to a key of :data:`POD_STATES` plus the details a hold reason or
 exit reason needs; :func:`job_state` turns that into a ``JobState``. Every row of the table is
@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
 from gahp.backends.k8s.pod import CONTAINER
-from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
-from gahp.job import SUB_OUTPUT as SUB_OUTPUT  # shared by every backend; listed with the others here
+from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
+from gahp.jobstate import SUB_OUTPUT as SUB_OUTPUT  # shared by every backend; listed with the others here
 
 JsonObj = Dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 Owns the knobs ``PODGAHP_LANCIUM_*``, the job id ``lancium/<numeric id>``, idempotent submit per
 sandbox id (jobs are named ``podgahp:<sandbox id>``), the one table from Lancium job states to
-:class:`~gahp.job.Phase`, hold codes, writing ``stdout.txt`` / ``stderr.txt`` back to ``Out`` /
+:class:`~gahp.jobstate.Phase`, hold codes, writing ``stdout.txt`` / ``stderr.txt`` back to ``Out`` /
 ``Err`` before completion is reported, cancel, and the clean-up of finished jobs. The HTTP client
 is :mod:`gahp.backends.lancium.client`; what a pilot becomes on Lancium is
 :mod:`gahp.backends.lancium.spec`.
@@ -34,7 +34,8 @@ from gahp.backends.lancium.state import (CLEANUP_STATES, GONE, HOLD_OUTPUT, HOLD
 from gahp.backends.lancium.submit import Submitter, delete_quietly
 from gahp.config import Knobs
 from gahp.errors import GahpError, TransientError
-from gahp.job import JobState, Phase, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import JobState, Phase
 from gahp.outputs import write_atomic
 from gahp.reports import RANK, Reports
 

@@ -1,4 +1,4 @@
-"""The one table from Lancium job states to :class:`~gahp.job.Phase`, the state sets submit and the
+"""The one table from Lancium job states to :class:`~gahp.jobstate.Phase`, the state sets submit and the
 clean-up act on, and the hold codes of Lancium holds."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, SUB_OUTPUT, Phase
+from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, SUB_OUTPUT, Phase
 
 #: Pseudo-state of a job that is absent from ``GET /jobs`` and answers 404.
 GONE = "gone"

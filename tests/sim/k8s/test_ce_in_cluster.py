@@ -17,7 +17,8 @@ from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.rights import RIGHTS
 from gahp.config import Knobs
 from gahp.errors import BackendError
-from gahp.job import Phase, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, SimConfig
 from test_k8s_support import kubectl_version
 from paths import DOCS

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from gahp.backends.k8s.backend import KubernetesBackend
-from gahp.job import JobState, Phase, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import JobState, Phase
 from podgahp_sim.k8s import KubeSim
 from polling import wait_until
 

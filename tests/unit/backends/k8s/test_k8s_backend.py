@@ -17,7 +17,7 @@ from gahp.backends.k8s.state import (SUB_CONTAINER_CONFIG, SUB_EVICTED,
                                      SUB_IMAGE_PULL, SUB_INVALID_IMAGE, SUB_OUTPUT, SUB_UNSCHEDULABLE)
 from gahp.config import Knobs
 from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
-from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, Phase
+from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, Phase
 from podgahp_sim.k8s import KubeSim, PodQuota
 
 from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, make_job, pod_of, wait_state

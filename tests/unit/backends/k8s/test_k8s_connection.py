@@ -11,7 +11,7 @@ import pytest
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.config import Knobs
 from gahp.errors import ConfigError
-from gahp.job import Phase
+from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, SimConfig
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, make_job, wait_state

@@ -13,7 +13,7 @@ import yaml
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.rights import RIGHTS
 from gahp.errors import BackendError
-from gahp.job import Phase
+from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import NAMESPACE, BackendFactory, make_job, wait_state

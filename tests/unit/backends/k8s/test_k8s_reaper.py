@@ -13,7 +13,7 @@ from gahp.backends.k8s.reaper import orphans, reap_orphans
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
 from gahp.errors import GahpError
-from gahp.job import Phase
+from gahp.jobstate import Phase
 from gahp.reaper import classad_lines, reap
 from podgahp_sim.k8s import KubeSim
 

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 import pytest
 
 from gahp.backends.k8s.backend import RESUBMIT_RULES, KubernetesBackend, resubmit_case
-from gahp.job import Phase
+from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import NAMESPACE, BackendFactory, make_job, pod_of, wait_state

@@ -14,7 +14,7 @@ from gahp.backends.k8s.identity import LABEL_OWNER, parse_job_id
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
 from gahp.errors import InvalidJob
-from gahp.job import Phase
+from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, make_job, pod_of, wait_state

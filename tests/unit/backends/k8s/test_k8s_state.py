@@ -14,7 +14,7 @@ from gahp.backends.k8s.state import (POD_STATES, SUB_CONTAINER_CONFIG, SUB_EVICT
                                      SUB_UNSCHEDULABLE, _provisioned, classify, job_state, parse_time,
                                      quantity)
 from gahp.backends.k8s.pod import CONTAINER
-from gahp.job import HOLD_FATAL, HOLD_RETRYABLE, Phase
+from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, Phase
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=datetime.timezone.utc)
 JsonObj = Dict[str, Any]

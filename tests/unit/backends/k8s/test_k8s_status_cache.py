@@ -18,7 +18,7 @@ from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import ANN_USER, owner_labels, pod_name, sandbox_key
 from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
 from gahp.config import Knobs
-from gahp.job import Phase
+from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
 
 from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, knobs_for, make_job, wait_state

@@ -8,7 +8,8 @@ from typing import Callable, Dict, Optional, Tuple
 
 from gahp.backends.lancium.backend import LanciumBackend
 from gahp.config import Knobs
-from gahp.job import JobState, Phase, PilotJob
+from gahp.job import PilotJob
+from gahp.jobstate import JobState, Phase
 from podgahp_sim.lancium import LanciumSim, LanciumSimSettings
 from polling import wait_until
 

@@ -22,7 +22,7 @@ from gahp.backends.lancium.backend import (
 )
 from gahp.backends.lancium.spec import LAUNCHER, Notes, job_name
 from gahp.errors import BackendError, InvalidJob, TransientError
-from gahp.job import JobState, Phase
+from gahp.jobstate import JobState, Phase
 from lancium_helpers import BackendFactory, make_pilot, wait_phase
 from podgahp_sim.lancium import STATUSES, LanciumSim
 from polling import wait_until
