@@ -73,24 +73,7 @@ def predict_submit_ad(routed: classad2.ClassAd, sandbox_id: str) -> classad2.Cla
             if text is not None:
                 submit[name] = classad2.ExprTree(text)
 
-    if "CERequirements" in routed:
-        cereq = routed.eval("CERequirements")
-        conjuncts: List[str] = []
-        if isinstance(cereq, str):
-            pairs = [(n, _evaluate(routed, n)) for n in LIST_SEPARATORS.split(cereq) if n]
-        elif isinstance(cereq, classad2.ClassAd):
-            pairs = [(n, cereq.eval(n)) for n in cereq.keys()]
-        else:
-            pairs = []
-            if not isinstance(cereq, classad2.Value) or cereq != classad2.Value.Undefined:
-                submit["CERequirements"] = routed.lookup("CERequirements")
-        for name, value in pairs:
-            text = _literal_text(value)
-            if text is not None:
-                conjuncts.append(f"{name} == {text}")
-        if conjuncts:
-            submit["CERequirements"] = classad2.ExprTree(" && ".join(conjuncts))
-
+    _copy_ce_requirements(routed, submit)
     remote_iwd = ad_value(routed, "RemoteIwd")
     if isinstance(remote_iwd, str) and remote_iwd:
         submit["Iwd"] = remote_iwd
@@ -114,6 +97,35 @@ def predict_submit_ad(routed: classad2.ClassAd, sandbox_id: str) -> classad2.Cla
     if batch and batch != "blah":
         submit["gridtype"] = batch
 
+    _apply_remote_attributes(routed, submit)
+    return submit
+
+
+def _copy_ce_requirements(routed: classad2.ClassAd, submit: classad2.ClassAd) -> None:
+    """CERequirements as the gridmanager sends it: each named attribute's value, as ``name == value``."""
+    if "CERequirements" not in routed:
+        return
+    cereq = routed.eval("CERequirements")
+    conjuncts: List[str] = []
+    if isinstance(cereq, str):
+        pairs = [(n, _evaluate(routed, n)) for n in LIST_SEPARATORS.split(cereq) if n]
+    elif isinstance(cereq, classad2.ClassAd):
+        pairs = [(n, cereq.eval(n)) for n in cereq.keys()]
+    else:
+        pairs = []
+        if not isinstance(cereq, classad2.Value) or cereq != classad2.Value.Undefined:
+            submit["CERequirements"] = routed.lookup("CERequirements")
+    for name, value in pairs:
+        text = _literal_text(value)
+        if text is not None:
+            conjuncts.append(f"{name} == {text}")
+    if conjuncts:
+        submit["CERequirements"] = classad2.ExprTree(" && ".join(conjuncts))
+
+
+def _apply_remote_attributes(routed: classad2.ClassAd, submit: classad2.ClassAd) -> None:
+    """``remote_<name>`` attributes replace ``<name>`` (one of the environment or argument forms
+    replaces all of them)."""
     cleared_env = cleared_args = False
     for name in list(routed.keys()):
         if len(name) <= 7 or name[:7].lower() != "remote_":
@@ -127,7 +139,6 @@ def predict_submit_ad(routed: classad2.ClassAd, sandbox_id: str) -> classad2.Cla
             delete_attributes(submit, "Args", "Arguments")
         delete_attributes(submit, target)
         submit[target] = routed.lookup(name)
-    return submit
 
 
 def delete_attributes(ad: classad2.ClassAd, *names: str) -> None:
