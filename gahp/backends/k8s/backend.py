@@ -32,6 +32,7 @@ from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LA
 from gahp.backends.k8s.retention import due_for_cleanup, generation_of
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import SUB_OUTPUT, classify, job_state
+from gahp.backends.k8s.view import PodView
 from gahp.backends.k8s.watch import PodCache
 from gahp.config import Knobs, user_name
 from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
@@ -59,18 +60,10 @@ def _rfc3339(when: datetime.datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _phase(pod: JsonObj) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
 def _is_live(pod: JsonObj) -> bool:
     """Not finished and not being deleted: a pod a repeated submit must not duplicate."""
-    meta = pod.get("metadata") or {}
-    return not meta.get("deletionTimestamp") and _phase(pod) in ("Pending", "Running", "Unknown")
-
-
-def _reported(pod: JsonObj) -> bool:
-    return bool(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_REPORTED))
+    view = PodView(pod)
+    return not view.deleting and view.phase in ("Pending", "Running", "Unknown")
 
 
 #: What a submit does when its sandbox already has pods, by the newest one (one row each, tested):
@@ -88,10 +81,11 @@ RESUBMIT_RULES: Tuple[Tuple[str, str], ...] = (
 
 def resubmit_case(pod: JsonObj) -> str:
     """The row of :data:`RESUBMIT_RULES` that ``pod`` (the newest of its sandbox) falls in."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+    view = PodView(pod)
+    if view.deleting:
         return "being deleted"
-    if _phase(pod) in ("Succeeded", "Failed"):
-        return "finished and reported" if _reported(pod) else "finished, not reported"
+    if view.finished:
+        return "finished and reported" if view.annotation(ANN_REPORTED) else "finished, not reported"
     return "live"
 
 
@@ -167,7 +161,7 @@ class KubernetesBackend(Backend):
         return apis
 
     def _queue_of(self, pod: JsonObj) -> QueueSettings:
-        label = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_QUEUE)
+        label = PodView(pod).label(LABEL_QUEUE)
         for queue in self.settings.queues.values():
             if label_value(queue.name.lower()) == label:
                 return queue
@@ -196,8 +190,8 @@ class KubernetesBackend(Backend):
         for api, cache in caches:
             last = cache.gone(name)
             if last is not None and _disrupted(last):
-                if _phase(last) not in ("Succeeded", "Failed"):
-                    last = dict(last, status=dict(last.get("status") or {}, phase="Failed"))
+                if not PodView(last).finished:
+                    last = dict(last, status=dict(PodView(last).status, phase="Failed"))
                 return last, api, cache
         return None, (apis[0] if len(apis) == 1 else None), None
 
@@ -274,8 +268,7 @@ class KubernetesBackend(Backend):
         cache = self._cache(api, namespace)
         cache.wait_synced(self.settings.sync_timeout_s)
         label = label_value(queue.name.lower())
-        live = sum(1 for p in cache.pods() if _is_live(p)
-                   and ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_QUEUE) == label)
+        live = sum(1 for p in cache.pods() if _is_live(p) and PodView(p).label(LABEL_QUEUE) == label)
         if live >= queue.max_pods:
             raise BackendError(f"queue {queue.name} has {live} live pods, its cap is {queue.max_pods} "
                                f"(PODGAHP_K8S_MAX_PODS); limit the route's jobs (MaxJobs) below the cap")
@@ -302,8 +295,7 @@ class KubernetesBackend(Backend):
                 raise BackendError(f"pod {namespace}/{name}: input secret cannot be created: {e}") from e
             raise
         current = api.call(f"read secret {namespace}/{name}", "read_namespaced_secret", name, namespace, job_id=jid)
-        owners = (current.get("metadata") or {}).get("ownerReferences") or []
-        if any(o.get("uid") == uid for o in owners):
+        if any(o.get("uid") == uid for o in PodView(current).owner_references):
             return
         log.info("[%s] replacing an input secret owned by an older pod of the same name", jid)
         api.call(f"replace secret {namespace}/{name}", "replace_namespaced_secret", name, namespace, body,
@@ -326,10 +318,10 @@ class KubernetesBackend(Backend):
                                   disruption_action=queue.disruption_action)
             state = job_state(pod, classified, job_id)
             # A pod whose phase cannot be read but that has started is past idle.
-            started = classified.key == "Unknown" and bool((pod.get("status") or {}).get("startTime"))
+            started = classified.key == "Unknown" and bool(PodView(pod).start_time)
             if state.phase is Phase.COMPLETED:
                 state = self._finish(api, pod, state, job_id)
-            elif state.phase is Phase.HELD and _phase(pod) in ("Succeeded", "Failed"):
+            elif state.phase is Phase.HELD and PodView(pod).finished:
                 self._mark_reported(api, pod, job_id)
             return self.reports.answer(job_id, state, started=started)
 
@@ -348,12 +340,12 @@ class KubernetesBackend(Backend):
 
     def _mark_reported(self, api: KubeApi, pod: JsonObj, jid: str) -> None:
         """Record on the pod that its final outcome reached HTCondor (a re-submit then makes a new pod)."""
-        meta = pod.get("metadata") or {}
-        if not (meta.get("annotations") or {}).get(ANN_REPORTED):
+        view = PodView(pod)
+        if not view.annotation(ANN_REPORTED):
             patch = {"metadata": {"annotations": {ANN_REPORTED: _rfc3339(_now())}}}
             try:
-                api.call(f"annotate pod {meta.get('namespace')}/{meta.get('name')}", "patch_namespaced_pod",
-                         meta.get("name"), meta.get("namespace"), patch, job_id=jid)
+                api.call(f"annotate pod {view.namespace}/{view.name}", "patch_namespaced_pod",
+                         view.name, view.namespace, patch, job_id=jid)
             except GahpError as e:
                 log.warning("[%s] pod cannot be marked reported (it will be cleaned up later): %s", jid, e)
 
@@ -422,12 +414,12 @@ class KubernetesBackend(Backend):
         if not _is_live(pod):
             log.info("[%s] pod has finished; proxy not refreshed", job_id)
             return
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        key = annotations.get(ANN_PROXY_KEY)
+        view = PodView(pod)
+        key = view.annotation(ANN_PROXY_KEY)
         if not key:
-            volumes = (pod.get("spec") or {}).get("volumes") or []
-            staged = [i.get("key") for v in volumes if v.get("name") == INPUT_VOLUME
-                      for i in ((v.get("secret") or {}).get("items") or [])]
+            secrets = [v.get("secret") for v in view.volumes if v.get("name") == INPUT_VOLUME]
+            staged = [i.get("key") for secret in secrets if isinstance(secret, dict)
+                      for i in secret.get("items") or [] if isinstance(i, dict)]
             if PROXY_KEY not in staged:
                 log.warning("[%s] the pilot was submitted without a proxy; nothing to refresh", job_id)
                 return
@@ -492,7 +484,5 @@ class KubernetesBackend(Backend):
 
 def _disrupted(pod: JsonObj) -> bool:
     """Ended by Kubernetes itself: a terminal phase, or a ``DisruptionTarget`` condition."""
-    if _phase(pod) in ("Succeeded", "Failed"):
-        return True
-    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
+    view = PodView(pod)
+    return view.finished or view.condition_true("DisruptionTarget")

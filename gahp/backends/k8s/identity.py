@@ -20,6 +20,7 @@ import re
 from typing import Any, Dict, Optional, Tuple
 
 from gahp.backends.k8s.settings import label_value
+from gahp.backends.k8s.view import PodView
 from gahp.errors import InvalidJob
 
 DOMAIN = "podgahp.htcondor.org"
@@ -76,14 +77,12 @@ def owner_selector(ce_name: str, user: str) -> str:
 
 def refusal(pod: Dict[str, Any], ce_name: str, user: str) -> Optional[str]:
     """Why this GAHP must not act on ``pod`` (``None``: it is this CE's pod of this user)."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    name = f"{meta.get('namespace', '?')}/{meta.get('name', '?')}"
-    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+    view = PodView(pod)
+    name = f"{view.namespace or '?'}/{view.name or '?'}"
+    if view.label(LABEL_MANAGED_BY) != MANAGED_BY:
         return f"pod {name} was not created by podgahp"
-    if labels.get(LABEL_CE) != ce_name:
-        return f"pod {name} belongs to another CE ({labels.get(LABEL_CE)!r}, this CE is {ce_name!r})"
-    if labels.get(LABEL_OWNER) != label_value(user) or annotations.get(ANN_USER) != user:
+    if view.label(LABEL_CE) != ce_name:
+        return f"pod {name} belongs to another CE ({view.labels.get(LABEL_CE)!r}, this CE is {ce_name!r})"
+    if view.label(LABEL_OWNER) != label_value(user) or view.annotation(ANN_USER) != user:
         return f"pod {name} belongs to another user, not {user!r}"
     return None

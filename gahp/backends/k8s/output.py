@@ -11,10 +11,11 @@ Knows the API only through the :class:`~gahp.backends.k8s.api.KubeApi` it is giv
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.pod import ANN_ERR, ANN_OUT, CONTAINER
+from gahp.backends.k8s.view import PodView
 from gahp.errors import BackendError, NotFound
 from gahp.jobstate import JobState
 from gahp.outputs import write_atomic
@@ -24,9 +25,8 @@ log = logging.getLogger(__name__)
 JsonObj = Dict[str, Any]
 
 
-def _container_name(pod: JsonObj) -> str:
-    containers: List[JsonObj] = (pod.get("spec") or {}).get("containers") or []
-    names = [c.get("name") for c in containers]
+def _container_name(pod: PodView) -> str:
+    names = [c.get("name") for c in pod.containers]
     if CONTAINER in names or not names:
         return CONTAINER
     return str(names[0])
@@ -34,9 +34,8 @@ def _container_name(pod: JsonObj) -> str:
 
 def summary(pod: JsonObj, state: JsonObj, out: Optional[str]) -> bytes:
     """The ``podgahp:`` lines written to ``Err``."""
-    meta = pod.get("metadata") or {}
-    node = (pod.get("spec") or {}).get("nodeName") or "no node"
-    lines = [f"podgahp: pod {meta.get('namespace')}/{meta.get('name')} on {node} ended"]
+    view = PodView(pod)
+    lines = [f"podgahp: pod {view.namespace}/{view.name} on {view.node or 'no node'} ended"]
     if state.get("exit_signal") is not None:
         lines.append(f"podgahp: killed by signal {state['exit_signal']}")
     else:
@@ -60,30 +59,29 @@ def _stream(response: Any, what: str) -> Iterator[bytes]:
 def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_bytes: int) -> None:
     """Write ``Out``/``Err`` of a finished pod. OSError when a file cannot be written; TransientError
     when the log cannot be read now (a missing log is written as empty, with a note in ``Err``)."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    out: Optional[str] = annotations.get(ANN_OUT)
-    err: Optional[str] = annotations.get(ANN_ERR)
+    view = PodView(pod)
+    out: Optional[str] = view.annotation(ANN_OUT) or None
+    err: Optional[str] = view.annotation(ANN_ERR) or None
     if not out and not err:
         return
-    meta = pod.get("metadata") or {}
+    where = f"pod {view.namespace}/{view.name}"
     extra = {"exit_code": state.exit_code, "exit_signal": state.exit_signal, "exit_reason": state.exit_reason}
     note = b""
     log_path = out or err
     assert log_path is not None
-    kwargs: Dict[str, Any] = {"container": _container_name(pod)}
+    kwargs: Dict[str, Any] = {"container": _container_name(view)}
     if max_bytes:
         kwargs["limit_bytes"] = max_bytes
     response: Any = None
     try:
-        response = api.call(f"read log of pod {meta.get('namespace')}/{meta.get('name')}",
-                            "read_namespaced_pod_log", meta.get("name"), meta.get("namespace"),
+        response = api.call(f"read log of {where}", "read_namespaced_pod_log", view.name, view.namespace,
                             job_id=job_id, stream=True, **kwargs)
     except (NotFound, BackendError) as e:
         note = f"podgahp: the pod log is not available: {e}\n".encode()
         log.info("[%s] %s", job_id, note.decode().strip())
     chunks: Iterator[bytes] = iter(())
     if response is not None:
-        chunks = _stream(response, f"read log of pod {meta.get('namespace')}/{meta.get('name')}")
+        chunks = _stream(response, f"read log of {where}")
     try:
         written = write_atomic(log_path, chunks)
     finally:

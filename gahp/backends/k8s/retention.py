@@ -6,19 +6,20 @@ reported, or ``PODGAHP_K8S_UNREPORTED_RETENTION_SECONDS`` after it finished if i
 from __future__ import annotations
 
 import datetime
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from gahp.backends.k8s.identity import LABEL_SANDBOX
 from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_GENERATION
 from gahp.backends.k8s.state import parse_time
+from gahp.backends.k8s.view import PodView, container_state
 
 JsonObj = Dict[str, Any]
 
 
-def generation_of(pod: JsonObj) -> int:
+def generation_of(pod: Mapping[str, Any]) -> int:
     """The pod's generation within its sandbox (label ``LABEL_GENERATION``; 0 when absent or odd)."""
     try:
-        return int(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_GENERATION, "0"))
+        return int(PodView(pod).label(LABEL_GENERATION, "0"))
     except ValueError:
         return 0
 
@@ -26,47 +27,34 @@ def generation_of(pod: JsonObj) -> int:
 def due_for_cleanup(pods: Sequence[JsonObj], now: datetime.datetime, finished_retention_s: float,
                     unreported_retention_s: float) -> List[Tuple[str, str]]:
     """(name, why) of each pod to delete now, in the order of ``pods``."""
+    views = [PodView(pod) for pod in pods]
     newest: Dict[str, int] = {}
-    for pod in pods:
-        sandbox = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_SANDBOX, "")
-        newest[sandbox] = max(newest.get(sandbox, 0), generation_of(pod))
+    for view in views:
+        sandbox = view.label(LABEL_SANDBOX)
+        newest[sandbox] = max(newest.get(sandbox, 0), generation_of(view.raw))
     doomed: List[Tuple[str, str]] = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+    for view in views:
+        if view.deleting:
             continue
-        sandbox = (meta.get("labels") or {}).get(LABEL_SANDBOX, "")
-        if generation_of(pod) < newest.get(sandbox, 0):
-            doomed.append((meta.get("name", ""), "superseded by a newer pod of its sandbox"))
+        if generation_of(view.raw) < newest.get(view.label(LABEL_SANDBOX), 0):
+            doomed.append((view.name, "superseded by a newer pod of its sandbox"))
             continue
-        if _phase(pod) not in ("Succeeded", "Failed"):
+        if not view.finished:
             continue
-        reported = parse_time((meta.get("annotations") or {}).get(ANN_REPORTED))
+        reported = parse_time(view.annotation(ANN_REPORTED))
         if reported is not None:
             if (now - reported).total_seconds() >= finished_retention_s:
-                doomed.append((meta.get("name", ""), "finished and reported"))
+                doomed.append((view.name, "finished and reported"))
             continue
-        finished = _finish_time(pod)
+        finished = _finish_time(view)
         if finished is not None and (now - finished).total_seconds() >= unreported_retention_s:
-            doomed.append((meta.get("name", ""), "finished long ago and never reported"))
+            doomed.append((view.name, "finished long ago and never reported"))
     return doomed
 
 
-def _phase(pod: JsonObj) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def _finish_time(pod: JsonObj) -> Optional[datetime.datetime]:
-    status = pod.get("status") or {}
-    times = []
-    for container in status.get("containerStatuses") or []:
-        finished = parse_time(((container.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-        if finished:
-            times.append(finished)
-    for condition in status.get("conditions") or []:
-        when = parse_time(condition.get("lastTransitionTime"))
-        if when:
-            times.append(when)
-    if times:
-        return max(times)
-    return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+def _finish_time(pod: PodView) -> Optional[datetime.datetime]:
+    """When the pod finished: its containers' or conditions' latest time (else its creation)."""
+    times = [parse_time(container_state(c, "terminated").get("finishedAt")) for c in pod.container_statuses]
+    times += [parse_time(c.get("lastTransitionTime")) for c in pod.conditions]
+    known = [t for t in times if t]
+    return max(known) if known else parse_time(pod.created)

@@ -12,11 +12,12 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
 from gahp.backends.k8s.pod import CONTAINER
+from gahp.backends.k8s.view import PodView, container_state
 from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
 from gahp.jobstate import SUB_OUTPUT as SUB_OUTPUT  # shared by every backend; listed with the others here
 
@@ -101,28 +102,8 @@ def parse_time(text: Any) -> Optional[datetime.datetime]:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
 
 
-def _container_status(pod: JsonObj) -> JsonObj:
-    statuses: List[JsonObj] = (pod.get("status") or {}).get("containerStatuses") or []
-    for status in statuses:
-        if status.get("name") == CONTAINER:
-            return status
-    containers = ((pod.get("spec") or {}).get("containers") or [{}])
-    first = containers[0].get("name") if containers and isinstance(containers[0], dict) else None
-    for status in statuses:
-        if status.get("name") == first:
-            return status
-    return statuses[0] if statuses else {}
-
-
-def _condition(pod: JsonObj, kind: str) -> JsonObj:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == kind:
-            return dict(condition)
-    return {}
-
-
-def _age_s(pod: JsonObj, now: datetime.datetime) -> float:
-    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+def _age_s(pod: PodView, now: datetime.datetime) -> float:
+    created = parse_time(pod.created)
     return (now - created).total_seconds() if created else 0.0
 
 
@@ -141,37 +122,36 @@ def _exit(terminated: JsonObj) -> Classified:
 def classify(pod: JsonObj, *, now: datetime.datetime, unschedulable_timeout_s: int,
              disruption_action: str) -> Classified:
     """The :data:`POD_STATES` key of a pod, with the message and exit status that go with it."""
-    status = pod.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    container = _container_status(pod)
-    state = container.get("state") or {}
-    terminated = state.get("terminated") or {}
-    waiting = state.get("waiting") or {}
+    view = PodView(pod)
+    phase = view.phase
+    container = view.container_status(CONTAINER)
+    terminated = container_state(container, "terminated")
+    waiting = container_state(container, "waiting")
 
     if phase == "Running" and terminated:
         # The pilot container ended while other (sidecar) containers keep the pod running.
         phase = "Succeeded" if terminated.get("exitCode") == 0 else "Failed"
 
     if phase == "Pending":
-        return _classify_pending(pod, container, waiting, now, unschedulable_timeout_s)
+        return _classify_pending(view, container, waiting, now, unschedulable_timeout_s)
     if phase == "Running":
         return Classified("Running")
     if phase == "Succeeded":
         done = _exit(terminated) if terminated else Classified("", exit_code=0)
         return Classified("Succeeded", exit_code=done.exit_code, exit_signal=done.exit_signal)
     if phase == "Failed":
-        return _classify_failed(pod, terminated, disruption_action)
-    return Classified("Unknown", status.get("reason") or "")
+        return _classify_failed(view, terminated, disruption_action)
+    return Classified("Unknown", view.reason)
 
 
-def _classify_pending(pod: JsonObj, container: JsonObj, waiting: JsonObj, now: datetime.datetime,
+def _classify_pending(pod: PodView, container: JsonObj, waiting: JsonObj, now: datetime.datetime,
                       unschedulable_timeout_s: int) -> Classified:
     reason = waiting.get("reason") or ""
     if reason in _WAITING_HOLDS:
         image = container.get("image") or _spec_image(pod)
         message = waiting.get("message") or ""
         return Classified(f"Pending/{reason}", f'image "{image}": {reason}: {message}'.rstrip(": "))
-    scheduled = _condition(pod, "PodScheduled")
+    scheduled = pod.condition("PodScheduled")
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         message = scheduled.get("message") or "no node fits the pod"
         age = _age_s(pod, now)
@@ -183,12 +163,10 @@ def _classify_pending(pod: JsonObj, container: JsonObj, waiting: JsonObj, now: d
     return Classified("Pending")
 
 
-def _classify_failed(pod: JsonObj, terminated: JsonObj, disruption_action: str) -> Classified:
-    status = pod.get("status") or {}
-    reason = status.get("reason") or ""
-    message = status.get("message") or ""
+def _classify_failed(pod: PodView, terminated: JsonObj, disruption_action: str) -> Classified:
+    reason, message = pod.reason, pod.message
     done = _exit(terminated) if terminated else Classified("", exit_signal=SIGKILL)
-    disruption = _condition(pod, "DisruptionTarget")
+    disruption = pod.condition("DisruptionTarget")
     key = "Failed"
     if terminated.get("reason") == "OOMKilled":
         key, message = "Failed/OOMKilled", terminated.get("message") or message
@@ -211,12 +189,14 @@ def _classify_failed(pod: JsonObj, terminated: JsonObj, disruption_action: str) 
     return Classified(key, message, done.exit_code, done.exit_signal)
 
 
-def _spec_image(pod: JsonObj) -> str:
-    containers = (pod.get("spec") or {}).get("containers") or []
-    for c in containers:
-        if c.get("name") == CONTAINER:
-            return str(c.get("image") or "")
-    return str(containers[0].get("image") or "") if containers else ""
+def _pilot_spec(pod: PodView) -> JsonObj:
+    """The pilot container of the spec (else the first; {} when there is none)."""
+    containers = pod.containers
+    return next((c for c in containers if c.get("name") == CONTAINER), containers[0] if containers else {})
+
+
+def _spec_image(pod: PodView) -> str:
+    return str(_pilot_spec(pod).get("image") or "")
 
 
 def quantity(text: Any) -> Optional[Decimal]:
@@ -234,9 +214,9 @@ def quantity(text: Any) -> Optional[Decimal]:
 
 
 def _provisioned(pod: JsonObj) -> Dict[str, Optional[int]]:
-    containers = (pod.get("spec") or {}).get("containers") or []
-    container = next((c for c in containers if c.get("name") == CONTAINER), containers[0] if containers else {})
-    requests = (container.get("resources") or {}).get("requests") or {}
+    resources = _pilot_spec(PodView(pod)).get("resources")
+    requests = resources.get("requests") if isinstance(resources, dict) else None
+    requests = requests if isinstance(requests, dict) else {}
     cpu, memory, disk = (quantity(requests.get(k)) for k in ("cpu", "memory", "ephemeral-storage"))
     return {
         "cpus": math.ceil(cpu) if cpu is not None else None,
@@ -250,14 +230,12 @@ def job_state(pod: Optional[JsonObj], classified: Classified, job_id: str) -> Jo
     rule = POD_STATES[classified.key]
     if pod is None:
         return JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1])
-    meta = pod.get("metadata") or {}
-    name = f"{meta.get('namespace')}/{meta.get('name')}"
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    view = PodView(pod)
+    name = f"{view.namespace}/{view.name}"
     provisioned = _provisioned(pod)
     common: Dict[str, Any] = dict(
-        batch_id=meta.get("name"),
-        worker_node=spec.get("nodeName") or None,
+        batch_id=view.name or None,
+        worker_node=view.node or None,
         cpus_provisioned=provisioned["cpus"],
         memory_provisioned_mb=provisioned["memory"],
         disk_provisioned_kb=provisioned["disk"],
@@ -268,9 +246,8 @@ def job_state(pod: Optional[JsonObj], classified: Classified, job_id: str) -> Jo
         return JobState(Phase.HELD, hold_reason=text, hold_code=rule.hold_code,
                         hold_subcode=rule.hold_subcode, **common)
     if rule.phase is Phase.COMPLETED:
-        container = _container_status(pod)
-        terminated = (container.get("state") or {}).get("terminated") or {}
-        started = parse_time(terminated.get("startedAt") or status.get("startTime"))
+        terminated = container_state(view.container_status(CONTAINER), "terminated")
+        started = parse_time(terminated.get("startedAt") or view.start_time)
         finished = parse_time(terminated.get("finishedAt"))
         wall = (finished - started).total_seconds() if started and finished else None
         reason = rule.reason

@@ -1,0 +1,159 @@
+"""A typed view of a raw pod (the JSON the API server sends): the fields podgahp reads, each with its
+type and default, read the same way everywhere.
+
+A pod read back is not trusted to have the shape the API documents (a template, an admission
+webhook or another client may have put anything in it): a field of the wrong type reads as absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional
+
+JsonObj = Dict[str, Any]
+
+#: Pod phases after which nothing runs again.
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _obj(value: Any) -> JsonObj:
+    return value if isinstance(value, dict) else {}
+
+
+def _objs(value: Any) -> List[JsonObj]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+class PodView:
+    """Read-only accessors over one raw pod."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> JsonObj:
+        return _obj(self.raw.get("metadata"))
+
+    @property
+    def name(self) -> str:
+        return _text(self.metadata.get("name"))
+
+    @property
+    def namespace(self) -> str:
+        return _text(self.metadata.get("namespace"))
+
+    @property
+    def labels(self) -> Mapping[str, Any]:
+        return _obj(self.metadata.get("labels"))
+
+    @property
+    def annotations(self) -> Mapping[str, Any]:
+        return _obj(self.metadata.get("annotations"))
+
+    def label(self, key: str, default: str = "") -> str:
+        return _text(self.labels.get(key)) or default
+
+    def annotation(self, key: str) -> str:
+        return _text(self.annotations.get(key))
+
+    @property
+    def deleting(self) -> bool:
+        """Being deleted (``deletionTimestamp`` set)."""
+        return bool(self.metadata.get("deletionTimestamp"))
+
+    @property
+    def created(self) -> str:
+        return _text(self.metadata.get("creationTimestamp"))
+
+    @property
+    def owner_references(self) -> List[JsonObj]:
+        return _objs(self.metadata.get("ownerReferences"))
+
+    # -- spec --------------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> JsonObj:
+        return _obj(self.raw.get("spec"))
+
+    @property
+    def containers(self) -> List[JsonObj]:
+        return _objs(self.spec.get("containers"))
+
+    @property
+    def node(self) -> str:
+        return _text(self.spec.get("nodeName"))
+
+    @property
+    def volumes(self) -> List[JsonObj]:
+        return _objs(self.spec.get("volumes"))
+
+    # -- status ------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> JsonObj:
+        return _obj(self.raw.get("status"))
+
+    @property
+    def phase(self) -> str:
+        return _text(self.status.get("phase")) or "Pending"
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def reason(self) -> str:
+        return _text(self.status.get("reason"))
+
+    @property
+    def message(self) -> str:
+        return _text(self.status.get("message"))
+
+    @property
+    def start_time(self) -> str:
+        return _text(self.status.get("startTime"))
+
+    @property
+    def conditions(self) -> List[JsonObj]:
+        return _objs(self.status.get("conditions"))
+
+    def condition(self, kind: str) -> JsonObj:
+        """The condition of this type ({} when absent)."""
+        return next((dict(c) for c in self.conditions if c.get("type") == kind), {})
+
+    def condition_true(self, kind: str) -> bool:
+        return self.condition(kind).get("status") == "True"
+
+    @property
+    def container_statuses(self) -> List[JsonObj]:
+        return _objs(self.status.get("containerStatuses"))
+
+    def container_status(self, name: str) -> JsonObj:
+        """The status of container ``name``; else of the first container of the spec; else the first
+        status ({} when there is none)."""
+        statuses = self.container_statuses
+        for status in statuses:
+            if status.get("name") == name:
+                return status
+        containers = self.containers
+        first = containers[0].get("name") if containers else None
+        for status in statuses:
+            if status.get("name") == first:
+                return status
+        return statuses[0] if statuses else {}
+
+
+def container_state(status: Mapping[str, Any], which: str) -> JsonObj:
+    """``state.<which>`` (``waiting``, ``running``, ``terminated``) of a container status ({} if not)."""
+    return _obj(_obj(status.get("state")).get(which))
+
+
+def optional_text(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) and value else None

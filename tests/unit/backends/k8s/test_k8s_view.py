@@ -1,0 +1,47 @@
+"""The typed view of a raw pod: documented fields read with their types, odd shapes read as absent."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Dict
+
+import pytest
+
+from gahp.backends.k8s.identity import refusal
+from gahp.backends.k8s.state import classify
+from gahp.backends.k8s.view import PodView, container_state
+
+POD: Dict[str, Any] = {
+    "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "1"}, "annotations": {"b": "2"},
+                 "deletionTimestamp": "2026-11-25T00:00:00Z", "creationTimestamp": "2026-11-24T00:00:00Z"},
+    "spec": {"nodeName": "n1", "containers": [{"name": "side"}, {"name": "pilot", "image": "i"}]},
+    "status": {"phase": "Failed", "reason": "Evicted", "message": "m", "startTime": "t",
+               "conditions": [{"type": "DisruptionTarget", "status": "True"}],
+               "containerStatuses": [{"name": "side"}, {"name": "pilot", "state": {"terminated": {"exitCode": 3}}}]},
+}
+
+
+def test_reads_the_documented_fields() -> None:
+    view = PodView(POD)
+    assert (view.name, view.namespace, view.node, view.phase, view.reason, view.message) == \
+        ("p", "ns", "n1", "Failed", "Evicted", "m")
+    assert view.label("a") == "1" and view.annotation("b") == "2" and view.label("x", "d") == "d"
+    assert view.deleting and view.finished and view.condition_true("DisruptionTarget")
+    assert container_state(view.container_status("pilot"), "terminated") == {"exitCode": 3}
+    assert view.container_status("absent")["name"] == "side"  # the first container of the spec
+
+
+@pytest.mark.parametrize("odd", [
+    {"metadata": "x", "spec": [], "status": 7},
+    {"metadata": {"labels": ["a"], "annotations": "b", "name": 5}, "status": {"phase": 3, "conditions": "c",
+                                                                             "containerStatuses": [1, None]}},
+    {},
+])
+def test_odd_shapes_read_as_absent(odd: Dict[str, Any]) -> None:
+    """A pod another client or a webhook mangled is read as a pod without those fields, never a traceback."""
+    view = PodView(odd)
+    assert (view.name, view.phase, view.labels, view.conditions, view.container_status("pilot")) == \
+        ("", "Pending", {}, [], {})
+    assert refusal(odd, "ce", "user") is not None  # not ours, whatever else it is
+    assert classify(odd, now=datetime.datetime.now(datetime.timezone.utc), unschedulable_timeout_s=0,
+                    disruption_action="requeue").key == "Pending"
