@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 import click
 
@@ -122,6 +123,40 @@ def reap(dry_run: bool) -> None:
         click.echo(line)
     if result.errors:
         click.echo(f"podgahp reap: {len(result.errors)} errors, first: {result.errors[0]}", err=True)
+        sys.exit(1)
+
+
+@main.command("q")
+@click.option("-l", "--long", "long_form", is_flag=True, help="Every field of each pilot, name = value.")
+@click.option("--json", "as_json", is_flag=True, help="The pilots as a JSON list.")
+@click.option("--queue", help="Only pilots of this queue (PODGAHP_K8S_QUEUES).")
+@click.option("--node", help="Only pilots whose pod is on this node.")
+@click.option("--phase", help="Only pilots whose pod is in this phase (Pending, Running, Succeeded, Failed).")
+def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str], phase: Optional[str]) -> None:
+    """The CE's routed Kubernetes pilots with their pods: node, phase, age and why a pod waits.
+
+    Reads the schedd holding the routed jobs (as podgahp reap does) and lists this CE's pods once per
+    namespace, whatever the number of pilots."""
+    import json
+
+    from gahp.backends.k8s.overview import long_form as long_text, matches, table
+    from gahp.errors import GahpError
+    from gahp.reaper import pilots
+
+    try:
+        rows, errors = pilots()
+    except GahpError as e:
+        raise click.ClickException(str(e)) from None
+    rows = [r for r in rows if matches(r, queue, node, phase)]
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
+    elif long_form:
+        click.echo(long_text(rows))
+    else:
+        click.echo(table(rows))
+    for error in errors:
+        click.echo(f"podgahp q: {error}", err=True)
+    if errors:
         sys.exit(1)
 
 

@@ -1,4 +1,5 @@
-"""``podgahp reap``: delete the pods whose HTCondor job no longer exists.
+"""``podgahp reap``: delete the pods whose HTCondor job no longer exists; ``podgahp q``: the pilots
+with their pods.
 
 Run by the CE's own condor as a schedd cron job (``02-ce-podgahp-reap.conf``), as the condor user,
 with the CE's configuration: it asks the schedd which grid jobs exist, then lists this CE's pods and
@@ -9,14 +10,19 @@ which the schedd merges into its own ad (``condor_ce_status -schedd -l`` shows t
 
 from __future__ import annotations
 
+import datetime
 import logging
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
+from gahp.backends.k8s.census import ce_pods
 from gahp.backends.k8s.reaper import ReapResult, reap_orphans
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
-from gahp.schedd import grid_job_ids
+from gahp.schedd import grid_job_ids, query
+
+if TYPE_CHECKING:
+    from gahp.backends.k8s.overview import PilotRow
 
 log = logging.getLogger(__name__)
 
@@ -55,3 +61,17 @@ def classad_lines(result: ReapResult) -> List[str]:
         first = result.errors[0].replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'LastError = "{first[:500]}"')
     return lines
+
+
+def pilots(knobs: Optional[Knobs] = None) -> Tuple[List["PilotRow"], List[str]]:
+    """``podgahp q``: the routed Kubernetes pilots of the CE's schedd joined with this CE's pods, and
+    the namespaces that could not be listed. Raises GahpError when the schedd cannot be asked."""
+    from gahp.backends.k8s.overview import JOB_ATTRIBUTES, join
+
+    knobs = knobs or Knobs()
+    settings = ReapSettings.from_knobs(knobs)
+    backend_settings = KubernetesSettings.from_knobs(knobs)
+    ads = query('GridResource =?= "batch k8s"', JOB_ATTRIBUTES, settings.schedd_name, settings.schedd_pool)
+    with ce_pods(backend_settings) as census:
+        rows = join(ads, census.pods(), backend_settings, datetime.datetime.now(datetime.timezone.utc))
+    return rows, census.errors

@@ -13,11 +13,11 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Set, Tuple
+from typing import Any, Dict, Iterable, List, Set
 
 from gahp.backends.k8s.api import KubeApi, truncate
+from gahp.backends.k8s.census import ce_pods
 from gahp.backends.k8s.identity import job_id
-from gahp.backends.k8s.pod import selector
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.backends.k8s.state import parse_time
 from gahp.errors import Conflict, GahpError, NotFound
@@ -63,35 +63,16 @@ def reap_orphans(settings: KubernetesSettings, live_job_ids: Set[str], grace_s: 
                  dry_run: bool = False) -> ReapResult:
     """One pass over every (cluster, namespace) of the configured queues."""
     result = ReapResult()
-    apis: Dict[Tuple[Any, Any], KubeApi] = {}
-    done: Set[Tuple[Any, Any, str]] = set()
     now = datetime.datetime.now(datetime.timezone.utc)
-    try:
-        for queue in settings.queues.values():
-            api = apis.setdefault(queue.cluster_key, KubeApi(settings, queue))
-            try:
-                namespace = api.namespace(queue)
-            except GahpError as e:
-                result.errors.append(f"queue {queue.name}: {e}")
-                continue
-            if (*queue.cluster_key, namespace) in done:
-                continue
-            done.add((*queue.cluster_key, namespace))
-            try:
-                pods = api.call(f"list pods in {namespace}", "list_namespaced_pod", namespace,
-                                label_selector=selector(settings.ce_name)).get("items") or []
-            except GahpError as e:
-                result.errors.append(f"namespace {namespace}: {truncate(str(e))}")
-                continue
-            result.pods += len(pods)
-            found = orphans(pods, live_job_ids, now, grace_s)
+    with ce_pods(settings) as census:
+        result.errors.extend(census.errors)
+        for listed in census.namespaces:
+            result.pods += len(listed.pods)
+            found = orphans(listed.pods, live_job_ids, now, grace_s)
             result.orphans += len(found)
             for pod in found[:max(0, REAP_MAX_DELETES - result.deleted)]:
-                _delete(api, pod, dry_run, result)
-    finally:
-        for api in apis.values():
-            result.requests += api.requests
-            api.close()
+                _delete(listed.api, pod, dry_run, result)
+        result.requests = census.requests
     return result
 
 

@@ -1,0 +1,73 @@
+"""Every pod of this CE, all users, one LIST per (cluster, namespace) of the configured queues: what
+``podgahp reap`` and ``podgahp q`` start from. The cost is constant in the number of pilots (one
+request per namespace), the memory is the pods of this CE.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Set, Tuple
+
+from gahp.backends.k8s.api import KubeApi, truncate
+from gahp.backends.k8s.pod import selector
+from gahp.backends.k8s.settings import KubernetesSettings
+from gahp.errors import GahpError
+
+JsonObj = Dict[str, Any]
+
+
+@dataclass
+class NamespacePods:
+    api: KubeApi
+    namespace: str
+    pods: List[JsonObj]
+
+
+@dataclass
+class Census:
+    namespaces: List[NamespacePods] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+    apis: List[KubeApi] = field(default_factory=list)
+
+    @property
+    def requests(self) -> int:
+        """API requests made so far through this census's connections."""
+        return sum(api.requests for api in self.apis)
+
+    def pods(self) -> Iterator[JsonObj]:
+        for listed in self.namespaces:
+            yield from listed.pods
+
+
+@contextmanager
+def ce_pods(settings: KubernetesSettings) -> Iterator[Census]:
+    """List this CE's pods; the connections stay open (for deletes) until the block ends."""
+    census = Census()
+    apis: Dict[Tuple[Any, Any], KubeApi] = {}
+    done: Set[Tuple[Any, Any, str]] = set()
+    try:
+        for queue in settings.queues.values():
+            if queue.cluster_key not in apis:
+                apis[queue.cluster_key] = KubeApi(settings, queue)
+                census.apis.append(apis[queue.cluster_key])
+            api = apis[queue.cluster_key]
+            try:
+                namespace = api.namespace(queue)
+            except GahpError as e:
+                census.errors.append(f"queue {queue.name}: {e}")
+                continue
+            if (*queue.cluster_key, namespace) in done:
+                continue
+            done.add((*queue.cluster_key, namespace))
+            try:
+                pods = api.call(f"list pods in {namespace}", "list_namespaced_pod", namespace,
+                                label_selector=selector(settings.ce_name)).get("items") or []
+            except GahpError as e:
+                census.errors.append(f"namespace {namespace}: {truncate(str(e))}")
+                continue
+            census.namespaces.append(NamespacePods(api, namespace, [p for p in pods if isinstance(p, dict)]))
+        yield census
+    finally:
+        for api in apis.values():
+            api.close()
