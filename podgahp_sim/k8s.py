@@ -355,6 +355,10 @@ class KubeSim:
     def node_recovered(self, node: str) -> None:
         self.cluster.node_recovered(node)
 
+    def publish_image(self, image: str) -> None:
+        """Push ``image`` to its registry: pods waiting on it pull it at their next back-off, new pods at once."""
+        self.cluster.publish_image(image)
+
     def set_pod_phase(self, namespace: str, name: str, phase: str, reason: str = "", message: str = "",
                       exit_code: Optional[int] = None) -> JsonObj:
         """Force a phase (terminal phases terminate the containers and freeze the pod)."""

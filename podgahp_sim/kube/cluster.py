@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from .admission import pod_requests
 from .config import SimConfig, SimNode, Taint
@@ -217,6 +217,8 @@ class Cluster:
         self.orphaned_since: Dict[str, float] = {}
         self.pullable = None if config.pullable_images is None else (
             set(config.pullable_images) | {normalised(i) for i in config.pullable_images})
+        self.published: Set[str] = set()
+        """Images pushed to the registry since the start (pullable whatever the rules above say)."""
         self._ip_counter = 1
         self.events = EventRecorder(store, config)
         self.started = time.time()
@@ -478,7 +480,14 @@ class Cluster:
         if (c.reason, c.message) != previous:
             run.dirty = True
 
+    def publish_image(self, image: str) -> None:
+        """The image is pushed to its registry: pulls of it succeed from now on."""
+        with self.store.lock:
+            self.published |= {image, normalised(image)}
+
     def _pullable(self, image: str) -> bool:
+        if image in self.published or normalised(image) in self.published:
+            return True
         if self.pullable is not None:
             return image in self.pullable or normalised(image) in self.pullable
         return "does-not-exist" not in image

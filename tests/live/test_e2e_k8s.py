@@ -5,6 +5,7 @@ each pilot as a pod on the simulated cluster. Runs on every HTCondor series of t
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -197,6 +198,41 @@ def test_bad_image_is_held_naming_it(make_pool: Callable[..., Pool], installatio
     assert ad["HoldReasonCode"] == 1002, ad
     _wait_pod_gone(pool, kube_sim, pod_name)
     assert not pool.path(f"{home}/broken.out").exists()
+
+
+def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[..., Pool],
+                                                           installation: Installation, kube_sim: KubeSim) -> None:
+    """Pilots of a queue whose image cannot be pulled: after PODGAHP_BLACKHOLE_FAILURES of them the
+    queue is closed, so the next pilot is held at submit with a reason naming the queue and the cause,
+    and no pod is made; once the image exists and the back-off is over, pilots run again."""
+    config = BAD_IMAGE_CONFIG + "PODGAHP_BLACKHOLE_FAILURES = 2\nPODGAHP_BLACKHOLE_BACKOFF_SECONDS = 15\n"
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
+    home = iwd(pool)
+
+    def held(cluster: int) -> Callable[[], List[Dict[str, Any]]]:
+        return lambda: [ad for ad in routed_jobs(pool, cluster, in_queue_only=True) if ad["JobStatus"] == HELD]
+
+    for name in ("first", "second"):
+        cluster = pool.submit(pilot_submit(home, name, extra=['+queue = "broken"']), cwd=home)
+        ad = pool.wait_for(held(cluster), timeout=90, what=f"the {name} pilot held")[0]
+        assert BAD_IMAGE in ad["HoldReason"], ad
+    assert len(pod_creations(kube_sim)) == 2
+
+    third = pool.submit(pilot_submit(home, "third", extra=['+queue = "broken"']), cwd=home)
+    ad = pool.wait_for(held(third), timeout=90, what="the third pilot held at submit")[0]
+    assert "queue broken is closed as a black hole" in ad["HoldReason"], ad
+    assert "ImagePull" in ad["HoldReason"], ad
+    assert len(pod_creations(kube_sim)) == 2  # the closed queue got no pod
+
+    kube_sim.publish_image(BAD_IMAGE)  # the image is fixed
+    # The GAHP's state file says until when the queue is closed; wait for that time to pass.
+    state = next(pool.path(pool.log_dir).glob("PodgahpBlackholes.*-pilot-k8s.json"))
+    until = json.loads(state.read_text())["queues"]["broken"]["closed_until"]
+    pool.wait_for(lambda: time.time() > until, timeout=60, what="the back-off over")
+    fourth = pool.submit(pilot_submit(home, "fourth", extra=['+queue = "broken"']), cwd=home)
+    done = wait_done(pool, fourth, 1)
+    assert done[0]["ExitCode"] == 0, done[0]
+    assert len(pod_creations(kube_sim)) == 3
 
 
 def test_grid_job_submitted_straight_to_the_ce_is_refused(make_pool: Callable[..., Pool],

@@ -4,6 +4,7 @@ user's sandbox, a job ad asking for an image the admin did not allow, and orphan
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -93,3 +94,31 @@ def test_schedd_cron_reaps_orphan_pods(make_pool: Callable[..., Pool], installat
         return words if len(words) == 2 and words[0].isdigit() and int(words[0]) >= 1 else None
     figures = pool.wait_for(published, timeout=60, interval=1, what="PodgahpReap* attributes in the schedd's ad")
     assert figures[1] == "0", figures
+
+
+def test_podgahp_q_shows_each_pilots_node_phase_and_why_it_waits(make_pool: Callable[..., Pool],
+                                                                   installation: Installation,
+                                                                   kube_sim: KubeSim) -> None:
+    """``podgahp q`` on the CE: each routed pilot with its pod's node and phase as the cluster has
+    them, and the scheduler's reason for a pod that cannot be placed; filters select by phase."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config="PODGAHP_K8S_MAX_CPUS = 64\n")
+    home = iwd(pool)
+    running = pool.submit(pilot_submit(home, "runs", run_seconds=120), cwd=home)
+    waiting = pool.submit(pilot_submit(home, "waits", run_seconds=120, extra=["+xcount = 32"]), cwd=home)
+    running_pod = wait_for_pods(pool, running, 1)[f"{running}.0"]
+    waiting_pod = wait_for_pods(pool, waiting, 1)[f"{waiting}.0"]
+    pool.wait_for(lambda: _running(kube_sim, running_pod), timeout=60, what="the first pilot's pod running")
+
+    listed = json.loads(pool.run([installation.bin("podgahp"), "q", "--json"]).stdout)
+    rows = {row["source"]: row for row in listed}
+    first, second = rows[f"{running}.0"], rows[f"{waiting}.0"]
+    pod = kube_sim.pod(NAMESPACE, running_pod)
+    assert pod is not None
+    assert (first["pod"], first["node"], first["phase"]) == (running_pod, pod["spec"]["nodeName"], "Running")
+    assert (first["route"], first["queue"], first["owner"]) == ("K8s_Cpu", "cpu", "pilot"), first
+    assert (second["pod"], second["node"], second["phase"]) == (waiting_pod, "", "Pending"), second
+    assert "Insufficient cpu" in second["reason"], second
+
+    table = pool.run([installation.bin("podgahp"), "q", "--phase", "Pending"]).stdout
+    assert waiting_pod in table and running_pod not in table, table
+    assert "Insufficient cpu" in table and table.splitlines()[0].split()[:2] == ["JOB", "SOURCE"]

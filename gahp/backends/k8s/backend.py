@@ -31,11 +31,13 @@ from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LA
                                    stage_inputs)
 from gahp.backends.k8s.retention import due_for_cleanup, generation_of
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
-from gahp.backends.k8s.state import SUB_OUTPUT, classify, job_state
+from gahp.backends.k8s.state import SUB_OUTPUT, Classified, classify, job_state
 from gahp.backends.k8s.view import PodView
+from gahp.blackhole import Guard
 from gahp.backends.k8s.watch import PodCache
 from gahp.config import Knobs, user_name
-from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
+from gahp.errors import (BackendError, ConfigError, Conflict, GahpError, Invalid, InvalidJob, NotFound, QuotaExceeded,
+                         TransientError)
 from gahp.files import read_input
 from gahp.job import PilotJob
 from gahp.jobstate import HOLD_RETRYABLE, JobState, Phase
@@ -104,6 +106,7 @@ class KubernetesBackend(Backend):
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
+        self.guard = Guard(settings.blackhole, scope=f"{settings.ce_name}-{self.user}-k8s")
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
@@ -204,6 +207,13 @@ class KubernetesBackend(Backend):
         except ConfigError as e:
             raise ConfigError(f"ping: {e}") from e
         problems = setup_problems(targets, self.settings.ce_name, self.user)
+        closed = [h for h in self.guard.health() if h.closed]
+        for health in closed:
+            log.warning("ping: queue %s is closed as a black hole until %s: %s", health.queue,
+                        time.strftime("%H:%M:%S UTC", time.gmtime(health.closed_until)), health.cause)
+        if closed and {h.queue for h in closed} >= {q.name for q in self.settings.queues.values()}:
+            problems.append("every queue is closed as a black hole (" + "; ".join(
+                f"{h.queue}: {h.cause}" for h in closed) + ")")
         if problems:
             raise BackendError("; ".join(problems))
 
@@ -211,6 +221,7 @@ class KubernetesBackend(Backend):
 
     def submit(self, job: PilotJob) -> str:
         queue = self.settings.queue(job.queue)
+        self.guard.check(queue.name)
         api = self._api(queue)
         namespace = api.namespace(queue)
         for setting in job.settings:
@@ -252,6 +263,9 @@ class KubernetesBackend(Backend):
                     raise
                 log.info("[%s] pod exists already (a concurrent submit); checking it", jid)
                 continue
+            except (QuotaExceeded, Invalid) as e:
+                self.guard.outcome(queue.name, True, f"pod refused by the API server: {truncate(str(e), 200)}")
+                raise
             log.info("[%s] created pod for sandbox %s (queue %s, generation %d)", jid, job.sandbox_id,
                      queue.name, generation)
             self._ensure_secret(api, created, staged, jid, fresh=True)
@@ -317,6 +331,7 @@ class KubernetesBackend(Backend):
             classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
                                   disruption_action=queue.disruption_action)
             state = job_state(pod, classified, job_id)
+            self._count_outcome(queue, state, classified)
             # A pod whose phase cannot be read but that has started is past idle.
             started = classified.key == "Unknown" and bool(PodView(pod).start_time)
             if state.phase is Phase.COMPLETED:
@@ -324,6 +339,17 @@ class KubernetesBackend(Backend):
             elif state.phase is Phase.HELD and PodView(pod).finished:
                 self._mark_reported(api, pod, job_id)
             return self.reports.answer(job_id, state, started=started)
+
+    def _count_outcome(self, queue: QueueSettings, state: JobState, classified: Classified) -> None:
+        """Tell the black-hole guard how a pilot ended (called once: later statuses are the final answer)."""
+        if state.phase is Phase.HELD:
+            self.guard.outcome(queue.name, True, f"{classified.key}: {classified.message}".rstrip(": "))
+        elif state.phase is Phase.COMPLETED:
+            failed = bool(state.exit_signal) or bool(state.exit_code)
+            fast = state.wall_clock_s is None or state.wall_clock_s < self.settings.blackhole.fast_s
+            how = f"signal {state.exit_signal}" if state.exit_signal else f"exit code {state.exit_code}"
+            self.guard.outcome(queue.name, failed and fast,
+                               f"pilot ended with {how} after {state.wall_clock_s or 0:.0f} s")
 
     def _finish(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> JobState:
         """Write Out/Err, then mark the pod reported; a write failure holds the job instead."""

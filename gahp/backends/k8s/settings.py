@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
+from gahp.blackhole import GuardSettings
 from gahp.config import Knobs
 from gahp.errors import ConfigError
 
@@ -148,6 +149,8 @@ class KubernetesSettings:
     allow_insecure_http: bool
     """``PODGAHP_K8S_ALLOW_INSECURE_HTTP``: send credentials to an ``http://`` API server; default
     false (a credential over plain HTTP is refused, as client-go refuses it)."""
+    blackhole: GuardSettings = field(default_factory=lambda: GuardSettings.from_knobs(Knobs({})))
+    """``PODGAHP_BLACKHOLE_*``, ``PODGAHP_STATE_DIR``: when a queue is closed as a black hole (gahp.blackhole)."""
 
     def queue(self, name: Optional[str]) -> QueueSettings:
         """The queue named by the submit ad's ``Queue`` (case-insensitive), or the default queue."""
@@ -199,6 +202,7 @@ class KubernetesSettings:
             cancel_retry_max_s=knobs.integer(PREFIX + "CANCEL_RETRY_MAX_SECONDS", 3600, minimum=0),
             service_account_dir=knobs.string(PREFIX + "SERVICE_ACCOUNT_DIR", SERVICE_ACCOUNT_DIR),
             allow_insecure_http=knobs.boolean(PREFIX + "ALLOW_INSECURE_HTTP", False),
+            blackhole=GuardSettings.from_knobs(knobs),
         )
 
 
