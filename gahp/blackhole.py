@@ -23,16 +23,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Tuple
 
 from gahp.config import Knobs
 from gahp.errors import BackendError
+from gahp.health import write_shared
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +130,7 @@ class Guard:
         self._clock = clock
         self._lock = threading.Lock()
         self._queues: Dict[str, QueueRecord] = {}
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", scope)[:200]
-        self.path = os.path.join(settings.state_dir, f"PodgahpBlackholes.{safe}.json")
+        self.path = os.path.join(settings.state_dir, f"PodgahpBlackholes.{scope}.json")
         if settings.enabled:
             self._load()
 
@@ -225,16 +224,6 @@ class Guard:
             log.warning("queues still closed as black holes after a restart: %s", ", ".join(sorted(closed)))
 
     def _save(self) -> None:
-        """Write the state (called with the lock held); a failure is logged, the guard goes on in memory."""
-        data = {"queues": {name: r.to_json() for name, r in self._queues.items()}}
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".PodgahpBlackholes.", dir=self.settings.state_dir)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f)
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-        except OSError as e:
-            log.warning("black-hole state %s cannot be written: %s", self.path, e)
+        """Write the state (called with the lock held); a failure is logged, the guard goes on in memory.
+        Readable by all: ``podgahp reap`` publishes it (queue names and causes, never secrets)."""
+        write_shared(self.path, json.dumps({"queues": {name: r.to_json() for name, r in self._queues.items()}}))

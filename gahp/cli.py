@@ -112,17 +112,52 @@ def reap(dry_run: bool) -> None:
 
     Prints ClassAd attributes for the schedd's ad; exits non-zero, deleting nothing, when the schedd
     or the cluster cannot be asked."""
+    from gahp import health
+    from gahp.config import Knobs
     from gahp.errors import GahpError
-    from gahp.reaper import classad_lines, reap as reap_once
+    from gahp.reaper import ce_health, classad_lines, publish_prometheus, reap as reap_once
 
+    knobs = Knobs()
     try:
-        result = reap_once(dry_run=dry_run)
+        result = reap_once(knobs, dry_run=dry_run)
+        figures = ce_health(knobs, result.by_queue)
     except GahpError as e:
         raise click.ClickException(str(e)) from None
-    for line in classad_lines(result):
+    for line in classad_lines(result) + health.classad_lines(figures):
         click.echo(line)
+    publish_prometheus(knobs, figures, result)
     if result.errors:
         click.echo(f"podgahp reap: {len(result.errors)} errors, first: {result.errors[0]}", err=True)
+        sys.exit(1)
+
+
+@main.command("health")
+@click.option("--prometheus", is_flag=True, help="Prometheus text exposition format instead of ClassAd attributes.")
+def health_cmd(prometheus: bool) -> None:
+    """This CE's health figures: the GAHPs' counters, pods per queue and phase, black-hole queues.
+
+    What the schedd cron job (podgahp reap) publishes, without its clean-up; one LIST per namespace."""
+    from gahp import health
+    from gahp.backends.k8s.census import ce_pods
+    from gahp.backends.k8s.settings import KubernetesSettings
+    from gahp.config import Knobs
+    from gahp.errors import GahpError
+    from gahp.reaper import ce_health
+
+    knobs = Knobs()
+    try:
+        with ce_pods(KubernetesSettings.from_knobs(knobs)) as census:
+            by_queue, errors = census.by_queue(), census.errors
+        figures = ce_health(knobs, by_queue)
+    except GahpError as e:
+        raise click.ClickException(str(e)) from None
+    if prometheus:
+        click.echo(health.prometheus_text(figures, KubernetesSettings.from_knobs(knobs).ce_name), nl=False)
+    else:
+        click.echo("\n".join(health.classad_lines(figures)))
+    for error in errors:
+        click.echo(f"podgahp health: {error}", err=True)
+    if errors:
         sys.exit(1)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from gahp.backends.k8s.census import ce_pods
 from gahp.backends.k8s.reaper import ReapResult, reap_orphans
@@ -23,6 +23,7 @@ from gahp.schedd import grid_job_ids, query
 
 if TYPE_CHECKING:
     from gahp.backends.k8s.overview import PilotRow
+    from gahp.health import CeHealth
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +76,29 @@ def pilots(knobs: Optional[Knobs] = None) -> Tuple[List["PilotRow"], List[str]]:
     with ce_pods(backend_settings) as census:
         rows = join(ads, census.pods(), backend_settings, datetime.datetime.now(datetime.timezone.utc))
     return rows, census.errors
+
+
+def ce_health(knobs: Knobs, by_queue: Dict[str, Dict[str, int]]) -> "CeHealth":
+    """The GAHPs' counters and black-hole states of this CE, with the pods per queue just listed."""
+    from gahp.health import gather
+
+    backend_settings = KubernetesSettings.from_knobs(knobs)
+    return gather(backend_settings.blackhole.state_dir, backend_settings.ce_name, "k8s", by_queue)
+
+
+def publish_prometheus(knobs: Knobs, health: "CeHealth", result: ReapResult) -> None:
+    """Write ``PODGAHP_PROMETHEUS_FILE`` (when set) for a textfile collector."""
+    from gahp.health import prometheus_text, write_shared
+
+    path = knobs.optional("PODGAHP_PROMETHEUS_FILE")
+    if not path:
+        return
+    ce_name = KubernetesSettings.from_knobs(knobs).ce_name
+    text = prometheus_text(health, ce_name, [
+        ("podgahp_reap_pods", "Pods of this CE seen by the last clean-up pass", result.pods),
+        ("podgahp_reap_orphans", "Orphan pods found by the last clean-up pass", result.orphans),
+        ("podgahp_reap_deleted", "Orphan pods deleted by the last clean-up pass", result.deleted),
+        ("podgahp_reap_errors", "Errors of the last clean-up pass", len(result.errors)),
+        ("podgahp_reap_api_requests", "API requests of the last clean-up pass", result.requests)])
+    write_shared(path, text)
+

@@ -122,3 +122,34 @@ def test_podgahp_q_shows_each_pilots_node_phase_and_why_it_waits(make_pool: Call
     table = pool.run([installation.bin("podgahp"), "q", "--phase", "Pending"]).stdout
     assert waiting_pod in table and running_pod not in table, table
     assert "Insufficient cpu" in table and table.splitlines()[0].split()[:2] == ["JOB", "SOURCE"]
+
+
+def test_health_figures_reach_the_collector_and_match_the_servers_log(make_pool: Callable[..., Pool],
+                                                                      installation: Installation,
+                                                                      kube_sim: KubeSim) -> None:
+    """The schedd cron job publishes the GAHPs' counters and the pods per queue in the schedd's ad
+    (condor_status -schedd) and in a Prometheus file; the API requests it reports for the GAHPs are
+    those the API server logged from them (their User-Agent names podgahp's GAHP)."""
+    config = (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
+              f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
+              f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
+              f"PODGAHP_REAP_PERIOD = 5\nPODGAHP_PROMETHEUS_FILE = $(LOG)/podgahp.prom\n")
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "measured", run_seconds=2), cwd=home)
+    wait_done(pool, cluster, 1)
+    names = ["PodgahpReapGahpApiRequests", "PodgahpReapGahpPodsCreated", "PodgahpReapGahpPilotsSucceeded",
+             "PodgahpReapGahpCount", "PodgahpReapQueue_cpu_BlackHole"]
+
+    def published() -> Optional[List[str]]:
+        words = pool.run(["condor_status", "-schedd", "-af", *names]).stdout.split()
+        served = [r for r in kube_sim.requests() if r.headers.get("user-agent", "").endswith("(gahp)")]
+        if len(words) == len(names) and words[0] == str(len(served)) and words[1] == "1":
+            return words
+        return None
+    figures = pool.wait_for(published, timeout=120, interval=1,
+                            what="the GAHP's figures in the schedd's ad, equal to the server's log")
+    assert figures[2:] == ["1", "1", "false"], figures
+    text = pool.path(f"{pool.log_dir}/podgahp.prom").read_text()
+    assert 'podgahp_gahp_pods_created_total{ce="' in text and "podgahp_reap_pods{" in text, text
+    assert f"podgahp_gahp_api_requests_total{{ce=\"{CE_NAME}\"}} " in text, text

@@ -27,6 +27,7 @@ k8s_config: Any = importlib.import_module("kubernetes.config")
 ApiException: Any = importlib.import_module("kubernetes.client.exceptions").ApiException
 InClusterConfigLoader: Any = importlib.import_module("kubernetes.config.incluster_config").InClusterConfigLoader
 
+from gahp import __version__
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
 from gahp.errors import (AuthError, BackendError, ConfigError, Conflict, Expired, Invalid, NotFound,
                          QuotaExceeded, TransientError, refusal)
@@ -116,8 +117,10 @@ def _is_transient(e: BaseException) -> bool:
 class KubeApi:
     """One cluster (kubeconfig + context, or the in-cluster service account) and its requests."""
 
-    def __init__(self, settings: KubernetesSettings, queue: QueueSettings) -> None:
+    def __init__(self, settings: KubernetesSettings, queue: QueueSettings, agent: str = "gahp") -> None:
         self.settings = settings
+        self.agent = agent
+        """Who calls (``gahp``, ``reap``): sent in the User-Agent, so an API server's audit log tells them apart."""
         self.kubeconfig = queue.kubeconfig
         self.context = queue.context
         self._lock = threading.Lock()
@@ -125,7 +128,11 @@ class KubeApi:
         self._groups: Dict[str, Any] = {}
         self._default_namespace = "default"
         self.requests = 0
-        """API requests made (every attempt counts), for logs and tests."""
+        """API requests made (every attempt counts), for logs, tests and the health figures."""
+        self.errors = 0
+        """Requests that failed (an error answer or no answer)."""
+        self.seconds = 0.0
+        """Time spent waiting for answers (until the headers, for a stream)."""
 
     @property
     def description(self) -> str:
@@ -169,6 +176,7 @@ class KubeApi:
             self._refuse_plain_http(configuration)
             configuration.retries = False  # our own loop retries; urllib3 must not retry behind it
             api_client = k8s_client.ApiClient(configuration)
+            api_client.user_agent = f"podgahp/{__version__} ({self.agent})"
             self._groups = {"authorization": k8s_client.AuthorizationV1Api(api_client)}
             self._core = k8s_client.CoreV1Api(api_client)
             return self._core
@@ -228,8 +236,12 @@ class KubeApi:
         backoff = Backoff(settings.backoff_s, settings.backoff_max_s)
         for attempt in range(1, attempts + 1):
             self.requests += 1
+            started = time.monotonic()
             try:
-                response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+                try:
+                    response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+                finally:
+                    self.seconds += time.monotonic() - started
                 if stream:
                     return response
                 try:
@@ -240,6 +252,7 @@ class KubeApi:
                     return {}
                 return json.loads(data)
             except Exception as e:  # noqa: BLE001 - the choke point: every client failure is translated here
+                self.errors += 1
                 if attempt < attempts and _is_transient(e):
                     wait = backoff.delay(attempt, _retry_after(e) if isinstance(e, ApiException) else None)
                     log.warning("%s%s: attempt #%d/%d failed (%s); retrying in %.1f s", what,

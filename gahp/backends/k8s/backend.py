@@ -34,6 +34,7 @@ from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_
 from gahp.backends.k8s.state import SUB_OUTPUT, Classified, classify, job_state
 from gahp.backends.k8s.view import PodView
 from gahp.blackhole import Guard
+from gahp.health import Stats, scope_of
 from gahp.backends.k8s.watch import PodCache
 from gahp.config import Knobs, user_name
 from gahp.errors import (BackendError, ConfigError, Conflict, GahpError, Invalid, InvalidJob, NotFound, QuotaExceeded,
@@ -106,7 +107,10 @@ class KubernetesBackend(Backend):
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
-        self.guard = Guard(settings.blackhole, scope=f"{settings.ce_name}-{self.user}-k8s")
+        scope = scope_of(settings.ce_name, self.user, "k8s")
+        self.guard = Guard(settings.blackhole, scope)
+        self.stats = Stats(settings.blackhole.state_dir, scope, self._api_totals)
+        self.stats.start()
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
@@ -219,9 +223,18 @@ class KubernetesBackend(Backend):
 
     # -- submit ----------------------------------------------------------------------------
 
+    def _api_totals(self) -> Tuple[int, int, float]:
+        with self._lock:
+            apis = list(self._apis.values())
+        return sum(a.requests for a in apis), sum(a.errors for a in apis), sum(a.seconds for a in apis)
+
     def submit(self, job: PilotJob) -> str:
         queue = self.settings.queue(job.queue)
-        self.guard.check(queue.name)
+        try:
+            self.guard.check(queue.name)
+        except BackendError:
+            self.stats.count("submits_refused_blackhole")
+            raise
         api = self._api(queue)
         namespace = api.namespace(queue)
         for setting in job.settings:
@@ -265,9 +278,11 @@ class KubernetesBackend(Backend):
                 continue
             except (QuotaExceeded, Invalid) as e:
                 self.guard.outcome(queue.name, True, f"pod refused by the API server: {truncate(str(e), 200)}")
+                self.stats.count("pods_refused")
                 raise
             log.info("[%s] created pod for sandbox %s (queue %s, generation %d)", jid, job.sandbox_id,
                      queue.name, generation)
+            self.stats.count("pods_created")
             self._ensure_secret(api, created, staged, jid, fresh=True)
             with self._lock:
                 cache = self._caches.get(((api.kubeconfig, api.context), namespace))
@@ -344,12 +359,14 @@ class KubernetesBackend(Backend):
         """Tell the black-hole guard how a pilot ended (called once: later statuses are the final answer)."""
         if state.phase is Phase.HELD:
             self.guard.outcome(queue.name, True, f"{classified.key}: {classified.message}".rstrip(": "))
+            self.stats.count("pilots_failed")
         elif state.phase is Phase.COMPLETED:
             failed = bool(state.exit_signal) or bool(state.exit_code)
             fast = state.wall_clock_s is None or state.wall_clock_s < self.settings.blackhole.fast_s
             how = f"signal {state.exit_signal}" if state.exit_signal else f"exit code {state.exit_code}"
             self.guard.outcome(queue.name, failed and fast,
                                f"pilot ended with {how} after {state.wall_clock_s or 0:.0f} s")
+            self.stats.count("pilots_failed" if failed and fast else "pilots_succeeded")
 
     def _finish(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> JobState:
         """Write Out/Err, then mark the pod reported; a write failure holds the job instead."""
@@ -489,6 +506,7 @@ class KubernetesBackend(Backend):
                 cache.api.call(f"delete pod {cache.namespace}/{name}", "delete_namespaced_pod", name,
                                cache.namespace, job_id=jid, propagation_policy="Background")
                 log.info("[%s] cleaned up: %s", jid, why)
+                self.stats.count("pods_cleaned")
                 deleted.append(name)
             except NotFound:
                 pass
@@ -497,6 +515,7 @@ class KubernetesBackend(Backend):
         return deleted
 
     def close(self) -> None:
+        self.stats.close()
         self._stop.set()
         self._cancels.close()
         with self._lock:

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Set, Tuple
 
 from gahp.backends.k8s.api import KubeApi, truncate
-from gahp.backends.k8s.pod import selector
+from gahp.backends.k8s.pod import LABEL_QUEUE, selector
 from gahp.backends.k8s.settings import KubernetesSettings
+from gahp.backends.k8s.view import PodView
 from gahp.errors import GahpError
 
 JsonObj = Dict[str, Any]
@@ -39,9 +40,18 @@ class Census:
         for listed in self.namespaces:
             yield from listed.pods
 
+    def by_queue(self) -> Dict[str, Dict[str, int]]:
+        """Pods per queue label and phase."""
+        counts: Dict[str, Dict[str, int]] = {}
+        for pod in self.pods():
+            view = PodView(pod)
+            phases = counts.setdefault(view.label(LABEL_QUEUE, "?"), {})
+            phases[view.phase] = phases.get(view.phase, 0) + 1
+        return counts
+
 
 @contextmanager
-def ce_pods(settings: KubernetesSettings) -> Iterator[Census]:
+def ce_pods(settings: KubernetesSettings, agent: str = "reap") -> Iterator[Census]:
     """List this CE's pods; the connections stay open (for deletes) until the block ends."""
     census = Census()
     apis: Dict[Tuple[Any, Any], KubeApi] = {}
@@ -49,7 +59,7 @@ def ce_pods(settings: KubernetesSettings) -> Iterator[Census]:
     try:
         for queue in settings.queues.values():
             if queue.cluster_key not in apis:
-                apis[queue.cluster_key] = KubeApi(settings, queue)
+                apis[queue.cluster_key] = KubeApi(settings, queue, agent)
                 census.apis.append(apis[queue.cluster_key])
             api = apis[queue.cluster_key]
             try:

@@ -39,6 +39,8 @@ class ReapResult:
     deleted: int = 0
     errors: List[str] = field(default_factory=list)
     requests: int = 0
+    by_queue: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    """Pods per queue and phase, as listed."""
 
 
 def orphans(pods: Iterable[JsonObj], live_job_ids: Set[str], now: datetime.datetime,
@@ -66,6 +68,7 @@ def reap_orphans(settings: KubernetesSettings, live_job_ids: Set[str], grace_s: 
     now = datetime.datetime.now(datetime.timezone.utc)
     with ce_pods(settings) as census:
         result.errors.extend(census.errors)
+        result.by_queue = census.by_queue()
         for listed in census.namespaces:
             result.pods += len(listed.pods)
             found = orphans(listed.pods, live_job_ids, now, grace_s)

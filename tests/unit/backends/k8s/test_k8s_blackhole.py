@@ -75,3 +75,23 @@ def test_fast_failing_pilots_close_the_queue_and_slow_ones_do_not(make_backend: 
     wait_state(fast, job_id, Phase.COMPLETED)
     with pytest.raises(BackendError, match="pilot ended with exit code 1"):
         fast.submit(make_job(tmp_path, sandbox="ce.test_host_8.0_1795297304"))
+
+
+def test_health_figures_match_the_servers_request_log(make_backend: BackendFactory, sim: KubeSim,
+                                                      tmp_path: Path) -> None:
+    """The GAHP's published counters (requests, pods created, outcomes) are what the API server saw
+    from it: its requests carry a User-Agent naming podgahp's GAHP."""
+    import json
+
+    backend = make_backend(PODGAHP_STATE_DIR=str(tmp_path))
+    job_ids = [backend.submit(make_job(tmp_path, sandbox=f"ce.test_host_{i}.0_1795297304")) for i in range(3)]
+    for job_id in job_ids:
+        wait_state(backend, job_id, Phase.COMPLETED)
+    backend.close()
+    figures = json.loads(next(tmp_path.glob("PodgahpStats.ce.test-*-k8s.json")).read_text())
+    served = [r for r in sim.requests() if r.headers.get("user-agent", "").startswith("podgahp/")]
+    assert served and all(r.headers["user-agent"].endswith("(gahp)") for r in served)
+    assert figures["api_requests"] == len(served)
+    assert figures["api_errors"] == len([r for r in served if r.status >= 400])
+    assert figures["pods_created"] == creates(sim) == 3
+    assert figures["pilots_succeeded"] == 3 and figures.get("pilots_failed", 0) == 0
