@@ -28,11 +28,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from gahp.config import Knobs
 from gahp.errors import BackendError
 from gahp.health import write_shared
+from gahp.jobstate import JobState, Phase
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,19 @@ class QueueHealth:
     outcomes: int
     cause: str
     closed_count: int
+
+
+def verdict(state: JobState, fast_s: float, held_cause: str = "") -> Optional[Tuple[bool, str]]:
+    """How a pilot ended, for the guard: (failed, cause) for a final state, None otherwise. Held is a
+    failure; a non-zero exit or a signal is one when it came within ``fast_s`` of the start."""
+    if state.phase is Phase.HELD:
+        return True, held_cause or state.hold_reason or "held"
+    if state.phase is not Phase.COMPLETED:
+        return None
+    failed = bool(state.exit_signal) or bool(state.exit_code)
+    fast = state.wall_clock_s is None or state.wall_clock_s < fast_s
+    how = f"signal {state.exit_signal}" if state.exit_signal else f"exit code {state.exit_code}"
+    return failed and fast, f"pilot ended with {how} after {state.wall_clock_s or 0:.0f} s"
 
 
 class Guard:

@@ -29,11 +29,12 @@ from gahp.backends.k8s.ping import setup_problems
 from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_QUEUE, OVERRIDES, PROXY_KEY,
                                    build_pod, job_id, load_template, parse_job_id, pod_name, secret_body,
                                    stage_inputs)
+from gahp.backends.k8s.resubmit import RESUBMIT_RULES, is_live, resubmit_case
 from gahp.backends.k8s.retention import due_for_cleanup, generation_of
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import SUB_OUTPUT, Classified, classify, job_state
 from gahp.backends.k8s.view import PodView
-from gahp.blackhole import Guard
+from gahp.blackhole import Guard, verdict
 from gahp.health import Stats, scope_of
 from gahp.backends.k8s.watch import PodCache
 from gahp.config import Knobs, user_name
@@ -61,35 +62,6 @@ def _now() -> datetime.datetime:
 
 def _rfc3339(when: datetime.datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _is_live(pod: JsonObj) -> bool:
-    """Not finished and not being deleted: a pod a repeated submit must not duplicate."""
-    view = PodView(pod)
-    return not view.deleting and view.phase in ("Pending", "Running", "Unknown")
-
-
-#: What a submit does when its sandbox already has pods, by the newest one (one row each, tested):
-#: a re-submit after a GAHP crash, a timed-out submit or a lost API answer must find the pilot it
-#: already started, running or finished-but-unreported, so that a pilot never runs twice; only a
-#: pod whose outcome was reported (then held and released) or that is being deleted (cancelled)
-#: makes way for a new generation.
-RESUBMIT_RULES: Tuple[Tuple[str, str], ...] = (
-    ("live", "reuse"),
-    ("finished, not reported", "reuse"),
-    ("finished and reported", "new generation"),
-    ("being deleted", "new generation"),
-)
-
-
-def resubmit_case(pod: JsonObj) -> str:
-    """The row of :data:`RESUBMIT_RULES` that ``pod`` (the newest of its sandbox) falls in."""
-    view = PodView(pod)
-    if view.deleting:
-        return "being deleted"
-    if view.finished:
-        return "finished and reported" if view.annotation(ANN_REPORTED) else "finished, not reported"
-    return "live"
 
 
 class KubernetesBackend(Backend):
@@ -297,7 +269,7 @@ class KubernetesBackend(Backend):
         cache = self._cache(api, namespace)
         cache.wait_synced(self.settings.sync_timeout_s)
         label = label_value(queue.name.lower())
-        live = sum(1 for p in cache.pods() if _is_live(p) and PodView(p).label(LABEL_QUEUE) == label)
+        live = sum(1 for p in cache.pods() if is_live(p) and PodView(p).label(LABEL_QUEUE) == label)
         if live >= queue.max_pods:
             raise BackendError(f"queue {queue.name} has {live} live pods, its cap is {queue.max_pods} "
                                f"(PODGAHP_K8S_MAX_PODS); limit the route's jobs (MaxJobs) below the cap")
@@ -357,16 +329,11 @@ class KubernetesBackend(Backend):
 
     def _count_outcome(self, queue: QueueSettings, state: JobState, classified: Classified) -> None:
         """Tell the black-hole guard how a pilot ended (called once: later statuses are the final answer)."""
-        if state.phase is Phase.HELD:
-            self.guard.outcome(queue.name, True, f"{classified.key}: {classified.message}".rstrip(": "))
-            self.stats.count("pilots_failed")
-        elif state.phase is Phase.COMPLETED:
-            failed = bool(state.exit_signal) or bool(state.exit_code)
-            fast = state.wall_clock_s is None or state.wall_clock_s < self.settings.blackhole.fast_s
-            how = f"signal {state.exit_signal}" if state.exit_signal else f"exit code {state.exit_code}"
-            self.guard.outcome(queue.name, failed and fast,
-                               f"pilot ended with {how} after {state.wall_clock_s or 0:.0f} s")
-            self.stats.count("pilots_failed" if failed and fast else "pilots_succeeded")
+        judged = verdict(state, self.settings.blackhole.fast_s, f"{classified.key}: {classified.message}".rstrip(": "))
+        if judged is not None:
+            failed, cause = judged
+            self.guard.outcome(queue.name, failed, cause)
+            self.stats.count("pilots_failed" if failed else "pilots_succeeded")
 
     def _finish(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> JobState:
         """Write Out/Err, then mark the pod reported; a write failure holds the job instead."""
@@ -454,7 +421,7 @@ class KubernetesBackend(Backend):
         why = refusal(pod, self.settings.ce_name, self.user)
         if why is not None:
             raise InvalidJob(f"{why}; its proxy is not refreshed")
-        if not _is_live(pod):
+        if not is_live(pod):
             log.info("[%s] pod has finished; proxy not refreshed", job_id)
             return
         view = PodView(pod)

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 import zlib
+from urllib.parse import urlsplit
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
@@ -32,7 +33,9 @@ from gahp.backends.lancium.spec import Notes, sandbox_of
 from gahp.backends.lancium.state import (CLEANUP_STATES, GONE, HOLD_OUTPUT, HOLD_REMOTE_ERROR, HOLD_RUN_TIME,
                                          STATE_TABLE)
 from gahp.backends.lancium.submit import Submitter, delete_quietly
-from gahp.config import Knobs
+from gahp.blackhole import Guard, verdict
+from gahp.config import Knobs, user_name
+from gahp.health import scope_of
 from gahp.errors import GahpError, TransientError
 from gahp.job import PilotJob
 from gahp.jobstate import JobState, Phase
@@ -42,6 +45,8 @@ from gahp.reports import RANK, Reports
 log = logging.getLogger(__name__)
 
 _SANDBOX_LOCKS = 64
+#: The black-hole guard's one queue for Lancium.
+QUEUE = "lancium"
 
 
 # --------------------------------------------------------------------------------------------
@@ -74,6 +79,8 @@ class LanciumBackend(Backend):
         self.client = client or LanciumClient(settings.client)
         self.jobs = JobList(self.client, settings.list_max_age_s, settings.list_stale_s)
         self.submitter = Submitter(self.client, self.jobs, settings)
+        service = urlsplit(settings.client.base_url).hostname or "lancium"
+        self.guard = Guard(settings.blackhole, scope_of(service, user_name(), "lancium"))
         self._lock = threading.Lock()
         self._tracked: Dict[int, Tracked] = {}
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
@@ -110,6 +117,7 @@ class LanciumBackend(Backend):
     def submit(self, job: PilotJob) -> str:
         """Once per sandbox, whatever answers get lost (:mod:`gahp.backends.lancium.submit`); a job
         this process made is tracked from its first answer on."""
+        self.guard.check(QUEUE)
         with self._sandbox_lock(job.sandbox_id):
             result = self.submitter.submit(job)
         job_id = job_id_of(result.lancium_id)
@@ -161,7 +169,12 @@ class LanciumBackend(Backend):
             state = self._finish(tracked, job_id, state)
         elif status == "error":
             self._write_outputs(tracked, job_id, best_effort=True)
+        before = tracked.reported
         new = self._monotonic(tracked, job_id, state)
+        if before is None or RANK[before.phase] < 2:  # the first final answer: count the outcome once
+            judged = verdict(new, self.settings.blackhole.fast_s)
+            if judged is not None:
+                self.guard.outcome(QUEUE, *judged)
         if status != "finished" or new.phase is Phase.COMPLETED:
             tracked.lancium_status = status
         return new

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 from gahp.backends.lancium.client import ClientSettings
 from gahp.backends.lancium.spec import MAX_RUN_TIME_S, MIN_RUN_TIME_S, QOS_LEVELS, SpecDefaults
+from gahp.blackhole import GuardSettings
 from gahp.config import Knobs
 from gahp.errors import ConfigError
 
@@ -36,6 +37,8 @@ class LanciumSettings:
     """``PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS``: delete our finished/error/created jobs after this; 0 = never."""
     cleanup_per_cycle: int = 20
     """``PODGAHP_LANCIUM_CLEANUP_MAX_PER_CYCLE``: deletions per list refresh at most."""
+    blackhole: GuardSettings = field(default_factory=lambda: GuardSettings.from_knobs(Knobs({})))
+    """``PODGAHP_BLACKHOLE_*``: when Lancium is closed as a black hole (gahp.blackhole); one queue, ``lancium``."""
 
 
 def _url(knobs: Knobs, name: str, default: str) -> str:
@@ -93,6 +96,7 @@ def settings_from_knobs(knobs: Knobs) -> LanciumSettings:
                                          minimum=1024, maximum=1024 * 1024 * 1024),
         cleanup_after_s=knobs.number("PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS", 86400.0, minimum=0),
         cleanup_per_cycle=knobs.integer("PODGAHP_LANCIUM_CLEANUP_MAX_PER_CYCLE", 20, minimum=0),
+        blackhole=GuardSettings.from_knobs(knobs),
     )
 
 

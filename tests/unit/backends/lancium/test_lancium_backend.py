@@ -485,3 +485,18 @@ def test_ping_checks_key_and_list(backend: LanciumBackend, sim: LanciumSim) -> N
 def test_refresh_proxy_is_accepted(backend: LanciumBackend, sim: LanciumSim) -> None:
     backend.refresh_proxy("lancium/1000", "/tmp/x509up")
     assert sim.request_log == []
+
+
+def test_lancium_closes_as_a_black_hole_when_its_jobs_keep_failing(make_backend: BackendFactory, sim: LanciumSim,
+                                                                  tmp_path: Path) -> None:
+    """The GAHP-wide guard covers Lancium too (one queue, ``lancium``): after the threshold, a submit
+    fails at once naming it and the cause, and no job is created."""
+    backend = make_backend(PODGAHP_BLACKHOLE_FAILURES="2", PODGAHP_STATE_DIR=str(tmp_path))
+    for i in range(2):
+        job_id = backend.submit(make_pilot(tmp_path, f"sandbox_{i}", env={"PODGAHP_SIM_NEVER_START": "1"}))
+        sim.advance(lancium_id_of(job_id), "error", error_string="node lost")
+        wait_phase(backend, job_id, (Phase.HELD,))
+    creates = sim.count("POST", "/jobs")
+    with pytest.raises(BackendError, match="queue lancium is closed as a black hole.*node lost"):
+        backend.submit(make_pilot(tmp_path, "sandbox_3"))
+    assert sim.count("POST", "/jobs") == creates
