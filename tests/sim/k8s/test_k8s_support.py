@@ -19,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from podgahp_sim.k8s import KubeSim, SimConfig
+from factories import made_then_ended
 
 FAST = SimConfig(tick_seconds=0.03, run_seconds=0.3, container_create_seconds=0.05, image_backoff_seconds=0.3,
                  crash_backoff_seconds=0.2, sigterm_exit_seconds=0.2, gc_seconds=0.1, bookmark_seconds=0.3)
@@ -33,16 +34,7 @@ def fast(**changes: Any) -> SimConfig:
 @pytest.fixture
 def make_sim(tmp_path: Path) -> Iterator[Callable[..., KubeSim]]:
     """Start a simulator with ``fast(**changes)``; every one started is stopped afterwards."""
-    started: List[KubeSim] = []
-
-    def make(**changes: Any) -> KubeSim:
-        sim = KubeSim(fast(**changes)).start()
-        started.append(sim)
-        return sim
-
-    yield make
-    for sim in started:
-        sim.stop()
+    yield from made_then_ended(lambda **changes: KubeSim(fast(**changes)).start(), KubeSim.stop)
 
 
 @pytest.fixture

@@ -4,12 +4,13 @@ and Kubernetes backends built from knobs (closed after the test)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator
 
 import pytest
 
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.config import Knobs
+from factories import made_then_ended
 from k8s_helpers import NAMESPACE, BackendFactory, knobs_for
 from podgahp_sim.k8s import KubeSim, SimConfig
 
@@ -30,16 +31,9 @@ def kubeconfig(sim: KubeSim, tmp_path: Path) -> str:
 
 @pytest.fixture
 def make_backend(kubeconfig: str) -> Iterator[BackendFactory]:
-    made: List[KubernetesBackend] = []
-
-    def make(**extra: str) -> KubernetesBackend:
-        backend = KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig, **extra)))
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.close()
+    """Build backends from knobs (keywords override); every one is closed afterwards."""
+    yield from made_then_ended(lambda **extra: KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig, **extra))),
+                               KubernetesBackend.close)
 
 
 @pytest.fixture

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator
 
 import pytest
 
 from gahp.backends.lancium.backend import LanciumBackend
+from factories import made_then_ended
 from lancium_helpers import BackendFactory, fast_settings, knobs_for
 from podgahp_sim.lancium import LanciumSim
 
@@ -32,16 +33,8 @@ def key_file(sim: LanciumSim, tmp_path: Path) -> Path:
 @pytest.fixture
 def make_backend(sim: LanciumSim, key_file: Path) -> Iterator[BackendFactory]:
     """Build backends from knobs (keywords override); every one is closed afterwards."""
-    made: List[LanciumBackend] = []
-
-    def make(**extra: str) -> LanciumBackend:
-        backend = LanciumBackend.from_knobs(knobs_for(sim, key_file, **extra))
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.close()
+    yield from made_then_ended(lambda **extra: LanciumBackend.from_knobs(knobs_for(sim, key_file, **extra)),
+                               LanciumBackend.close)
 
 
 @pytest.fixture
