@@ -105,7 +105,7 @@ class KubernetesBackend(Backend):
                 cache = self._caches[key] = PodCache(
                     api, namespace, owner_selector(self.settings.ce_name, self.user),
                     watch_timeout_s=self.settings.watch_timeout_s, backoff_s=max(self.settings.backoff_s, 0.1),
-                    backoff_max_s=self.settings.backoff_max_s)
+                    backoff_max_s=self.settings.backoff_max_s, index_label=LABEL_SANDBOX)
             start_reaper = self._reaper is None and self.settings.reap_interval_s > 0
             if start_reaper:
                 self._reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
@@ -147,10 +147,12 @@ class KubernetesBackend(Backend):
         return self.settings.queue(None)
 
     def _find(self, jid: str) -> Tuple[Optional[JsonObj], Optional[KubeApi], Optional[PodCache]]:
-        """The pod of a job id from the watch copies, relisting once before calling it gone.
+        """The pod of a job id from the watch copies; on a miss, one GET of that pod (never a relist:
+        the cost of a stale or unknown job id is one request, whatever the number of pods).
 
         A pod deleted by Kubernetes after a disruption (preemption, eviction API, node drain) is
-        returned as last seen, so that its outcome can still be reported.
+        returned as last seen, so that its outcome can still be reported. A pod of that name that is
+        not this user's on this CE is refused (InvalidJob), never acted on.
         """
         namespace, name = parse_job_id(jid)
         apis = self._clusters_for(namespace)
@@ -160,12 +162,17 @@ class KubernetesBackend(Backend):
             pod = cache.get(name)
             if pod is not None:
                 return pod, api, cache
-        asked = time.monotonic()
         for api, cache in caches:
-            cache.relist(asked)
-            pod = cache.get(name)
-            if pod is not None:
-                return pod, api, cache
+            try:
+                pod = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace, job_id=jid)
+            except NotFound:
+                continue
+            why = refusal(pod, self.settings.ce_name, self.user)
+            if why is not None:
+                raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
+            log.info("[%s] pod not in the watch copy yet; read it", jid)
+            cache.put(pod)
+            return pod, api, cache
         for api, cache in caches:
             last = cache.gone(name)
             if last is not None and _disrupted(last):
@@ -216,11 +223,14 @@ class KubernetesBackend(Backend):
         template = load_template(queue.pod_template)
         staged = stage_inputs(job, queue, self.settings.secret_max_bytes)
         key = sandbox_key(self.settings.ce_name, self.user, job.sandbox_id)
-        sandbox_selector = f"{owner_selector(self.settings.ce_name, self.user)},{LABEL_SANDBOX}={key}"
+        # "Does this sandbox have pods already?" is answered by the watch copy, not a LIST: names are
+        # deterministic (sandbox key + generation), so a pod the copy has not seen yet makes the create
+        # answer 409, and the pod is then read and judged like any other.
+        cache = self._cache(api, namespace)
+        cache.wait_synced(self.settings.sync_timeout_s)
 
         for _ in range(CREATE_ATTEMPTS):
-            existing = api.call(f"list pods of sandbox {job.sandbox_id}", "list_namespaced_pod", namespace,
-                                label_selector=sandbox_selector).get("items") or []
+            existing = cache.labelled(key)
             newest = max(existing, key=generation_of, default=None)
             case = resubmit_case(newest) if newest is not None else "none"
             if newest is not None and dict(RESUBMIT_RULES)[case] == "reuse":
@@ -246,7 +256,8 @@ class KubernetesBackend(Backend):
             except Conflict as e:
                 if e.reason != "AlreadyExists":
                     raise
-                log.info("[%s] pod exists already (a concurrent submit); checking it", jid)
+                log.info("[%s] pod exists already (made before the watch copy saw it); checking it", jid)
+                self._read_into(api, cache, namespace, name, jid)
                 continue
             except (QuotaExceeded, Invalid) as e:
                 self.guard.outcome(queue.name, True, f"pod refused by the API server: {truncate(str(e), 200)}")
@@ -255,15 +266,24 @@ class KubernetesBackend(Backend):
             log.info("[%s] created pod for sandbox %s (queue %s, generation %d)", jid, job.sandbox_id,
                      queue.name, generation)
             self.stats.count("pods_created")
+            cache.put(created)
             self._ensure_secret(api, created, staged, jid, fresh=True)
-            with self._lock:
-                cache = self._caches.get(((api.kubeconfig, api.context), namespace))
             self.reports.forget(jid)
-            if cache is not None:
-                cache.put(created)
             return jid
         raise TransientError(f"sandbox {job.sandbox_id}: pods kept appearing under the names podgahp chose; "
                              "another process is submitting the same sandbox")
+
+    def _read_into(self, api: KubeApi, cache: PodCache, namespace: str, name: str, jid: str) -> None:
+        """Read one pod into the watch copy (it exists, the copy has not seen it yet); a pod of that name
+        that is not this user's is refused."""
+        try:
+            pod = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace, job_id=jid)
+        except NotFound:
+            return  # deleted meanwhile: the next attempt creates it again
+        why = refusal(pod, self.settings.ce_name, self.user)
+        if why is not None:
+            raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
+        cache.put(pod)
 
     def _check_cap(self, api: KubeApi, namespace: str, queue: QueueSettings) -> None:
         cache = self._cache(api, namespace)
@@ -311,8 +331,7 @@ class KubernetesBackend(Backend):
                 return final
             pod, api, _ = self._find(job_id)
             if pod is None or api is None:
-                self._refuse_foreign(job_id)
-                log.info("[%s] pod not found after a full list: reporting it removed", job_id)
+                log.info("[%s] pod not found: reporting it removed", job_id)
                 return self.reports.answer(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]))
             queue = self._queue_of(pod)
             classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
@@ -354,8 +373,9 @@ class KubernetesBackend(Backend):
         if not view.annotation(ANN_REPORTED):
             patch = {"metadata": {"annotations": {ANN_REPORTED: _rfc3339(_now())}}}
             try:
-                api.call(f"annotate pod {view.namespace}/{view.name}", "patch_namespaced_pod",
-                         view.name, view.namespace, patch, job_id=jid)
+                patched = api.call(f"annotate pod {view.namespace}/{view.name}", "patch_namespaced_pod",
+                                   view.name, view.namespace, patch, job_id=jid)
+                self._cache(api, view.namespace).put(patched)
             except GahpError as e:
                 log.warning("[%s] pod cannot be marked reported (it will be cleaned up later): %s", jid, e)
 
@@ -374,7 +394,6 @@ class KubernetesBackend(Backend):
     def _cancel_once(self, job_id: str) -> None:
         pod, api, _ = self._find(job_id)
         if pod is None or api is None:
-            self._refuse_foreign(job_id)
             log.info("[%s] pod is already gone", job_id)
             return
         self._delete_own(api, pod, job_id, self._queue_of(pod).delete_grace_s)
@@ -389,33 +408,23 @@ class KubernetesBackend(Backend):
             raise InvalidJob(f"{why}; refusing to delete it")
         extra: JsonObj = {} if grace is None else {"grace_period_seconds": grace}
         try:
-            api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace, job_id=jid,
-                     body={"preconditions": {"uid": meta.get("uid")}}, propagation_policy="Background", **extra)
+            deleted = api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace,
+                               job_id=jid, body={"preconditions": {"uid": meta.get("uid")}},
+                               propagation_policy="Background", **extra)
             log.info("[%s] deleted pod (grace %s s)", jid, grace if grace is not None else "default")
+            if PodView(deleted).name == name and PodView(deleted).metadata.get("uid") == meta.get("uid"):
+                # Terminating (a graceful delete answers with the pod): a submit right after must see it.
+                self._cache(api, namespace).put(deleted)
         except NotFound:
             log.info("[%s] pod is already gone", jid)
         except Conflict as e:
             log.info("[%s] pod was replaced meanwhile; not deleting the new one (%s)", jid, truncate(str(e)))
-
-    def _refuse_foreign(self, jid: str) -> None:
-        """A job id naming a pod that is not in this user's copy: if such a pod exists, it is another
-        user's or another CE's, and the request is refused naming why (a read, never a write)."""
-        namespace, name = parse_job_id(jid)
-        for api in self._clusters_for(namespace):
-            try:
-                pod = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace, job_id=jid)
-            except NotFound:
-                continue
-            why = refusal(pod, self.settings.ce_name, self.user)
-            if why is not None:
-                raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         namespace, name = parse_job_id(job_id)
         data = read_input(proxy_path, "proxy", self.settings.secret_max_bytes, "PODGAHP_K8S_SECRET_MAX_BYTES")
         pod, api, _ = self._find(job_id)
         if pod is None or api is None:
-            self._refuse_foreign(job_id)
             log.info("[%s] no pod to refresh the proxy of", job_id)
             return
         why = refusal(pod, self.settings.ce_name, self.user)

@@ -13,9 +13,10 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from gahp.backends.k8s.api import KubeApi, translate
+from gahp.backends.k8s.view import PodView
 from gahp.errors import Expired, GahpError, TransientError
 from gahp.retry import Backoff
 
@@ -27,6 +28,8 @@ JsonObj = Dict[str, Any]
 #: whose pod was preempted and deleted can still be reported with its outcome.
 GONE_KEEP_SECONDS = 3600.0
 GONE_KEEP_MAX = 10000
+#: Pods per LIST request.
+PAGE = 500
 
 
 def resource_version(obj: JsonObj) -> Optional[str]:
@@ -59,7 +62,7 @@ class PodCache:
     """Pods of one namespace matching ``selector``, by name."""
 
     def __init__(self, api: KubeApi, namespace: str, selector: str, *, watch_timeout_s: int,
-                 backoff_s: float, backoff_max_s: float) -> None:
+                 backoff_s: float, backoff_max_s: float, index_label: str = "") -> None:
         self.api = api
         self.namespace = namespace
         self.selector = selector
@@ -69,6 +72,9 @@ class PodCache:
         self._cond = threading.Condition()
         self._list_lock = threading.Lock()
         self._pods: Dict[str, JsonObj] = {}
+        self._index_label = index_label
+        self._index: Dict[str, Set[str]] = {}
+        """Value of ``index_label`` -> names of the pods that have it."""
         self._gone: Dict[str, Tuple[float, JsonObj]] = {}
         self._rv: Optional[str] = None
         self._floor_rv: Optional[str] = None
@@ -132,6 +138,35 @@ class PodCache:
         with self._cond:
             return list(self._pods.values())
 
+    def labelled(self, value: str) -> List[JsonObj]:
+        """The pods whose ``index_label`` is ``value`` (an index: no scan of the namespace)."""
+        with self._cond:
+            return [self._pods[name] for name in self._index.get(value, ()) if name in self._pods]
+
+    def _store(self, name: str, obj: JsonObj) -> None:
+        """Put a pod in the copy and the index; caller holds ``_cond``."""
+        self._unindex(name)
+        self._pods[name] = obj
+        if self._index_label:
+            value = PodView(obj).label(self._index_label)
+            if value:
+                self._index.setdefault(value, set()).add(name)
+
+    def _drop(self, name: str) -> None:
+        self._unindex(name)
+        self._pods.pop(name, None)
+
+    def _unindex(self, name: str) -> None:
+        old = self._pods.get(name)
+        if old is None or not self._index_label:
+            return
+        value = PodView(old).label(self._index_label)
+        names = self._index.get(value)
+        if names is not None:
+            names.discard(name)
+            if not names:
+                del self._index[value]
+
     def put(self, pod: JsonObj) -> None:
         """Record a pod the caller just got from the API (e.g. a create's response)."""
         name = (pod.get("metadata") or {}).get("name")
@@ -140,34 +175,45 @@ class PodCache:
         with self._cond:
             current = self._pods.get(name)
             if current is None or _newer(resource_version(pod), resource_version(current)):
-                self._pods[name] = pod
-
-    def relist(self, since: float) -> None:
-        """Make sure a full LIST started at or after ``since`` (a ``time.monotonic()``) has completed."""
-        with self._list_lock:
-            if self._last_list_start >= since:
-                return
-            self._list()
+                self._store(name, pod)
 
     # -- the watch thread --------------------------------------------------------------------
 
     def _list(self) -> None:
-        """LIST the namespace and replace the copy; caller holds ``_list_lock``."""
+        """LIST the namespace, :data:`PAGE` pods a request (``limit``/``continue``: one snapshot, so an
+        API server never builds one huge answer), and replace the copy; caller holds ``_list_lock``.
+        A continue token that expired mid-way (410) starts the LIST again."""
         started = time.monotonic()
-        body = self.api.call(f"list pods in {self.namespace}", "list_namespaced_pod", self.namespace,
-                             label_selector=self.selector)
-        items = body.get("items") or []
-        rv = (body.get("metadata") or {}).get("resourceVersion")
-        with self._cond:
-            fresh: Dict[str, JsonObj] = {}
-            for item in items:
-                name = (item.get("metadata") or {}).get("name")
+        fresh: Dict[str, JsonObj] = {}
+        token: Optional[str] = None
+        while True:
+            extra: Dict[str, Any] = {"_continue": token} if token else {}
+            try:
+                body = self.api.call(f"list pods in {self.namespace}", "list_namespaced_pod", self.namespace,
+                                     label_selector=self.selector, limit=PAGE, **extra)
+            except Expired:
+                if token is None:
+                    raise
+                log.info("pod list of namespace %s expired mid-way; listing again", self.namespace)
+                fresh, token = {}, None
+                continue
+            for item in body.get("items") or []:
+                name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
                 if name:
                     fresh[name] = item
+            meta = body.get("metadata") or {}
+            token = meta.get("continue") or None
+            if not token:
+                break
+        rv = meta.get("resourceVersion")
+        items = fresh
+        with self._cond:
             for name, obj in self._pods.items():
                 if name not in fresh:
                     self._bury(name, obj)
-            self._pods = fresh
+            self._pods, self._index = {}, {}
+            for name, obj in fresh.items():
+                self._store(name, obj)
             self._rv = str(rv) if rv is not None else None
             self._floor_rv = self._rv
             self._synced = True
@@ -196,16 +242,16 @@ class PodCache:
             if kind == "DELETED":
                 current = self._pods.get(name)
                 if current is None or _newer(rv, resource_version(current)):
-                    self._pods.pop(name, None)
+                    self._drop(name)
                     self._bury(name, obj)
             elif kind in ("ADDED", "MODIFIED"):
                 current = self._pods.get(name)
                 if current is None:
                     # A pod absent from the last LIST may appear only through a change after it.
                     if _after(rv, self._floor_rv):
-                        self._pods[name] = obj
+                        self._store(name, obj)
                 elif _newer(rv, resource_version(current)):
-                    self._pods[name] = obj
+                    self._store(name, obj)
 
     def _watch(self) -> None:
         """One WATCH request from the current resource version, until the server ends it."""

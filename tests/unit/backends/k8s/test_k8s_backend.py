@@ -301,15 +301,18 @@ def test_transient_errors_are_retried_with_retry_after(backend: KubernetesBacken
 
 def test_persistent_server_errors_give_a_transient_error(backend: KubernetesBackend, sim: KubeSim,
                                                          tmp_path: Path) -> None:
-    sim.fail_next(10, status=500, method="GET", path="/pods$")
+    backend.ping()  # the watch copy is in: the submit's only requests are the creates
+    sim.fail_next(10, status=500, method="POST", path="/pods$")
     with pytest.raises(TransientError, match="HTTP 500"):
         backend.submit(make_job(tmp_path))
-    assert len(sim.requests("GET", "/pods$")) == 4  # one attempt and PODGAHP_K8S_RETRIES = 3
+    creates = [r for r in sim.requests("POST", "/pods$") if not r.query.get("dryRun")]
+    assert len(creates) == 4  # one attempt and PODGAHP_K8S_RETRIES = 3
 
 
 def test_request_timeouts_are_bounded(make_backend: BackendFactory, sim: KubeSim, tmp_path: Path) -> None:
     backend = make_backend(PODGAHP_K8S_REQUEST_TIMEOUT_SECONDS="0.3", PODGAHP_K8S_RETRIES="1")
-    sim.delay_next(2.0, count=2, method="GET", path="/pods$")
+    backend.ping()
+    sim.delay_next(2.0, count=2, method="POST", path="/pods$")
     with pytest.raises(TransientError, match="cannot be reached"):
         backend.submit(make_job(tmp_path))
 
@@ -376,9 +379,9 @@ def test_name_taken_by_a_foreign_pod_gives_a_clear_error(backend: KubernetesBack
             "name": pod_name(sandbox_key("ce.test", backend.user, job.sandbox_id), 1), "namespace": NAMESPACE,
             "uid": "u-1"},
             "spec": {"containers": [{"name": "x", "image": IMAGE}]}, "status": {"phase": "Pending"}})
-    with pytest.raises(TransientError, match="another process is submitting the same sandbox"):
+    with pytest.raises(InvalidJob, match="was not created by podgahp; this GAHP acts only on the pods it created"):
         backend.submit(job)
-    assert len(sim.requests("POST", "/pods$")) == 3
+    assert len(sim.requests("POST", "/pods$")) == 1  # read once after the 409, then refused: never touched
 
 
 @pytest.mark.parametrize("floor_mb, phase", [(None, Phase.COMPLETED), ("0", Phase.COMPLETED)],
