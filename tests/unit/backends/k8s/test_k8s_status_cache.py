@@ -161,3 +161,30 @@ def test_clean_up_deletes_reported_and_superseded_pods(make_backend: BackendFact
     deleted = backend.reap(cache)
     assert sorted(deleted) == sorted([done.split("/")[2], old_gen])
     assert sim.pod(NAMESPACE, unreported.split("/")[2]) is not None  # outcome never reported: kept
+
+
+def test_a_submit_costs_a_pod_and_a_secret_and_no_list(backend: KubernetesBackend, sim: KubeSim,
+                                                       tmp_path: Path) -> None:
+    """Once the watch copy is in, each submit is two requests (create pod, create Secret): whether the
+    sandbox has pods already is the copy's to answer, not a LIST of the namespace."""
+    backend.ping()
+    wait_state(backend, backend.submit(make_job(tmp_path, sandbox="ce.test_warm_1.0_1")), Phase.IDLE,
+               Phase.RUNNING, Phase.COMPLETED)
+    sim.clear_requests()
+    for i in range(20):
+        backend.submit(make_job(tmp_path, sandbox=f"ce.test_host_{i}.0_1795297304"))
+    served = [(r.method, r.path.rsplit("/", 1)[-1]) for r in sim.requests() if not r.query.get("watch")]
+    assert sorted(set(served)) == [("POST", "pods"), ("POST", "secrets")], served
+    assert len(served) == 40
+
+
+def test_a_status_for_a_pod_the_copy_lacks_reads_that_pod_only(backend: KubernetesBackend, sim: KubeSim,
+                                                              tmp_path: Path) -> None:
+    """An unknown job id costs one GET of that pod, never a relist of the namespace."""
+    job_id = backend.submit(make_job(tmp_path))
+    wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING, Phase.COMPLETED)
+    sim.clear_requests()
+    missing = f"k8s/{NAMESPACE}/{name_of('never-made')}"
+    assert backend.status(missing).phase is Phase.REMOVED
+    served = [(r.method, r.path) for r in sim.requests() if not r.query.get("watch")]
+    assert served == [("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name_of('never-made')}")], served
