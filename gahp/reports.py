@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import zlib
 from collections import OrderedDict
@@ -24,6 +25,19 @@ RANK: Mapping[Phase, int] = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2
                              Phase.REMOVED: 2}
 
 _STRIPES = 256
+
+log = logging.getLogger(__name__)
+
+
+def _detail(state: JobState) -> str:
+    if state.phase is Phase.HELD:
+        return f" ({state.hold_reason})"
+    if state.phase is Phase.COMPLETED:
+        how = f"signal {state.exit_signal}" if state.exit_signal is not None else f"exit code {state.exit_code}"
+        return f" ({how}{', node ' + state.worker_node if state.worker_node else ''})"
+    if state.phase is Phase.RUNNING and state.worker_node:
+        return f" (node {state.worker_node})"
+    return ""
 
 
 class Reports:
@@ -63,6 +77,10 @@ class Reports:
                 state = dataclasses.replace(state, phase=Phase.RUNNING)
             if old is not None and RANK[state.phase] < RANK[old.phase]:
                 state = old
+            if old is None or old.phase is not state.phase:
+                # One line per change of state, not per poll (a poll that changes nothing logs nothing).
+                log.info("[%s] %s%s%s", job_id, f"{old.phase.value} -> " if old is not None else "",
+                         state.phase.value, _detail(state))
             self._last[job_id] = state
             self._last.move_to_end(job_id)
             while len(self._last) > self._max:

@@ -140,8 +140,10 @@ class Server:
                 fields = command.failure(f"podgahp internal error in {command.name}: "
                                          f"{type(e).__name__}: {e}")
             self._add_result(request_id, fields)  # logged once queued: the line means "answered"
-            log.info("%s rc=%s %s (%.3f s)", command.name, fields[0],
-                     "ok" if fields[0] == "0" else repr(fields[1]), time.monotonic() - started)
+            # A successful poll is a DEBUG line: what changed is logged once, by gahp.reports.
+            level = logging.DEBUG if command.name == "BLAH_JOB_STATUS" and fields[0] == "0" else logging.INFO
+            log.log(level, "%s rc=%s %s (%.3f s)", command.name, fields[0],
+                    "ok" if fields[0] == "0" else repr(fields[1]), time.monotonic() - started)
 
     def _expire_loop(self) -> None:
         while not self._stop.wait(0.5):

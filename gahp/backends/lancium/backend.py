@@ -181,13 +181,10 @@ class LanciumBackend(Backend):
 
     def _monotonic(self, tracked: Tracked, job_id: str, state: JobState) -> JobState:
         """The answer by the GAHP's rules (:mod:`gahp.reports`): never back, terminal is final."""
-        old = tracked.reported
         new = self.reports.answer(job_id, state)
         if new.phase is not state.phase:
             log.info("%s: Lancium state went back to %s, still reporting %s", job_id, state.phase.value,
                      new.phase.value)
-        elif old is None or old.phase is not new.phase:
-            log.info("%s: %s%s", job_id, new.phase.value, f" ({new.hold_reason})" if new.hold_reason else "")
         tracked.reported = new
         return new
 
