@@ -58,6 +58,14 @@ class Commands:
         log.info("sandbox %s is %s", job.sandbox_id, job_id)
         return [*OK, job_id]
 
+    def quick(self) -> Dict[str, Callable[[List[str]], Optional[List[str]]]]:
+        """Handlers that answer at once when they can (None: run the normal handler on a worker)."""
+        return {"BLAH_JOB_STATUS": self.status_now}
+
+    def status_now(self, args: List[str]) -> Optional[List[str]]:
+        state = self.backend.status_now(args[0])
+        return None if state is None else [*OK, str(state.blahp_status), state.status_ad()]
+
     def status(self, args: List[str]) -> List[str]:
         logs.set_job(args[0])
         state = self.backend.status(args[0])

@@ -99,7 +99,8 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
     except GahpError as e:
         log.error("%s", e)
         backend, admit = UnusableBackend(backend_name, str(e)), None
-    server = Server(Commands(backend, admit).handlers(), sys.stdin.buffer, protocol_fd,
+    commands = Commands(backend, admit)
+    server = Server(commands.handlers(), sys.stdin.buffer, protocol_fd, quick=commands.quick(),
                     workers=settings.workers, request_timeout_s=settings.request_timeout_s,
                     max_line_bytes=settings.max_line_bytes, max_pending=settings.max_pending,
                     max_pending_bytes=settings.max_pending_bytes)

@@ -54,11 +54,14 @@ class Server:
     def __init__(self, handlers: Mapping[str, Handler], stdin: BinaryIO, stdout_fd: int,
                  workers: int = 16, request_timeout_s: float = 240.0,
                  max_line_bytes: int = 16 * 1024 * 1024, max_pending: int = 1000,
-                 max_pending_bytes: int = 64 * 1024 * 1024) -> None:
+                 max_pending_bytes: int = 64 * 1024 * 1024,
+                 quick: Optional[Mapping[str, Callable[[List[str]], Optional[List[str]]]]] = None) -> None:
         unknown = set(handlers) - set(protocol.ASYNC_COMMANDS)
         if unknown:
             raise ValueError(f"handlers for unknown commands: {sorted(unknown)}")
         self._handlers = dict(handlers)
+        self._quick = dict(quick or {})
+        """Handlers that may answer on the reading thread, without I/O (status from a cache)."""
         self._stdin = stdin
         self._out_fd = stdout_fd
         self._out_lock = threading.Lock()
@@ -196,7 +199,23 @@ class Server:
         if full:  # alone and still too large: answered at once with an error result
             self._add_result(request_id, command.failure(f"request too large: {full}"))
             return
+        quick = self._quick.get(command.name)
+        if quick is not None and self._answer_now(request_id, command, args, quick):
+            return
         self._pool.submit(self._run, request_id, command, args)
+
+    def _answer_now(self, request_id: str, command: protocol.AsyncCommand, args: List[str],
+                    quick: Callable[[List[str]], Optional[List[str]]]) -> bool:
+        """Answer on the reading thread if the quick handler can (no hand-off to a worker)."""
+        try:
+            fields = quick(args)
+        except Exception:  # noqa: BLE001 - anything odd goes the normal way, which reports it properly
+            log.debug("quick answer to %s failed; asking a worker", command.name, exc_info=True)
+            return False
+        if fields is None or len(fields) != protocol.RESULT_FIELDS[command.name]:
+            return False
+        self._add_result(request_id, fields)
+        return True
 
     def _sync_request(self, fields: List[str]) -> bool:
         """Answer a synchronous command; False means stop reading."""

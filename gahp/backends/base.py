@@ -11,7 +11,7 @@ seen the job before (the gridmanager restarts GAHPs freely), so a job id alone m
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 from gahp.config import Knobs
 from gahp.job import PilotJob
@@ -53,6 +53,12 @@ class Backend(abc.ABC):
         Outputs (``Out``/``Err``) are in place before a ``Phase.COMPLETED`` state is returned.
         Raises :class:`~gahp.errors.TransientError` only when the state cannot be known right now.
         """
+
+    def status_now(self, job_id: str) -> Optional[JobState]:
+        """The pilot's state if it can be known at once, from memory, without I/O or waiting; None
+        when :meth:`status` must be asked (on a worker thread). The server answers a status from here
+        on its reading thread, so this must never block."""
+        return None
 
     @abc.abstractmethod
     def cancel(self, job_id: str) -> None:

@@ -346,6 +346,35 @@ class KubernetesBackend(Backend):
                 self._mark_reported(api, pod, job_id)
             return self.reports.answer(job_id, state, started=started)
 
+    def status_now(self, job_id: str) -> Optional[JobState]:
+        """From the watch copy, without I/O: a final answer given before, or a pod that is pending or
+        running (a pod that ended needs its outputs written: that is :meth:`status`'s, on a worker)."""
+        final = self.reports.final(job_id)
+        if final is not None:
+            return final
+        parts = job_id.split("/")
+        if len(parts) != 3 or parts[0] != "k8s":
+            return None
+        with self._lock:
+            caches = [c for (_, namespace), c in self._caches.items() if namespace == parts[1]]
+        if len(caches) != 1 or not caches[0].synced:
+            return None
+        pod = caches[0].get(parts[2])
+        if pod is None:
+            return None
+        queue = self._queue_of(pod)
+        classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
+                              disruption_action=queue.disruption_action)
+        if classified.key not in ("Pending", "Pending/Unschedulable", "Running"):
+            return None
+        lock = self.reports.lock(job_id)
+        if not lock.acquire(blocking=False):  # a worker is busy with this job: never wait here
+            return None
+        try:
+            return self.reports.answer(job_id, job_state(pod, classified, job_id))
+        finally:
+            lock.release()
+
     def _count_outcome(self, queue: QueueSettings, state: JobState, classified: Classified) -> None:
         """Tell the black-hole guard how a pilot ended (called once: later statuses are the final answer)."""
         judged = verdict(state, self.settings.blackhole.fast_s, f"{classified.key}: {classified.message}".rstrip(": "))
