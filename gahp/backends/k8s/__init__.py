@@ -5,8 +5,9 @@
 spec), ``schema`` (the spec checked against the client's models), ``api`` (the API calls and their
 errors), ``watch`` (the pod cache), ``view`` (typed reads of a raw pod), ``state`` (the pod-to-job
 state table), ``output`` (Out/Err from the pod), ``cancel`` (cancels retried in the background),
-``ping`` (the set-up checks of ``BLAH_PING``), ``retention`` (which pods the GAHP's own clean-up
-deletes), ``census`` (every pod of the CE, for ``podgahp reap``, ``q`` and ``health``), ``overview``
-(``podgahp q``), ``resubmit`` (what a repeated submit does), ``reaper`` (the orphan clean-up of ``podgahp reap``) and ``rights`` (the RBAC rules
-the GAHP needs). Nothing here is imported until the backend is chosen.
+``ping`` (the set-up checks of ``BLAH_PING``), ``secret`` (the input Secret), ``retention`` (which
+pods the GAHP's own clean-up deletes), ``census`` (every pod of the CE, for ``podgahp reap``, ``q``
+and ``health``), ``overview`` (``podgahp q``), ``resubmit`` (what a repeated submit does),
+``reaper`` (the orphan clean-up of ``podgahp reap``) and ``rights`` (the RBAC rules the GAHP needs).
+Nothing here is imported until the backend is chosen.
 """

@@ -27,10 +27,10 @@ from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, s
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems
 from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_QUEUE, OVERRIDES, PROXY_KEY,
-                                   build_pod, job_id, load_template, parse_job_id, pod_name, secret_body,
-                                   stage_inputs)
+                                   build_pod, job_id, load_template, parse_job_id, pod_name, stage_inputs)
 from gahp.backends.k8s.resubmit import RESUBMIT_RULES, is_live, resubmit_case
-from gahp.backends.k8s.retention import due_for_cleanup, generation_of
+from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
+from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import SUB_OUTPUT, Classified, classify, job_state
 from gahp.backends.k8s.view import PodView
@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 JsonObj = Dict[str, Any]
 ClusterKey = Tuple[Optional[str], Optional[str]]
 
-#: Most pods the clean-up pass deletes at once (the rest wait for the next pass).
-REAP_BATCH = 100
 #: Attempts at creating a pod when generation numbers collide with a concurrent submit.
 CREATE_ATTEMPTS = 3
 
@@ -239,7 +237,7 @@ class KubernetesBackend(Backend):
                 log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
                          job.sandbox_id, case)
                 if case == "live":
-                    self._ensure_secret(api, newest, staged, jid)
+                    ensure_secret(api, newest, staged, jid)
                 self.reports.forget(jid)
                 return jid
             generation = max([generation_of(p) for p in existing] + [0]) + 1
@@ -267,7 +265,7 @@ class KubernetesBackend(Backend):
                      queue.name, generation)
             self.stats.count("pods_created")
             cache.put(created)
-            self._ensure_secret(api, created, staged, jid, fresh=True)
+            ensure_secret(api, created, staged, jid, fresh=True)
             self.reports.forget(jid)
             return jid
         raise TransientError(f"sandbox {job.sandbox_id}: pods kept appearing under the names podgahp chose; "
@@ -293,34 +291,6 @@ class KubernetesBackend(Backend):
         if live >= queue.max_pods:
             raise BackendError(f"queue {queue.name} has {live} live pods, its cap is {queue.max_pods} "
                                f"(PODGAHP_K8S_MAX_PODS); limit the route's jobs (MaxJobs) below the cap")
-
-    def _ensure_secret(self, api: KubeApi, pod: JsonObj, staged: Any, jid: str, fresh: bool = False) -> None:
-        """Create the pod's input Secret, owned by the pod; replace a stale one left by an older pod."""
-        meta = pod["metadata"]
-        name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
-        labels = {k: v for k, v in (meta.get("labels") or {}).items()}
-        body = secret_body(name, namespace, uid, labels, staged)
-        try:
-            api.call(f"create secret {namespace}/{name}", "create_namespaced_secret", namespace, body, job_id=jid)
-            return
-        except Conflict:
-            pass
-        except GahpError as e:
-            if fresh:
-                log.warning("[%s] input secret cannot be created (%s); deleting the pod", jid, e)
-                try:
-                    api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace,
-                             job_id=jid, grace_period_seconds=0)
-                except GahpError as delete_error:
-                    log.warning("[%s] deleting the pod failed too: %s", jid, delete_error)
-                raise BackendError(f"pod {namespace}/{name}: input secret cannot be created: {e}") from e
-            raise
-        current = api.call(f"read secret {namespace}/{name}", "read_namespaced_secret", name, namespace, job_id=jid)
-        if any(o.get("uid") == uid for o in PodView(current).owner_references):
-            return
-        log.info("[%s] replacing an input secret owned by an older pod of the same name", jid)
-        api.call(f"replace secret {namespace}/{name}", "replace_namespaced_secret", name, namespace, body,
-                 job_id=jid)
 
     # -- status ----------------------------------------------------------------------------
 
@@ -498,26 +468,9 @@ class KubernetesBackend(Backend):
                     log.exception("clean-up of namespace %s failed", cache.namespace)
 
     def reap(self, cache: PodCache) -> List[str]:
-        """Delete finished pods past their retention and pods superseded by a resubmission.
-
-        Returns the names deleted (at most :data:`REAP_BATCH`).
-        """
-        doomed = due_for_cleanup(cache.pods(), _now(), self.settings.finished_retention_s,
-                                 self.settings.unreported_retention_s)
-        deleted: List[str] = []
-        for name, why in doomed[:REAP_BATCH]:
-            jid = job_id(cache.namespace, name)
-            try:
-                cache.api.call(f"delete pod {cache.namespace}/{name}", "delete_namespaced_pod", name,
-                               cache.namespace, job_id=jid, propagation_policy="Background")
-                log.info("[%s] cleaned up: %s", jid, why)
-                self.stats.count("pods_cleaned")
-                deleted.append(name)
-            except NotFound:
-                pass
-            except GahpError as e:
-                log.warning("[%s] clean-up delete failed: %s", jid, truncate(str(e)))
-        return deleted
+        """One clean-up pass over ``cache``'s namespace (:func:`gahp.backends.k8s.retention.clean_up`)."""
+        return clean_up(cache, due_for_cleanup(cache.pods(), _now(), self.settings.finished_retention_s,
+                                               self.settings.unreported_retention_s), self.stats)
 
     def close(self) -> None:
         self.stats.close()

@@ -6,14 +6,27 @@ reported, or ``PODGAHP_K8S_UNREPORTED_RETENTION_SECONDS`` after it finished if i
 from __future__ import annotations
 
 import datetime
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from gahp.backends.k8s.identity import LABEL_SANDBOX
+from gahp.backends.k8s.api import truncate
+from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id
 from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_GENERATION
 from gahp.backends.k8s.state import parse_time
 from gahp.backends.k8s.view import PodView, container_state
+from gahp.errors import GahpError, NotFound
+
+if TYPE_CHECKING:
+    from gahp.backends.k8s.watch import PodCache
+    from gahp.health import Stats
+
+log = logging.getLogger(__name__)
 
 JsonObj = Dict[str, Any]
+
+#: Deletes a clean-up pass sends at a time.
+PARALLEL = 8
 
 
 def generation_of(pod: Mapping[str, Any]) -> int:
@@ -58,3 +71,29 @@ def _finish_time(pod: PodView) -> Optional[datetime.datetime]:
     times += [parse_time(c.get("lastTransitionTime")) for c in pod.conditions]
     known = [t for t in times if t]
     return max(known) if known else parse_time(pod.created)
+
+
+def clean_up(cache: "PodCache", doomed: Sequence[Tuple[str, str]], stats: Optional["Stats"] = None) -> List[str]:
+    """Delete every pod of ``doomed`` ((name, why) pairs), :data:`PARALLEL` deletes at a time, so that a
+    pass keeps up with any completion rate; returns the names deleted."""
+    if not doomed:
+        return []
+
+    def delete(name: str, why: str) -> bool:
+        jid = job_id(cache.namespace, name)
+        try:
+            cache.api.call(f"delete pod {cache.namespace}/{name}", "delete_namespaced_pod", name,
+                           cache.namespace, job_id=jid, propagation_policy="Background")
+        except NotFound:
+            return False
+        except GahpError as e:
+            log.warning("[%s] clean-up delete failed: %s", jid, truncate(str(e)))
+            return False
+        log.info("[%s] cleaned up: %s", jid, why)
+        if stats is not None:
+            stats.count("pods_cleaned")
+        return True
+
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(doomed)), thread_name_prefix="clean-up") as pool:
+        done = list(pool.map(lambda item: delete(*item), doomed))
+    return [name for (name, _), ok in zip(doomed, done) if ok]

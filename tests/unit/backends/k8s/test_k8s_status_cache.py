@@ -188,3 +188,20 @@ def test_a_status_for_a_pod_the_copy_lacks_reads_that_pod_only(backend: Kubernet
     assert backend.status(missing).phase is Phase.REMOVED
     served = [(r.method, r.path) for r in sim.requests() if not r.query.get("watch")]
     assert served == [("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name_of('never-made')}")], served
+
+
+def test_one_clean_up_pass_deletes_everything_due(make_backend: BackendFactory, sim: KubeSim, tmp_path: Path) -> None:
+    """However many pods are due (here 120 superseded ones, more than a capped pass took), one pass
+    deletes them all; nothing else is touched."""
+    backend = make_backend()
+    old = [name_of(f"many-{i:03d}", 1) for i in range(120)]
+    for i, name in enumerate(old):
+        _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "1"})
+    newer = [name_of(f"many-{i:03d}", 2) for i in range(120)]
+    for i, name in enumerate(newer):
+        _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "2"})
+    _poll_all(backend, newer[:1])  # starts the watch copy
+    cache = next(iter(backend._caches.values()))
+    sim.wait_for(lambda: all(cache.get(n) for n in newer), 20, "the watch copy has every pod")
+    assert sorted(backend.reap(cache)) == sorted(old)
+    assert all(sim.pod(NAMESPACE, n) is not None for n in newer)

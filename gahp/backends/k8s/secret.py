@@ -1,0 +1,48 @@
+"""The input Secret of a pilot pod: made right after the pod, owned by it (so the garbage collector
+deletes it with the pod), replaced when a Secret of that name belongs to an older pod."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List
+
+from gahp.backends.k8s.api import KubeApi
+from gahp.backends.k8s.pod import StagedFile, secret_body
+from gahp.backends.k8s.view import PodView
+from gahp.errors import BackendError, Conflict, GahpError
+
+log = logging.getLogger(__name__)
+
+JsonObj = Dict[str, Any]
+
+
+def ensure_secret(api: KubeApi, pod: JsonObj, staged: List[StagedFile], jid: str, fresh: bool = False) -> None:
+    """Create the pod's input Secret, owned by the pod; replace a stale one left by an older pod.
+
+    ``fresh``: the pod was just created for this Secret; if the Secret cannot be made, the pod is
+    deleted (a pilot without its inputs must not run) and the submit fails."""
+    meta = pod["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
+    labels = {k: v for k, v in (meta.get("labels") or {}).items()}
+    body = secret_body(name, namespace, uid, labels, staged)
+    try:
+        api.call(f"create secret {namespace}/{name}", "create_namespaced_secret", namespace, body, job_id=jid)
+        return
+    except Conflict:
+        pass
+    except GahpError as e:
+        if fresh:
+            log.warning("[%s] input secret cannot be created (%s); deleting the pod", jid, e)
+            try:
+                api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace,
+                         job_id=jid, grace_period_seconds=0)
+            except GahpError as delete_error:
+                log.warning("[%s] deleting the pod failed too: %s", jid, delete_error)
+            raise BackendError(f"pod {namespace}/{name}: input secret cannot be created: {e}") from e
+        raise
+    current = api.call(f"read secret {namespace}/{name}", "read_namespaced_secret", name, namespace, job_id=jid)
+    if any(o.get("uid") == uid for o in PodView(current).owner_references):
+        return
+    log.info("[%s] replacing an input secret owned by an older pod of the same name", jid)
+    api.call(f"replace secret {namespace}/{name}", "replace_namespaced_secret", name, namespace, body,
+             job_id=jid)
