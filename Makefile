@@ -10,7 +10,7 @@ OLDEST_PYTHON ?= $(or $(firstword $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/
 VENV_OLDEST ?= .venv-oldest
 PYTEST_ARGS ?=
 
-.PHONY: test check unit oldest live demo system-deps clean rpm
+.PHONY: test check unit oldest live demo system-deps clean rpm bench
 
 test: check unit oldest live
 
@@ -63,3 +63,9 @@ rpm: $(VENV)/.installed system-deps
 
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) build dist *.egg-info
+
+# Speed figures (not a test): the GAHP against the simulated cluster and the zero-cost memory backend
+# in the same run, then Lancium under random API faults. Prints tables; see README "Benchmarks".
+bench: $(VENV)/.installed
+	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 100 1000
+	$(VENV)/bin/python benchmarks/lancium_faults.py

@@ -32,15 +32,17 @@ def submit_ad(iwd: str, i: int) -> str:
             "Environment = \"PODGAHP_SIM_RUN_SECONDS=3600\" ]" % (iwd, i, i, i))
 
 
-def run(pilots: int, rounds: int) -> Dict[str, float]:
+def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
     node = SimNode("big", cpu="100000", memory="100000Gi", pods=100000)
     with KubeSim(SimConfig(nodes=(node,), namespaces=("default", "bench"))) as sim, \
             tempfile.TemporaryDirectory() as tmp:
         kubeconfig = os.path.join(tmp, "kubeconfig")
         sim.write_kubeconfig(kubeconfig, namespace="bench")
         env = gahp_env(tmp, PODGAHP_K8S_KUBECONFIG=kubeconfig, PODGAHP_K8S_IMAGE="pilot:1",
-                       PODGAHP_K8S_CE_NAME="bench", PODGAHP_K8S_REAP_INTERVAL_SECONDS="0")
-        with GahpProcess([script("k8s_gahp")], env=env, cwd=tmp) as gahp:
+                       PODGAHP_K8S_CE_NAME="bench", PODGAHP_K8S_REAP_INTERVAL_SECONDS="0",
+                       PODGAHP_MEMORY_RUN_SECONDS="3600")
+        argv = [script("k8s_gahp")] if backend == "k8s" else [script("podgahp"), "gahp", "--backend", backend]
+        with GahpProcess(argv, env=env, cwd=tmp) as gahp:
             gahp.start()
             gahp.command("ASYNC_MODE_ON")
             started = time.monotonic()
@@ -77,7 +79,7 @@ def run(pilots: int, rounds: int) -> Dict[str, float]:
             pipelined_s = time.monotonic() - started
             api_requests = len(sim.requests())
             gahp.command("QUIT")
-    return {"pilots": pilots, "submit_s": submit_s, "submits_per_s": pilots / submit_s,
+    return {"backend": backend, "pilots": pilots, "submit_s": submit_s, "submits_per_s": pilots / submit_s,
             "slowest_ack_ms": slowest_ack * 1000, "status_per_s": pilots * rounds / status_s,
             "pipelined_status_per_s": pilots / pipelined_s,
             "api_requests_during_status": api_requests}
@@ -92,13 +94,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pilots", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--rounds", type=int, default=3, help="status rounds over every pilot")
+    parser.add_argument("--backends", nargs="+", default=["k8s", "memory"],
+                        help="k8s, and the zero-cost memory backend for comparison in the same run")
     args = parser.parse_args()
-    print(f"{'pilots':>7} {'submit s':>9} {'submits/s':>10} {'slowest S ms':>13} {'status/s':>9} "
+    print(f"{'backend':>8} {'pilots':>7} {'submit s':>9} {'submits/s':>10} {'slowest S ms':>13} {'status/s':>9} "
           f"{'status/s pipelined':>19} {'API requests in ' + str(args.rounds) + ' status rounds':>34}")
     for n in args.pilots:
-        r = run(n, args.rounds)
-        print(f"{r['pilots']:>7} {r['submit_s']:>9.1f} {r['submits_per_s']:>10.1f} {r['slowest_ack_ms']:>13.1f} "
-              f"{r['status_per_s']:>9.0f} {r['pipelined_status_per_s']:>19.0f} {r['api_requests_during_status']:>34}")
+        for backend in args.backends:
+            r = run(n, args.rounds, backend)
+            print(f"{backend:>8} {r['pilots']:>7} {r['submit_s']:>9.1f} {r['submits_per_s']:>10.1f} "
+                  f"{r['slowest_ack_ms']:>13.1f} {r['status_per_s']:>9.0f} {r['pipelined_status_per_s']:>19.0f} "
+                  f"{r['api_requests_during_status']:>34}")
 
 
 if __name__ == "__main__":
