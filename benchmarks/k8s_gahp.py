@@ -17,13 +17,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
 from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
+
+
+#: Requests in flight at once (the GAHP's PODGAHP_MAX_PENDING_REQUESTS is 1000).
+BATCH = 500
 
 
 def submit_ad(iwd: str, i: int) -> str:
@@ -47,11 +51,14 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
             gahp.command("ASYNC_MODE_ON")
             started = time.monotonic()
             slowest_ack = 0.0
-            for i in range(pilots):
-                t = time.monotonic()
-                assert gahp.command("BLAH_JOB_SUBMIT", str(i + 2), submit_ad(tmp, i)) == ["S"]
-                slowest_ack = max(slowest_ack, time.monotonic() - t)
-            results = gahp.wait_results([str(i + 2) for i in range(pilots)], timeout=600)
+            results: Dict[str, List[str]] = {}
+            for first in range(0, pilots, BATCH):  # at most BATCH in flight, below the GAHP's queue limit
+                batch = range(first, min(first + BATCH, pilots))
+                for i in batch:
+                    t = time.monotonic()
+                    assert gahp.command("BLAH_JOB_SUBMIT", str(i + 2), submit_ad(tmp, i)) == ["S"]
+                    slowest_ack = max(slowest_ack, time.monotonic() - t)
+                results.update(gahp.wait_results([str(i + 2) for i in batch], timeout=600))
             submit_s = time.monotonic() - started
             job_ids: List[str] = [r[2] for r in results.values() if r[0] == "0"]
             assert len(job_ids) == pilots, [r for r in results.values() if r[0] != "0"][:3]
@@ -70,19 +77,28 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
             # The GAHP's own capacity: every status line written at once (the gridmanager waits for each
             # "S", so its rate is also bounded by the pipe's round trip).
             started = time.monotonic()
-            ids = [str(request + 1 + i) for i in range(len(job_ids))]
-            request += len(job_ids)
-            gahp.send(b"\r\n".join(f"BLAH_JOB_STATUS {rid} {job_id}".encode() for rid, job_id in zip(ids, job_ids)))
-            for _ in ids:
-                assert gahp.read(timeout=60) == ["S"]
-            gahp.wait_results(ids, timeout=600)
+            for first in range(0, len(job_ids), BATCH):
+                chunk = job_ids[first:first + BATCH]
+                ids = [str(request + 1 + i) for i in range(len(chunk))]
+                request += len(chunk)
+                gahp.send(b"\r\n".join(f"BLAH_JOB_STATUS {rid} {job_id}".encode() for rid, job_id in zip(ids, chunk)))
+                for _ in ids:
+                    assert gahp.read(timeout=60) == ["S"]
+                gahp.wait_results(ids, timeout=600)
             pipelined_s = time.monotonic() - started
             api_requests = len(sim.requests())
+            rss_mb, peak_mb = _memory_mb(gahp.proc.pid)
             gahp.command("QUIT")
     return {"backend": backend, "pilots": pilots, "submit_s": submit_s, "submits_per_s": pilots / submit_s,
             "slowest_ack_ms": slowest_ack * 1000, "status_per_s": pilots * rounds / status_s,
-            "pipelined_status_per_s": pilots / pipelined_s,
+            "pipelined_status_per_s": pilots / pipelined_s, "rss_mb": rss_mb, "peak_rss_mb": peak_mb,
             "api_requests_during_status": api_requests}
+
+
+def _memory_mb(pid: int) -> Tuple[float, float]:
+    """The GAHP's resident memory now and at its peak (VmRSS, VmHWM), in MB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
 def _status(gahp: GahpProcess, request: int, job_id: str) -> str:
@@ -98,13 +114,13 @@ def main() -> None:
                         help="k8s, and the zero-cost memory backend for comparison in the same run")
     args = parser.parse_args()
     print(f"{'backend':>8} {'pilots':>7} {'submit s':>9} {'submits/s':>10} {'slowest S ms':>13} {'status/s':>9} "
-          f"{'status/s pipelined':>19} {'API requests in ' + str(args.rounds) + ' status rounds':>34}")
+          f"{'status/s pipelined':>19} {'RSS MB (peak)':>14} {'API requests in ' + str(args.rounds) + ' status rounds':>34}")
     for n in args.pilots:
         for backend in args.backends:
             r = run(n, args.rounds, backend)
             print(f"{backend:>8} {r['pilots']:>7} {r['submit_s']:>9.1f} {r['submits_per_s']:>10.1f} "
                   f"{r['slowest_ack_ms']:>13.1f} {r['status_per_s']:>9.0f} {r['pipelined_status_per_s']:>19.0f} "
-                  f"{r['api_requests_during_status']:>34}")
+                  f"{r['rss_mb']:>6.0f} ({r['peak_rss_mb']:>4.0f}) {r['api_requests_during_status']:>34}")
 
 
 if __name__ == "__main__":

@@ -157,3 +157,34 @@ def container_state(status: Mapping[str, Any], which: str) -> JsonObj:
 
 def optional_text(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and value else None
+
+
+#: The fields of a pod podgahp reads (everything else a pod carries — managedFields, the container's
+#: environment and command, tolerations, affinity, most of the spec — is dropped from the watch copy).
+_META_KEYS = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp",
+              "creationTimestamp", "ownerReferences")
+_STATUS_KEYS = ("phase", "reason", "message", "startTime")
+_CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
+
+
+def compact(pod: Mapping[str, Any]) -> JsonObj:
+    """A pod with only what podgahp reads, in the same shape (so :class:`PodView` and the state table
+    read it as the full pod): what the watch copy keeps, so memory stays small with many pilots."""
+    view = PodView(pod)
+    meta = {k: v for k, v in view.metadata.items() if k in _META_KEYS}
+    containers = [{k: c[k] for k in ("name", "image", "resources") if k in c} for c in view.containers]
+    spec: JsonObj = {"containers": containers}
+    if view.node:
+        spec["nodeName"] = view.node
+    volumes = [{"name": v.get("name"), "secret": {"items": (v.get("secret") or {}).get("items")}}
+               for v in view.volumes if isinstance(v.get("secret"), dict)]
+    if volumes:
+        spec["volumes"] = volumes
+    status: JsonObj = {k: v for k, v in view.status.items() if k in _STATUS_KEYS}
+    conditions = [{k: c[k] for k in _CONDITION_KEYS if k in c} for c in view.conditions]
+    if conditions:
+        status["conditions"] = conditions
+    statuses = [{k: c[k] for k in ("name", "image", "state") if k in c} for c in view.container_statuses]
+    if statuses:
+        status["containerStatuses"] = statuses
+    return {"metadata": meta, "spec": spec, "status": status}

@@ -4,7 +4,8 @@ Owns the watch thread: a label-selected LIST, then WATCH requests resumed from t
 ``resourceVersion`` seen (bookmarks included); ``410 Expired`` (as an HTTP status or an in-stream
 ``ERROR`` event) makes it LIST again. Status polls read the copy, so the number of API requests
 does not grow with the number of pilots polled. On API failures the copy keeps its last data and
-the thread retries with back-off. Knows nothing about jobs: it stores raw pod dicts by name.
+the thread retries with back-off. Knows nothing about jobs: it stores pods by name, each reduced to
+the fields podgahp reads (:func:`~gahp.backends.k8s.view.compact`), so memory stays small.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from gahp.backends.k8s.api import KubeApi, translate
-from gahp.backends.k8s.view import PodView
+from gahp.backends.k8s.view import PodView, compact
 from gahp.errors import Expired, GahpError, TransientError
 from gahp.retry import Backoff
 
@@ -127,7 +128,7 @@ class PodCache:
     def _bury(self, name: str, obj: JsonObj) -> None:
         """Remember a deleted pod's last state; caller holds ``_cond``."""
         now = time.monotonic()
-        self._gone[name] = (now, obj)
+        self._gone[name] = (now, compact(obj))
         if len(self._gone) > GONE_KEEP_MAX:
             for old in [n for n, (when, _) in self._gone.items() if now - when > GONE_KEEP_SECONDS]:
                 del self._gone[old]
@@ -144,8 +145,9 @@ class PodCache:
             return [self._pods[name] for name in self._index.get(value, ()) if name in self._pods]
 
     def _store(self, name: str, obj: JsonObj) -> None:
-        """Put a pod in the copy and the index; caller holds ``_cond``."""
+        """Put a pod in the copy (only the fields podgahp reads) and the index; caller holds ``_cond``."""
         self._unindex(name)
+        obj = compact(obj)
         self._pods[name] = obj
         if self._index_label:
             value = PodView(obj).label(self._index_label)

@@ -45,3 +45,23 @@ def test_odd_shapes_read_as_absent(odd: Dict[str, Any]) -> None:
     assert refusal(odd, "ce", "user") is not None  # not ours, whatever else it is
     assert classify(odd, now=datetime.datetime.now(datetime.timezone.utc), unschedulable_timeout_s=0,
                     disruption_action="requeue").key == "Pending"
+
+
+def test_the_watch_copy_keeps_what_podgahp_reads_and_nothing_else() -> None:
+    """A compact pod answers every question podgahp asks the same way as the full pod."""
+    from gahp.backends.k8s.view import compact
+
+    full = dict(POD, metadata=dict(POD["metadata"], managedFields=[{"manager": "kubelet", "fieldsV1": {"x": 1}}]),
+                spec=dict(POD["spec"], tolerations=[{"key": "k"}], volumes=[
+                    {"name": "inputs", "secret": {"secretName": "p", "items": [{"key": "proxy", "path": "x"}]}},
+                    {"name": "work", "emptyDir": {}}]))
+    small = compact(full)
+    assert "managedFields" not in small["metadata"] and "tolerations" not in small["spec"]
+    assert small["spec"]["volumes"] == [{"name": "inputs", "secret": {"items": [{"key": "proxy", "path": "x"}]}}]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for pod in (full, small):
+        view = PodView(pod)
+        assert (view.name, view.node, view.phase, view.deleting, view.label("a")) == ("p", "n1", "Failed", True, "1")
+    assert classify(full, now=now, unschedulable_timeout_s=0, disruption_action="hold") == \
+        classify(small, now=now, unschedulable_timeout_s=0, disruption_action="hold")
+    assert len(repr(small)) < len(repr(full))
