@@ -215,6 +215,8 @@ class Cluster:
         self.nodes: Dict[str, NodeState] = {n.name: _node_state(n, i) for i, n in enumerate(config.nodes)}
         self.runs: Dict[str, PodRun] = {}
         self.orphaned_since: Dict[str, float] = {}
+        self._usage: Optional[Dict[str, Dict[str, Fraction]]] = None
+        """Per-node usage while a tick schedules (None otherwise)."""
         self.pullable = None if config.pullable_images is None else (
             set(config.pullable_images) | {normalised(i) for i in config.pullable_images})
         self.published: Set[str] = set()
@@ -275,8 +277,13 @@ class Cluster:
                        and (p.get("status") or {}).get("phase") not in TERMINAL]
             pending.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
                                         int(p["metadata"]["resourceVersion"])))
-            for pod in pending:
-                self._schedule(pod, now)
+            # Node usage summed once per tick (not per pending pod), then kept current as pods bind.
+            self._usage = self._all_usage(pods) if pending else None
+            try:
+                for pod in pending:
+                    self._schedule(pod, now)
+            finally:
+                self._usage = None
             for pod in self.store.items("pods"):
                 if (pod.get("spec") or {}).get("nodeName"):
                     self._kubelet(pod, now)
@@ -284,15 +291,18 @@ class Cluster:
 
     # ------------------------------------------------------------------ scheduler
 
+    def _all_usage(self, pods: List[JsonObj]) -> Dict[str, Dict[str, Fraction]]:
+        usage: Dict[str, Dict[str, Fraction]] = {name: {"pods": Fraction(0)} for name in self.nodes}
+        for pod in pods:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node in usage and (pod.get("status") or {}).get("phase") not in TERMINAL:
+                _add_usage(usage[node], pod)
+        return usage
+
     def _used(self, node: str) -> Dict[str, Fraction]:
-        used: Dict[str, Fraction] = {"pods": Fraction(0)}
-        for pod in self.store.items("pods"):
-            if (pod.get("spec") or {}).get("nodeName") != node or (pod.get("status") or {}).get("phase") in TERMINAL:
-                continue
-            used["pods"] += 1
-            for name, value in pod_requests(pod).items():
-                used[name] = used.get(name, Fraction(0)) + value
-        return used
+        if self._usage is not None and node in self._usage:
+            return self._usage[node]
+        return self._all_usage(self.store.items("pods")).get(node, {"pods": Fraction(0)})
 
     def _fit_reasons(self, pod: JsonObj, node: NodeState) -> List[str]:
         spec = pod.get("spec") or {}
@@ -361,6 +371,8 @@ class Cluster:
             "type": "PodScheduled", "status": "True", "lastProbeTime": None,
             "lastTransitionTime": self._transition(run, "PodScheduled", "True", now)}]
         self._write(new)
+        if self._usage is not None and node in self._usage:
+            _add_usage(self._usage[node], new)
         self.events.pod(new, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (
             run.namespace, run.name, node), SCHEDULER, now=now)
         self._start_kubelet(run, node, now)
@@ -924,3 +936,9 @@ class Cluster:
                                         "bootID": str(uuid.uuid5(uuid.NAMESPACE_OID, node.config.name))}},
             })
         return result
+
+
+def _add_usage(used: Dict[str, Fraction], pod: JsonObj) -> None:
+    used["pods"] += 1
+    for name, value in pod_requests(pod).items():
+        used[name] = used.get(name, Fraction(0)) + value

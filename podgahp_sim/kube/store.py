@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple
 
 from .errors import expired as expired_body
 
@@ -56,6 +56,10 @@ class Store:
         self.changed = threading.Condition(self.lock)
         self.rv = 1
         self.objects: Dict[Key, JsonObj] = {}
+        self._keys: Dict[str, Set[Key]] = {}
+        """Keys of each resource (reads of one resource do not scan the others)."""
+        self._uids: Dict[str, Key] = {}
+        """Key of the object with each uid (the garbage collector's owner lookups)."""
         # One history per resource, as kube-apiserver keeps one watch cache per resource: a burst of
         # Events does not push pod history out.
         self.logs: Dict[str, Deque[Event]] = {}
@@ -73,14 +77,26 @@ class Store:
 
     def items(self, resource: str, namespace: Optional[str] = None) -> List[JsonObj]:
         with self.lock:
-            keys = sorted(k for k in self.objects if k[0] == resource and (namespace is None or k[1] == namespace))
+            keys = sorted(k for k in self._keys.get(resource, ()) if namespace is None or k[1] == namespace)
             return [self.objects[k] for k in keys]
 
     def by_uid(self, uid: str) -> Optional[JsonObj]:
-        for obj in self.objects.values():
-            if obj["metadata"].get("uid") == uid:
-                return obj
-        return None
+        with self.lock:
+            key = self._uids.get(uid)
+            obj = self.objects.get(key) if key is not None else None
+            return obj if obj is not None and obj["metadata"].get("uid") == uid else None
+
+    def _index(self, key: Key, obj: JsonObj) -> None:
+        self._keys.setdefault(key[0], set()).add(key)
+        uid = obj["metadata"].get("uid")
+        if uid:
+            self._uids[uid] = key
+
+    def _unindex(self, key: Key, obj: JsonObj) -> None:
+        self._keys.get(key[0], set()).discard(key)
+        uid = obj["metadata"].get("uid")
+        if uid and self._uids.get(uid) == key:
+            del self._uids[uid]
 
     # ------------------------------------------------------------------ writes
 
@@ -99,7 +115,9 @@ class Store:
         with self.lock:
             meta = obj["metadata"]
             self._bump(obj)
-            self.objects[(resource, meta.get("namespace", ""), meta["name"])] = obj
+            key = (resource, meta.get("namespace", ""), meta["name"])
+            self.objects[key] = obj
+            self._index(key, obj)
             self._record("ADDED", resource, obj, None)
             return obj
 
@@ -110,7 +128,9 @@ class Store:
             key = (resource, meta.get("namespace", ""), meta["name"])
             old = self.objects[key]
             self._bump(obj)
+            self._unindex(key, old)
             self.objects[key] = obj
+            self._index(key, obj)
             self._record("MODIFIED", resource, obj, copy.deepcopy(old))
             return obj
 
@@ -119,6 +139,7 @@ class Store:
             old = self.objects.pop((resource, namespace, name), None)
             if old is None:
                 return None
+            self._unindex((resource, namespace, name), old)
             before = copy.deepcopy(old)
             self._bump(old)
             self._record("DELETED", resource, old, before)
