@@ -274,23 +274,27 @@ def check_limits(job: PilotJob, queue: QueueSettings) -> None:
                              f"per pilot ({_knob(queue, knob)})")
 
 
+def _allowed_setting(job: PilotJob, queue: QueueSettings, setting: str, what: str, allowed: Tuple[str, ...],
+                     knob: str) -> Optional[str]:
+    """A route's setting that only the queue's allow-list lets through (None when the job has none)."""
+    value = job.setting(setting)
+    if value is None:
+        return None
+    text = str(value)
+    if not _allowed(text, allowed):
+        raise InvalidJob(f"{what} {text!r} ({setting} from the job ad) is not allowed in queue {queue.name}; "
+                         f"an admin allows it with {_knob(queue, knob)} = "
+                         f"{' '.join(allowed) or '(empty: none allowed)'}")
+    return text
+
+
 def _apply_overrides(job: PilotJob, queue: QueueSettings, spec: JsonObj, container: JsonObj) -> None:
-    image = job.setting("k8s_image")
+    image = _allowed_setting(job, queue, "k8s_image", "image", queue.allowed_images, "ALLOWED_IMAGES")
     if image is not None:
-        image = str(image)
-        if not _allowed(image, queue.allowed_images):
-            raise InvalidJob(f"image {image!r} (k8s_image from the job ad) is not allowed in queue {queue.name}; "
-                             f"an admin allows image overrides with {_knob(queue, 'ALLOWED_IMAGES')} = "
-                             f"{' '.join(queue.allowed_images) or '(empty: none allowed)'}")
         container["image"] = image
-    priority = job.setting("k8s_priority_class")
+    priority = _allowed_setting(job, queue, "k8s_priority_class", "priority class", queue.allowed_priority_classes,
+                                "ALLOWED_PRIORITY_CLASSES")
     if priority is not None:
-        priority = str(priority)
-        if not _allowed(priority, queue.allowed_priority_classes):
-            raise InvalidJob(f"priority class {priority!r} (k8s_priority_class from the job ad) is not allowed "
-                             f"in queue {queue.name}; an admin allows it with "
-                             f"{_knob(queue, 'ALLOWED_PRIORITY_CLASSES')} = "
-                             f"{' '.join(queue.allowed_priority_classes) or '(empty: none allowed)'}")
         spec["priorityClassName"] = priority
         spec.pop("priority", None)
 
