@@ -227,7 +227,8 @@ def test_stop_ends_open_watch(make_sim: Callable[..., KubeSim],
 
     thread = threading.Thread(target=consume)
     thread.start()
-    sim.wait_for(lambda: any(r.query.get("watch") == "true" for r in sim.requests("GET", "/pods$")),
+    sim.wait_for(lambda: any(str(r.query.get("watch", "")).lower() in ("true", "1")  # the oldest client sends "True"
+                             for r in sim.requests("GET", "/pods$")),
                  what="the watch is open")
     sim.stop()
     assert done.wait(5)
