@@ -161,16 +161,10 @@ class KubernetesBackend(Backend):
             if pod is not None:
                 return pod, api, cache
         for api, cache in caches:
-            try:
-                pod = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace, job_id=jid)
-            except NotFound:
-                continue
-            why = refusal(pod, self.settings.ce_name, self.user)
-            if why is not None:
-                raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
-            log.info("[%s] pod not in the watch copy yet; read it", jid)
-            cache.put(pod)
-            return pod, api, cache
+            pod = self._read_into(api, cache, namespace, name, jid)
+            if pod is not None:
+                log.info("[%s] pod not in the watch copy yet; read it", jid)
+                return pod, api, cache
         for api, cache in caches:
             last = cache.gone(name)
             if last is not None and _disrupted(last):
@@ -271,17 +265,19 @@ class KubernetesBackend(Backend):
         raise TransientError(f"sandbox {job.sandbox_id}: pods kept appearing under the names podgahp chose; "
                              "another process is submitting the same sandbox")
 
-    def _read_into(self, api: KubeApi, cache: PodCache, namespace: str, name: str, jid: str) -> None:
-        """Read one pod into the watch copy (it exists, the copy has not seen it yet); a pod of that name
+    def _read_into(self, api: KubeApi, cache: PodCache, namespace: str, name: str, jid: str) -> Optional[JsonObj]:
+        """Read one pod the watch copy lacks into it (None if there is no such pod); a pod of that name
         that is not this user's is refused."""
         try:
-            pod = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace, job_id=jid)
+            pod: JsonObj = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace,
+                                    job_id=jid)
         except NotFound:
-            return  # deleted meanwhile: the next attempt creates it again
+            return None
         why = refusal(pod, self.settings.ce_name, self.user)
         if why is not None:
             raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
         cache.put(pod)
+        return pod
 
     def _check_cap(self, api: KubeApi, namespace: str, queue: QueueSettings) -> None:
         cache = self._cache(api, namespace)

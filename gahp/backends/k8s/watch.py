@@ -81,7 +81,6 @@ class PodCache:
         self._floor_rv: Optional[str] = None
         self._synced = False
         self._error: Optional[GahpError] = None
-        self._last_list_start = float("-inf")
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._response: Any = None
@@ -185,7 +184,6 @@ class PodCache:
         """LIST the namespace, :data:`PAGE` pods a request (``limit``/``continue``: one snapshot, so an
         API server never builds one huge answer), and replace the copy; caller holds ``_list_lock``.
         A continue token that expired mid-way (410) starts the LIST again."""
-        started = time.monotonic()
         fresh: Dict[str, JsonObj] = {}
         token: Optional[str] = None
         while True:
@@ -220,7 +218,6 @@ class PodCache:
             self._floor_rv = self._rv
             self._synced = True
             self._error = None
-            self._last_list_start = started
             self.lists += 1
             self._cond.notify_all()
         log.debug("listed %d pods in namespace %s at resourceVersion %s", len(items), self.namespace, rv)
