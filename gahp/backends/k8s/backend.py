@@ -145,8 +145,9 @@ class KubernetesBackend(Backend):
         return self.settings.queue(None)
 
     def _find(self, jid: str) -> Tuple[Optional[JsonObj], Optional[KubeApi], Optional[PodCache]]:
-        """The pod of a job id from the watch copies; on a miss, one GET of that pod (never a relist:
-        the cost of a stale or unknown job id is one request, whatever the number of pods).
+        """The pod of a job id from the watch copies; on a miss, or while a copy is still being listed,
+        one GET of that pod (never a relist, never a wait for the LIST: the cost of a stale or unknown
+        job id is one request, whatever the number of pods).
 
         A pod deleted by Kubernetes after a disruption (preemption, eviction API, node drain) is
         returned as last seen, so that its outcome can still be reported. A pod of that name that is
@@ -156,14 +157,15 @@ class KubernetesBackend(Backend):
         apis = self._clusters_for(namespace)
         caches = [(api, self._cache(api, namespace)) for api in apis]
         for api, cache in caches:
-            cache.wait_synced(self.settings.sync_timeout_s)
-            pod = cache.get(name)
+            cache.start()
+            pod = cache.get(name) if cache.synced else None
             if pod is not None:
                 return pod, api, cache
         for api, cache in caches:
             pod = self._read_into(api, cache, namespace, name, jid)
             if pod is not None:
-                log.info("[%s] pod not in the watch copy yet; read it", jid)
+                if cache.synced:
+                    log.info("[%s] pod not in the watch copy yet; read it", jid)
                 return pod, api, cache
         for api, cache in caches:
             last = cache.gone(name)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
+from gahp.backends.k8s.sharing import Canon
+
 JsonObj = Dict[str, Any]
 
 #: Pod phases after which nothing runs again.
@@ -167,11 +169,23 @@ _STATUS_KEYS = ("phase", "reason", "message", "startTime")
 _CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
 
 
-def compact(pod: Mapping[str, Any]) -> JsonObj:
+def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None) -> JsonObj:
     """A pod with only what podgahp reads, in the same shape (so :class:`PodView` and the state table
-    read it as the full pod): what the watch copy keeps, so memory stays small with many pilots."""
+    read it as the full pod): what the watch copy keeps, so memory stays small with many pilots. With
+    ``canon``, the parts equal across pods (label and annotation keys and values, the spec, conditions,
+    container states...) are shared with the pods compacted before."""
+    share = canon.share if canon is not None else _same
+    mapping = canon.mapping if canon is not None else _same
     view = PodView(pod)
-    meta = {k: v for k, v in view.metadata.items() if k in _META_KEYS}
+    meta: JsonObj = {}
+    for key, value in view.metadata.items():
+        if key not in _META_KEYS:
+            continue
+        if key in ("labels", "annotations") and isinstance(value, dict):
+            value = mapping(value)
+        elif key in ("namespace", "creationTimestamp", "ownerReferences"):
+            value = share(value)
+        meta[key] = value
     containers = [{k: c[k] for k in ("name", "image", "resources") if k in c} for c in view.containers]
     spec: JsonObj = {"containers": containers}
     if view.node:
@@ -180,11 +194,15 @@ def compact(pod: Mapping[str, Any]) -> JsonObj:
                for v in view.volumes if isinstance(v.get("secret"), dict)]
     if volumes:
         spec["volumes"] = volumes
-    status: JsonObj = {k: v for k, v in view.status.items() if k in _STATUS_KEYS}
-    conditions = [{k: c[k] for k in _CONDITION_KEYS if k in c} for c in view.conditions]
+    status: JsonObj = {k: share(v) for k, v in view.status.items() if k in _STATUS_KEYS}
+    conditions = [share({k: c[k] for k in _CONDITION_KEYS if k in c}) for c in view.conditions]
     if conditions:
         status["conditions"] = conditions
-    statuses = [{k: c[k] for k in ("name", "image", "state") if k in c} for c in view.container_statuses]
+    statuses = [share({k: c[k] for k in ("name", "image", "state") if k in c}) for c in view.container_statuses]
     if statuses:
         status["containerStatuses"] = statuses
-    return {"metadata": meta, "spec": spec, "status": status}
+    return {"metadata": meta, "spec": share(spec), "status": status}
+
+
+def _same(value: Any) -> Any:
+    return value

@@ -14,9 +14,10 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.k8s.api import KubeApi, translate
+from gahp.backends.k8s.sharing import Canon
 from gahp.backends.k8s.view import PodView, compact
 from gahp.errors import Expired, GahpError, TransientError
 from gahp.retry import Backoff
@@ -74,8 +75,10 @@ class PodCache:
         self._list_lock = threading.Lock()
         self._pods: Dict[str, JsonObj] = {}
         self._index_label = index_label
-        self._index: Dict[str, Set[str]] = {}
-        """Value of ``index_label`` -> names of the pods that have it."""
+        self._index: Dict[str, Tuple[str, ...]] = {}
+        """Value of ``index_label`` -> names of the pods that have it (a tuple: mostly one name)."""
+        self._canon = Canon()
+        """What the stored pods share (:mod:`gahp.backends.k8s.sharing`)."""
         self._gone: Dict[str, Tuple[float, JsonObj]] = {}
         self._rv: Optional[str] = None
         self._floor_rv: Optional[str] = None
@@ -124,10 +127,10 @@ class PodCache:
             entry = self._gone.get(name)
             return entry[1] if entry else None
 
-    def _bury(self, name: str, obj: JsonObj) -> None:
+    def _bury(self, name: str, obj: JsonObj, compacted: bool = False) -> None:
         """Remember a deleted pod's last state; caller holds ``_cond``."""
         now = time.monotonic()
-        self._gone[name] = (now, compact(obj))
+        self._gone[name] = (now, obj if compacted else compact(obj, self._canon))
         if len(self._gone) > GONE_KEEP_MAX:
             for old in [n for n, (when, _) in self._gone.items() if now - when > GONE_KEEP_SECONDS]:
                 del self._gone[old]
@@ -143,15 +146,18 @@ class PodCache:
         with self._cond:
             return [self._pods[name] for name in self._index.get(value, ()) if name in self._pods]
 
-    def _store(self, name: str, obj: JsonObj) -> None:
+    def _store(self, name: str, obj: JsonObj, compacted: bool = False) -> None:
         """Put a pod in the copy (only the fields podgahp reads) and the index; caller holds ``_cond``."""
         self._unindex(name)
-        obj = compact(obj)
+        if not compacted:
+            obj = compact(obj, self._canon)
         self._pods[name] = obj
         if self._index_label:
             value = PodView(obj).label(self._index_label)
             if value:
-                self._index.setdefault(value, set()).add(name)
+                names = self._index.get(value, ())
+                if name not in names:
+                    self._index[value] = names + (name,)
 
     def _drop(self, name: str) -> None:
         self._unindex(name)
@@ -162,11 +168,11 @@ class PodCache:
         if old is None or not self._index_label:
             return
         value = PodView(old).label(self._index_label)
-        names = self._index.get(value)
-        if names is not None:
-            names.discard(name)
-            if not names:
-                del self._index[value]
+        names = tuple(n for n in self._index.get(value, ()) if n != name)
+        if names:
+            self._index[value] = names
+        else:
+            self._index.pop(value, None)
 
     def put(self, pod: JsonObj) -> None:
         """Record a pod the caller just got from the API (e.g. a create's response)."""
@@ -183,7 +189,9 @@ class PodCache:
     def _list(self) -> None:
         """LIST the namespace, :data:`PAGE` pods a request (``limit``/``continue``: one snapshot, so an
         API server never builds one huge answer), and replace the copy; caller holds ``_list_lock``.
-        A continue token that expired mid-way (410) starts the LIST again."""
+        Each page is reduced to what podgahp reads as it comes, so a LIST never holds all pods in full.
+        A continue token that expired mid-way (410) starts the LIST again. A pod the copy got after
+        the snapshot (a create's answer, a read) stays."""
         fresh: Dict[str, JsonObj] = {}
         token: Optional[str] = None
         while True:
@@ -200,27 +208,33 @@ class PodCache:
             for item in body.get("items") or []:
                 name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
                 if name:
-                    fresh[name] = item
+                    fresh[name] = compact(item, self._canon)
+            del body["items"]
             meta = body.get("metadata") or {}
             token = meta.get("continue") or None
             if not token:
                 break
         rv = meta.get("resourceVersion")
-        items = fresh
+        listed_rv = str(rv) if rv is not None else None
         with self._cond:
             for name, obj in self._pods.items():
-                if name not in fresh:
-                    self._bury(name, obj)
+                if name in fresh:
+                    if not _newer(resource_version(fresh[name]), resource_version(obj)):
+                        fresh[name] = obj
+                elif _after(resource_version(obj), listed_rv):
+                    fresh[name] = obj  # newer than the snapshot: the watch from it will bring it again
+                else:
+                    self._bury(name, obj, compacted=True)
             self._pods, self._index = {}, {}
             for name, obj in fresh.items():
-                self._store(name, obj)
-            self._rv = str(rv) if rv is not None else None
+                self._store(name, obj, compacted=True)
+            self._rv = listed_rv
             self._floor_rv = self._rv
             self._synced = True
             self._error = None
             self.lists += 1
             self._cond.notify_all()
-        log.debug("listed %d pods in namespace %s at resourceVersion %s", len(items), self.namespace, rv)
+        log.debug("listed %d pods in namespace %s at resourceVersion %s", len(fresh), self.namespace, rv)
 
     def _apply(self, event: JsonObj) -> None:
         kind = event.get("type")

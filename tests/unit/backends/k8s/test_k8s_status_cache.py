@@ -205,3 +205,21 @@ def test_one_clean_up_pass_deletes_everything_due(make_backend: BackendFactory, 
     sim.wait_for(lambda: all(cache.get(n) for n in newer), 20, "the watch copy has every pod")
     assert sorted(backend.reap(cache)) == sorted(old)
     assert all(sim.pod(NAMESPACE, n) is not None for n in newer)
+
+
+def test_a_status_does_not_wait_for_the_namespace_list(make_backend: BackendFactory, sim: KubeSim) -> None:
+    """A GAHP started on a namespace whose LIST is slow (many pods, a loaded API server) answers a
+    status with one GET of that pod instead of waiting for the LIST."""
+    names = [name_of("slow-list")]
+    _create_pods(sim, names)
+    sim.delay_next(8, method="GET", path=f"/namespaces/{NAMESPACE}/pods$")
+    backend = make_backend()
+    started = time.monotonic()
+    assert backend.status(f"k8s/{NAMESPACE}/{names[0]}").phase in (Phase.IDLE, Phase.RUNNING)
+    assert time.monotonic() - started < 4
+    reads = sim.requests("GET", f"/pods/{names[0]}$")
+    assert len(reads) == 1
+    cache = next(iter(backend._caches.values()))
+    assert not cache.synced  # the LIST is still being served: the answer did not come from it
+    sim.wait_for(lambda: cache.synced, 20, "the LIST in")
+    assert cache.get(names[0]) is not None

@@ -65,3 +65,45 @@ def test_the_watch_copy_keeps_what_podgahp_reads_and_nothing_else() -> None:
     assert classify(full, now=now, unschedulable_timeout_s=0, disruption_action="hold") == \
         classify(small, now=now, unschedulable_timeout_s=0, disruption_action="hold")
     assert len(repr(small)) < len(repr(full))
+
+
+def test_pods_compacted_with_one_canon_share_what_is_equal() -> None:
+    """Label keys and values, the spec and conditions equal across pods are one object, not one per pod;
+    what differs stays each pod's own."""
+    from gahp.backends.k8s.sharing import Canon
+    from gahp.backends.k8s.view import compact
+
+    canon = Canon()
+    first = compact(dict(POD, metadata=dict(POD["metadata"], name="p1", labels={"queue": "default", "job": "1"})),
+                    canon)
+    second = compact(dict(POD, metadata=dict(POD["metadata"], name="p2", labels={"queue": "default", "job": "2"})),
+                     canon)
+    assert first["spec"] is second["spec"]
+    assert first["status"]["conditions"][0] is second["status"]["conditions"][0]
+    (k1, v1), (k2, v2) = [next(iter(p["metadata"]["labels"].items())) for p in (first, second)]
+    assert k1 is k2 and v1 is v2
+    assert (first["metadata"]["name"], second["metadata"]["name"]) == ("p1", "p2")
+    assert (first["metadata"]["labels"]["job"], second["metadata"]["labels"]["job"]) == ("1", "2")
+    assert compact(POD, canon) == compact(POD)
+
+
+@pytest.mark.parametrize("a, b", [(1, True), (1, 1.0), (1, "1"), ({"x": 1, "y": 2}, {"y": 2, "x": 1}),
+                                  ([1], (1,)), (None, "null")])
+def test_values_of_different_types_or_orders_are_never_shared(a: Any, b: Any) -> None:
+    from gahp.backends.k8s.sharing import Canon
+
+    canon = Canon()
+    assert canon.share(a) is a
+    shared = canon.share(b)
+    assert shared is b and type(shared) is type(b)
+
+
+def test_the_table_stays_within_its_limit() -> None:
+    from gahp.backends.k8s.sharing import Canon
+
+    canon = Canon(limit=100)
+    for i in range(1000):
+        canon.share(f"unique-{i}")
+        assert len(canon) <= 100
+    kept = canon.share("x" * 3)
+    assert canon.share("xxx") is kept

@@ -1,0 +1,68 @@
+"""One copy of equal values across the pods of the watch copy.
+
+Pilots of one CE look alike: the same label and annotation keys, mostly the same values, the same
+spec, a handful of phases and conditions. Stored as parsed from each API answer, every pod carries
+its own copy of all of it (about 9 KB a pod). :class:`Canon` hands out one shared object for equal
+values, so a pod costs what is its own (name, uid, versions, times).
+
+Shared objects are never changed in place: the watch copy is read-only (a reader that wants a
+different pod builds a new dict). The table is bounded (:data:`LIMIT` values): when it is full it is
+emptied and fills again, so a stream of unique values (times, ids) never grows it without end; values
+already shared stay shared.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Hashable, TypeVar
+
+#: Distinct values remembered at most.
+LIMIT = 65536
+
+T = TypeVar("T")
+
+
+def _key(value: Any) -> Hashable:
+    """A key equal only for values that are equal *and* of the same JSON shape: a string is its own
+    key; anything else is tagged with its type and serialised in order (so ``1``, ``1.0``, ``True`` and
+    ``"1"``, or two dicts with their keys in different orders, never share)."""
+    if type(value) is str:
+        return value
+    return (type(value).__name__, json.dumps(value, separators=(",", ":")))
+
+
+class Canon:
+    """A bounded table of values handed out in place of equal ones."""
+
+    __slots__ = ("limit", "_table", "hits", "misses")
+
+    def __init__(self, limit: int = LIMIT) -> None:
+        self.limit = limit
+        self._table: Dict[Hashable, Any] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def share(self, value: T) -> T:
+        """``value``, or an equal value handed out before. JSON values only (str, numbers, bools,
+        None, lists and dicts of them); anything else is returned as it is."""
+        try:
+            key = _key(value)
+        except (TypeError, ValueError):
+            return value
+        shared = self._table.get(key)
+        if shared is not None:
+            self.hits += 1
+            return shared  # type: ignore[no-any-return]
+        self.misses += 1
+        if len(self._table) >= self.limit:
+            self._table.clear()
+        self._table[key] = value
+        return value
+
+    def mapping(self, value: Dict[str, Any]) -> Dict[str, Any]:
+        """A dict of strings (labels, annotations; each pod's own as a whole) with its keys and string
+        values shared."""
+        return {self.share(k): (self.share(v) if type(v) is str else v) for k, v in value.items()}
