@@ -9,6 +9,9 @@ the :class:`Cluster` driver methods.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
 import copy
 import json
 import logging
@@ -37,6 +40,23 @@ from .tls import peer_user
 log = logging.getLogger(__name__)
 
 KINDS = {"pods": "Pod", "secrets": "Secret", "events": "Event"}
+#: kube-apiserver's message for a continue token older than its watch cache.
+CONTINUE_EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start "
+                    "a new list without the continue parameter, or use the continue token in this response to "
+                    "retrieve the remainder of the results. Continuing with the provided token results in an "
+                    "inconsistent list - objects that were created, modified, or deleted between the time the "
+                    "first chunk was returned and now may show up in the list.")
+
+
+def _continue_key(token: str) -> Tuple[int, Tuple[str, str]]:
+    """The resource version and last (namespace, name) a continue token carries (400 if malformed)."""
+    try:
+        rv, namespace, name = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if isinstance(rv, int) and isinstance(namespace, str) and isinstance(name, str):
+            return rv, (namespace, name)
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    raise bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
 UPDATE_FORBIDDEN = ("pod updates may not change fields other than `spec.containers[*].image`,"
                     "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions "
                     "to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it "
@@ -507,23 +527,38 @@ class Api:
         raise method_not_allowed()
 
     def list(self, resource: str, namespace: Optional[str], query: Mapping[str, str]) -> Reply:
+        """A LIST, paginated with ``limit``/``continue`` as kube-apiserver does: every page carries
+        the first page's resourceVersion (a watch from it sees every change since the first page);
+        a token older than the event log is 410 Expired; a malformed one is 400. Items are the live
+        objects (not a snapshot), which a client resuming a watch from that version handles alike.
+        ``remainingItemCount`` is given only when no selector is (the server cannot count matches
+        without reading them)."""
         matches = self._matcher(resource, namespace, query)
-        limit = _int_param(query, "limit")
-        start = query.get("continue", "")
+        limit = max(_int_param(query, "limit") or 0, 0)
+        token = query.get("continue", "")
+        after: Optional[Tuple[str, str]] = None
         with self.store.lock:
-            items = [self._bare(o) for o in self.store.items(resource, namespace) if matches(o)]
-            rv = str(self.store.rv)
-        meta: JsonObj = {"resourceVersion": rv}
-        if start:
-            items = [o for o in items if (o["metadata"]["namespace"], o["metadata"]["name"]) >
-                     tuple(json.loads(start))] if start.startswith("[") else []
-        if limit and limit > 0 and len(items) > limit:
-            last = items[limit - 1]["metadata"]
-            meta["continue"] = json.dumps([last["namespace"], last["name"]], separators=(",", ":"))
-            meta["remainingItemCount"] = len(items) - limit
-            items = items[:limit]
+            rv = self.store.rv
+            if token:
+                rv, after = _continue_key(token)
+                if rv < max(self.store.compacted_all, self.store.compacted.get(resource, 0)):
+                    raise ApiError(410, status_body(410, "Expired", CONTINUE_EXPIRED))
+            found, more = self.store.page(resource, namespace, after, matches, limit)
+            items = [self._bare(o) for o in found]
+            meta: JsonObj = {"resourceVersion": str(rv)}
+            if more:
+                last = items[-1]["metadata"]
+                meta["continue"] = base64.urlsafe_b64encode(json.dumps(
+                    [rv, last.get("namespace", ""), last["name"]], separators=(",", ":")).encode()).decode()
+                if not query.get("labelSelector") and not query.get("fieldSelector"):
+                    meta["remainingItemCount"] = len(self.store.sorted_keys(resource, namespace)) - \
+                        self._position(resource, namespace, last) - 1
         kind = {"pods": "PodList", "secrets": "SecretList", "events": "EventList"}[resource]
         return Reply(200, {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items})
+
+    def _position(self, resource: str, namespace: Optional[str], meta: JsonObj) -> int:
+        keys = self.store.sorted_keys(resource, namespace)
+        return bisect.bisect_left(keys, (resource, meta.get("namespace", ""), meta["name"]))
 
     def watch(self, resource: str, namespace: Optional[str], query: Mapping[str, str]) -> Reply:
         matches = self._matcher(resource, namespace, query)
@@ -591,7 +626,7 @@ class Api:
                 errors = admission.secret_errors(obj)
             if errors:
                 raise invalid(kind, str(meta.get("name") or ""), errors)
-            if resource == "pods":
+            if resource == "pods" and self.quota is not None:
                 others = [p for p in self.store.items("pods", namespace)
                           if (p.get("status") or {}).get("phase") not in TERMINAL]
                 admission.check_quota(obj, self.quota, others)

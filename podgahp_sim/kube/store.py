@@ -10,6 +10,7 @@ Owns no HTTP or scheduling logic.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import threading
 import time
@@ -58,6 +59,8 @@ class Store:
         self.objects: Dict[Key, JsonObj] = {}
         self._keys: Dict[str, Set[Key]] = {}
         """Keys of each resource (reads of one resource do not scan the others)."""
+        self._sorted: Dict[str, List[Key]] = {}
+        """Keys of each resource in order, kept while no object of it is created or deleted."""
         self._uids: Dict[str, Key] = {}
         """Key of the object with each uid (the garbage collector's owner lookups)."""
         # One history per resource, as kube-apiserver keeps one watch cache per resource: a burst of
@@ -75,10 +78,41 @@ class Store:
         """The stored object itself (callers copy before handing it out)."""
         return self.objects.get((resource, namespace, name))
 
+    def sorted_keys(self, resource: str, namespace: Optional[str] = None) -> List[Key]:
+        """Keys of ``resource`` (of one namespace if given) in (namespace, name) order; the order is
+        kept between writes, so a read of many objects does not sort them each time."""
+        with self.lock:
+            keys = self._sorted.get(resource)
+            if keys is None:
+                keys = self._sorted[resource] = sorted(self._keys.get(resource, ()))
+            if namespace is None:
+                return keys
+            return keys[bisect.bisect_left(keys, (resource, namespace, "")):
+                        bisect.bisect_left(keys, (resource, namespace + "\0", ""))]
+
+    def count(self, resource: str) -> int:
+        return len(self._keys.get(resource, ()))
+
     def items(self, resource: str, namespace: Optional[str] = None) -> List[JsonObj]:
         with self.lock:
-            keys = sorted(k for k in self._keys.get(resource, ()) if namespace is None or k[1] == namespace)
-            return [self.objects[k] for k in keys]
+            return [self.objects[k] for k in self.sorted_keys(resource, namespace)]
+
+    def page(self, resource: str, namespace: Optional[str], after: Optional[Tuple[str, str]],
+             matches: Matcher, limit: int) -> Tuple[List[JsonObj], bool]:
+        """Up to ``limit`` matching objects (all if ``limit`` is 0) after ``after`` (namespace, name)
+        in order, and whether more follow: a page costs its own objects, not the resource's."""
+        with self.lock:
+            keys = self.sorted_keys(resource, namespace)
+            start = bisect.bisect_right(keys, (resource,) + after) if after else 0
+            found: List[JsonObj] = []
+            for index in range(start, len(keys)):
+                obj = self.objects[keys[index]]
+                if not matches(obj):
+                    continue
+                if limit and len(found) == limit:
+                    return found, True
+                found.append(obj)
+            return found, False
 
     def by_uid(self, uid: str) -> Optional[JsonObj]:
         with self.lock:
@@ -87,13 +121,18 @@ class Store:
             return obj if obj is not None and obj["metadata"].get("uid") == uid else None
 
     def _index(self, key: Key, obj: JsonObj) -> None:
-        self._keys.setdefault(key[0], set()).add(key)
+        keys = self._keys.setdefault(key[0], set())
+        if key not in keys:
+            keys.add(key)
+            self._sorted.pop(key[0], None)
         uid = obj["metadata"].get("uid")
         if uid:
             self._uids[uid] = key
 
-    def _unindex(self, key: Key, obj: JsonObj) -> None:
-        self._keys.get(key[0], set()).discard(key)
+    def _unindex(self, key: Key, obj: JsonObj, *, keep_key: bool = False) -> None:
+        if not keep_key and key in self._keys.get(key[0], ()):
+            self._keys[key[0]].discard(key)
+            self._sorted.pop(key[0], None)
         uid = obj["metadata"].get("uid")
         if uid and self._uids.get(uid) == key:
             del self._uids[uid]
@@ -128,7 +167,7 @@ class Store:
             key = (resource, meta.get("namespace", ""), meta["name"])
             old = self.objects[key]
             self._bump(obj)
-            self._unindex(key, old)
+            self._unindex(key, old, keep_key=True)
             self.objects[key] = obj
             self._index(key, obj)
             self._record("MODIFIED", resource, obj, copy.deepcopy(old))

@@ -228,6 +228,31 @@ def test_list_all_namespaces_and_pagination(make_sim: Callable[..., KubeSim],
     assert core.list_namespaced_pod("unknown").items == []
 
 
+def test_list_pages_carry_the_first_pages_version_and_expire_with_the_event_log(
+        make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient]) -> None:
+    """Every page of a paginated LIST answers with the first page's resourceVersion (a watch from it
+    misses no change made while the pages were read); remainingItemCount only without selectors; a
+    continue token older than the event log is 410, a forged one 400."""
+    sim = make_sim()
+    core = client.CoreV1Api(api_client_for(sim))
+    for name in ("a", "b", "c", "d", "e"):
+        core.create_namespaced_pod("default", pod_body(name))
+    first = core.list_namespaced_pod("default", limit=2)
+    assert first.metadata.remaining_item_count == 3
+    assert core.list_namespaced_pod("default", limit=2, label_selector="x!=y").metadata.remaining_item_count is None
+    core.create_namespaced_pod("default", pod_body("f"))
+    second = core.list_namespaced_pod("default", limit=2, _continue=first.metadata._continue)
+    assert [p.metadata.name for p in second.items] == ["c", "d"]
+    assert second.metadata.resource_version == first.metadata.resource_version
+    sim.compact()
+    with pytest.raises(client.ApiException) as expired:
+        core.list_namespaced_pod("default", limit=2, _continue=second.metadata._continue)
+    assert expired.value.status == 410 and json.loads(expired.value.body)["reason"] == "Expired"
+    with pytest.raises(client.ApiException) as forged:
+        core.list_namespaced_pod("default", limit=2, _continue="not-a-token")
+    assert forged.value.status == 400
+
+
 # ------------------------------------------------------------------ errors
 
 def _status(code: int, reason: str, message: str, details: Any = None) -> Dict[str, Any]:
