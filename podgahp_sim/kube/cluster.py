@@ -30,7 +30,8 @@ from .events import SCHEDULER, EventRecorder
 from .images import backoff_message, image_id, invalid_name_message, normalised, parse_reference, \
     pull_error_message
 from .quantity import format_quantity, parse_quantity
-from .store import JsonObj, Store, now_rfc3339
+from .agenda import Agenda, Key
+from .store import Expired, JsonObj, Store, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,7 @@ class Cluster:
         self._ip_counter = 1
         self.events = EventRecorder(store, config)
         self.started = time.time()
+        self.agenda = Agenda()
 
     # ------------------------------------------------------------------ helpers
 
@@ -266,28 +268,108 @@ class Cluster:
     # ------------------------------------------------------------------ loop
 
     def tick(self, now: Optional[float] = None) -> None:
-        """One scheduler + kubelet + garbage-collector pass."""
+        """One scheduler + kubelet + garbage-collector pass: over every pod in a small cluster (or
+        every ``full_sync_seconds``), else over the pods the :class:`Agenda` names."""
         now = time.time() if now is None else now
         with self.store.lock:
-            pods = self.store.items("pods")
-            live = {p["metadata"]["uid"] for p in pods}
-            for uid in [u for u in self.runs if u not in live]:
-                del self.runs[uid]
-            pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")
-                       and (p.get("status") or {}).get("phase") not in TERMINAL]
-            pending.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
-                                        int(p["metadata"]["resourceVersion"])))
-            # Node usage summed once per tick (not per pending pod), then kept current as pods bind.
-            self._usage = self._all_usage(pods) if pending else None
+            if (self.store.count("pods") < self.config.full_sync_below_pods or self.agenda.cursor is None
+                    or now - self.agenda.last_full >= self.config.full_sync_seconds):
+                self._full_pass(now)
+                return
             try:
-                for pod in pending:
-                    self._schedule(pod, now)
-            finally:
-                self._usage = None
-            for pod in self.store.items("pods"):
-                if (pod.get("spec") or {}).get("nodeName"):
-                    self._kubelet(pod, now)
-            self._collect_garbage(now)
+                self._pass(now)
+            except Expired:  # the changes since the last tick are no longer in the event log
+                self._full_pass(now)
+
+    def _full_pass(self, now: float) -> None:
+        self.agenda.reset(self.store.rv, now)
+        pods = self.store.items("pods")
+        live = {p["metadata"]["uid"] for p in pods}
+        for uid in [u for u in self.runs if u not in live]:
+            del self.runs[uid]
+        self._visit(pods, now)
+        self.agenda.collectable = self._collect_garbage(
+            [("secrets", o) for o in self.store.items("secrets")] + [("pods", o) for o in self.store.items("pods")],
+            now)
+
+    def _pass(self, now: float) -> None:
+        agenda = self.agenda
+        assert agenda.cursor is not None
+        changes = self.store.events_after("pods", agenda.cursor) + self.store.events_after("secrets", agenda.cursor)
+        agenda.cursor = self.store.rv
+        visit = agenda.due(now) | agenda.unbound
+        gone: List[Key] = []
+        for event in changes:
+            meta = event.obj["metadata"]
+            key = (event.resource, meta.get("namespace", ""), meta["name"])
+            if event.type == "DELETED":
+                gone.append(key)
+                agenda.collectable.update(self.store.dependents(meta.get("uid", "")))
+                if event.resource == "pods":
+                    self.runs.pop(meta.get("uid", ""), None)
+                continue
+            if meta.get("ownerReferences"):
+                agenda.collectable.add(key)
+            if event.resource == "pods":
+                visit.add(key)
+        agenda.forget(gone)
+        visit.difference_update(gone)
+        pods = [self.store.objects[k] for k in sorted(visit) if k in self.store.objects]
+        self._visit(pods, now)
+        candidates = [(k[0], self.store.objects[k]) for k in sorted(agenda.collectable) if k in self.store.objects]
+        agenda.collectable.intersection_update(self._collect_garbage(candidates, now))
+
+    def _visit(self, pods: List[JsonObj], now: float) -> None:
+        """Schedule the unbound pods of ``pods``, run the kubelet on the bound ones, and note when each
+        needs its next visit."""
+        pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")
+                   and (p.get("status") or {}).get("phase") not in TERMINAL]
+        pending.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
+                                    int(p["metadata"]["resourceVersion"])))
+        # Node usage summed once per pass (not per pending pod), then kept current as pods bind.
+        self._usage = self._all_usage(self.store.items("pods")) if pending else None
+        try:
+            for pod in pending:
+                self._schedule(pod, now)
+        finally:
+            self._usage = None
+        for old in pods:
+            key = ("pods", old["metadata"].get("namespace", ""), old["metadata"]["name"])
+            found = self.store.objects.get(key)
+            if found is None or found["metadata"].get("uid") != old["metadata"].get("uid"):
+                continue
+            pod = found
+            if not (pod.get("spec") or {}).get("nodeName"):
+                if (pod.get("status") or {}).get("phase") not in TERMINAL:
+                    self.agenda.unbound.add(key)
+                continue
+            self.agenda.unbound.discard(key)
+            self._kubelet(pod, now)
+            run = self.runs.get(pod["metadata"]["uid"])
+            current = self.store.objects.get(key)
+            if run is not None and current is not None:
+                at = self._next_step(current, run, now)
+                if at is not None:
+                    self.agenda.wake(key, at)
+
+    def _next_step(self, pod: JsonObj, run: PodRun, now: float) -> Optional[float]:
+        """When the kubelet next has something to do for this pod (None: only if the pod changes)."""
+        if run.dirty or pod["metadata"].get("deletionTimestamp"):
+            return now
+        if run.frozen:
+            return None
+        times = [c.next_at if c.state == "waiting" else c.exit_at for c in run.containers
+                 if c.state == "waiting" or (c.state == "running" and c.exit_at is not None)]
+        if run.storage_evict_at is not None:
+            times.append(run.storage_evict_at)
+        deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+        if deadline and run.bound_at is not None:
+            times.append(run.bound_at + float(deadline))
+        return min((t for t in times if t is not None), default=None)
+
+    def wake(self, pod: JsonObj) -> None:
+        """Visit this pod at the next tick (a driver action changed its run without writing it)."""
+        self.agenda.wake(("pods", pod["metadata"].get("namespace", ""), pod["metadata"]["name"]), 0.0)
 
     # ------------------------------------------------------------------ scheduler
 
@@ -717,22 +799,27 @@ class Cluster:
 
     # ------------------------------------------------------------------ garbage collector
 
-    def _collect_garbage(self, now: float) -> None:
+    def _collect_garbage(self, candidates: List[Tuple[str, JsonObj]], now: float) -> Set[Key]:
+        """Delete the objects among ``candidates`` whose owners have all been gone ``gc_seconds``;
+        returns the keys still waiting for that."""
         known = {"Pod", "Secret"}
-        for resource in ("secrets", "pods"):
-            for obj in self.store.items(resource):
-                refs = obj["metadata"].get("ownerReferences") or []
-                uid = obj["metadata"]["uid"]
-                if not refs or any(r.get("kind") not in known or self.store.by_uid(r.get("uid", "")) is not None
-                                   for r in refs):
-                    self.orphaned_since.pop(uid, None)
-                    continue
-                since = self.orphaned_since.setdefault(uid, now)
-                if now - since >= self.config.gc_seconds:
-                    self.orphaned_since.pop(uid, None)
-                    log.debug("garbage-collecting %s %s/%s", resource, obj["metadata"].get("namespace"),
-                              obj["metadata"]["name"])
-                    self.store.delete(resource, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        waiting: Set[Key] = set()
+        for resource, obj in candidates:
+            refs = obj["metadata"].get("ownerReferences") or []
+            uid = obj["metadata"]["uid"]
+            if not refs or any(r.get("kind") not in known or self.store.by_uid(r.get("uid", "")) is not None
+                               for r in refs):
+                self.orphaned_since.pop(uid, None)
+                continue
+            since = self.orphaned_since.setdefault(uid, now)
+            key = (resource, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+            if now - since >= self.config.gc_seconds:
+                self.orphaned_since.pop(uid, None)
+                log.debug("garbage-collecting %s %s/%s", resource, key[1], key[2])
+                self.store.delete(resource, key[1], key[2])
+            else:
+                waiting.add(key)
+        return waiting
 
     # ------------------------------------------------------------------ driver actions
 
@@ -849,6 +936,7 @@ class Cluster:
         with self.store.lock:
             pod = self._pod(namespace, name)
             run = self._run_for(pod)
+            self.wake(pod)
             now = time.time()
             if run.node is None and pod["spec"].get("nodeName"):
                 self._start_kubelet(run, pod["spec"]["nodeName"], now)
@@ -880,7 +968,9 @@ class Cluster:
     def exit_now(self, namespace: str, name: str, exit_code: int = 0) -> None:
         """Make the running containers of the pod exit at the next tick with this code."""
         with self.store.lock:
-            run = self._run_for(self._pod(namespace, name))
+            pod = self._pod(namespace, name)
+            run = self._run_for(pod)
+            self.wake(pod)
             for c in run.containers:
                 c.exit_code = exit_code
                 if c.state == "running":

@@ -102,6 +102,11 @@ class SimConfig:
     pullable_images: Optional[Tuple[str, ...]] = None
     """If set, only these images (as written in the pod, or normalised) can be pulled.  If ``None``,
     every valid reference is pullable except names containing ``does-not-exist``."""
+    full_sync_below_pods: int = 2000
+    """Below this many pods every tick visits every pod; from it on a tick visits only the pods that
+    changed, are due or wait for a node (:mod:`podgahp_sim.kube.agenda`)."""
+    full_sync_seconds: float = 300.0
+    """In a large cluster, a pass over every pod this often all the same (as the kubelet's periodic sync)."""
     gc_seconds: float = 0.3
     """Delay before the garbage collector deletes an object whose owners are all gone."""
     events_max: int = 1000

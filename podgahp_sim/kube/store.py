@@ -61,6 +61,8 @@ class Store:
         """Keys of each resource (reads of one resource do not scan the others)."""
         self._sorted: Dict[str, List[Key]] = {}
         """Keys of each resource in order, kept while no object of it is created or deleted."""
+        self._dependents: Dict[str, Set[Key]] = {}
+        """Owner uid -> keys of the objects whose ownerReferences name it."""
         self._uids: Dict[str, Key] = {}
         """Key of the object with each uid (the garbage collector's owner lookups)."""
         # One history per resource, as kube-apiserver keeps one watch cache per resource: a burst of
@@ -120,7 +122,19 @@ class Store:
             obj = self.objects.get(key) if key is not None else None
             return obj if obj is not None and obj["metadata"].get("uid") == uid else None
 
+    def dependents(self, uid: str) -> List[Key]:
+        """Keys of the objects that name ``uid`` as an owner."""
+        with self.lock:
+            return list(self._dependents.get(uid, ()))
+
+    def _owners(self, obj: JsonObj) -> List[str]:
+        refs = obj["metadata"].get("ownerReferences")
+        return [r["uid"] for r in refs if isinstance(r, dict) and isinstance(r.get("uid"), str)] \
+            if isinstance(refs, list) else []
+
     def _index(self, key: Key, obj: JsonObj) -> None:
+        for owner in self._owners(obj):
+            self._dependents.setdefault(owner, set()).add(key)
         keys = self._keys.setdefault(key[0], set())
         if key not in keys:
             keys.add(key)
@@ -130,6 +144,12 @@ class Store:
             self._uids[uid] = key
 
     def _unindex(self, key: Key, obj: JsonObj, *, keep_key: bool = False) -> None:
+        for owner in self._owners(obj):
+            keys = self._dependents.get(owner)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._dependents[owner]
         if not keep_key and key in self._keys.get(key[0], ()):
             self._keys[key[0]].discard(key)
             self._sorted.pop(key[0], None)

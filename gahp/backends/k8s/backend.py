@@ -26,8 +26,8 @@ from gahp.backends.k8s.cancel import CancelRetries
 from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems
-from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, LABEL_QUEUE, OVERRIDES, PROXY_KEY,
-                                   build_pod, job_id, load_template, parse_job_id, pod_name, stage_inputs)
+from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, ANNOTATIONS_READ, INPUT_VOLUME, LABEL_QUEUE,
+                                   LABELS_READ, OVERRIDES, PROXY_KEY, build_pod, job_id, load_template, parse_job_id, pod_name, stage_inputs)
 from gahp.backends.k8s.resubmit import RESUBMIT_RULES, is_live, resubmit_case
 from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
 from gahp.backends.k8s.secret import ensure_secret
@@ -103,7 +103,8 @@ class KubernetesBackend(Backend):
                 cache = self._caches[key] = PodCache(
                     api, namespace, owner_selector(self.settings.ce_name, self.user),
                     watch_timeout_s=self.settings.watch_timeout_s, backoff_s=max(self.settings.backoff_s, 0.1),
-                    backoff_max_s=self.settings.backoff_max_s, index_label=LABEL_SANDBOX)
+                    backoff_max_s=self.settings.backoff_max_s, index_label=LABEL_SANDBOX,
+                    labels=LABELS_READ, annotations=ANNOTATIONS_READ)
             start_reaper = self._reaper is None and self.settings.reap_interval_s > 0
             if start_reaper:
                 self._reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)

@@ -17,7 +17,7 @@ import json
 from typing import Any, Dict, Hashable, TypeVar
 
 #: Distinct values remembered at most.
-LIMIT = 65536
+LIMIT = 16384
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ webhook or another client may have put anything in it): a field of the wrong typ
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Collection, Dict, List, Mapping, Optional
 
 from gahp.backends.k8s.sharing import Canon
 
@@ -167,13 +167,17 @@ _META_KEYS = ("name", "namespace", "uid", "resourceVersion", "labels", "annotati
               "creationTimestamp", "ownerReferences")
 _STATUS_KEYS = ("phase", "reason", "message", "startTime")
 _CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
+#: The pod conditions podgahp reads (the others — Ready, Initialized... — are dropped).
+CONDITIONS_READ = ("PodScheduled", "DisruptionTarget")
 
 
-def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None) -> JsonObj:
+def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None, *, labels: Optional[Collection[str]] = None,
+            annotations: Optional[Collection[str]] = None) -> JsonObj:
     """A pod with only what podgahp reads, in the same shape (so :class:`PodView` and the state table
     read it as the full pod): what the watch copy keeps, so memory stays small with many pilots. With
     ``canon``, the parts equal across pods (label and annotation keys and values, the spec, conditions,
-    container states...) are shared with the pods compacted before."""
+    container states...) are shared with the pods compacted before. With ``labels`` or
+    ``annotations``, only those keys are kept of each."""
     share = canon.share if canon is not None else _same
     mapping = canon.mapping if canon is not None else _same
     view = PodView(pod)
@@ -182,7 +186,8 @@ def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None) -> JsonObj:
         if key not in _META_KEYS:
             continue
         if key in ("labels", "annotations") and isinstance(value, dict):
-            value = mapping(value)
+            only = labels if key == "labels" else annotations
+            value = mapping(value if only is None else {k: v for k, v in value.items() if k in only})
         elif key in ("namespace", "creationTimestamp", "ownerReferences"):
             value = share(value)
         meta[key] = value
@@ -195,7 +200,8 @@ def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None) -> JsonObj:
     if volumes:
         spec["volumes"] = volumes
     status: JsonObj = {k: share(v) for k, v in view.status.items() if k in _STATUS_KEYS}
-    conditions = [share({k: c[k] for k in _CONDITION_KEYS if k in c}) for c in view.conditions]
+    conditions = [share({k: c[k] for k in _CONDITION_KEYS if k in c}) for c in view.conditions
+                  if c.get("type") in CONDITIONS_READ]
     if conditions:
         status["conditions"] = conditions
     statuses = [share({k: c[k] for k in ("name", "image", "state") if k in c}) for c in view.container_statuses]

@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Collection, Dict, List, Optional, Tuple
 
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
@@ -64,7 +64,8 @@ class PodCache:
     """Pods of one namespace matching ``selector``, by name."""
 
     def __init__(self, api: KubeApi, namespace: str, selector: str, *, watch_timeout_s: int,
-                 backoff_s: float, backoff_max_s: float, index_label: str = "") -> None:
+                 backoff_s: float, backoff_max_s: float, index_label: str = "",
+                 labels: Optional[Collection[str]] = None, annotations: Optional[Collection[str]] = None) -> None:
         self.api = api
         self.namespace = namespace
         self.selector = selector
@@ -78,6 +79,8 @@ class PodCache:
         self._index: Dict[str, Tuple[str, ...]] = {}
         """Value of ``index_label`` -> names of the pods that have it (a tuple: mostly one name)."""
         self._canon = Canon()
+        self._kept = {"labels": labels, "annotations": annotations}
+        """The label and annotation keys the copy keeps (None: all)."""
         """What the stored pods share (:mod:`gahp.backends.k8s.sharing`)."""
         self._gone: Dict[str, Tuple[float, JsonObj]] = {}
         self._rv: Optional[str] = None
@@ -127,10 +130,13 @@ class PodCache:
             entry = self._gone.get(name)
             return entry[1] if entry else None
 
+    def _compact(self, pod: JsonObj) -> JsonObj:
+        return compact(pod, self._canon, **self._kept)
+
     def _bury(self, name: str, obj: JsonObj, compacted: bool = False) -> None:
         """Remember a deleted pod's last state; caller holds ``_cond``."""
         now = time.monotonic()
-        self._gone[name] = (now, obj if compacted else compact(obj, self._canon))
+        self._gone[name] = (now, obj if compacted else self._compact(obj))
         if len(self._gone) > GONE_KEEP_MAX:
             for old in [n for n, (when, _) in self._gone.items() if now - when > GONE_KEEP_SECONDS]:
                 del self._gone[old]
@@ -150,7 +156,7 @@ class PodCache:
         """Put a pod in the copy (only the fields podgahp reads) and the index; caller holds ``_cond``."""
         self._unindex(name)
         if not compacted:
-            obj = compact(obj, self._canon)
+            obj = self._compact(obj)
         self._pods[name] = obj
         if self._index_label:
             value = PodView(obj).label(self._index_label)
@@ -208,7 +214,7 @@ class PodCache:
             for item in body.get("items") or []:
                 name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
                 if name:
-                    fresh[name] = compact(item, self._canon)
+                    fresh[name] = self._compact(item)
             del body["items"]
             meta = body.get("metadata") or {}
             token = meta.get("continue") or None

@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client
 
 from podgahp_sim.k8s import KubeSim, SimNode
-from test_k8s_support import NS, api_client_for, core, make_sim, pod_body, sim
+from test_k8s_support import NS, api_client_for, core, make_sim_both_passes, pod_body, sim
 
-__all__ = ["api_client_for", "core", "make_sim", "sim"]  # fixtures used by name
+__all__ = ["api_client_for", "core", "make_sim_both_passes", "sim"]  # fixtures used by name (make_sim in both passes)
 
 
 def events_of(core: client.CoreV1Api, name: str, namespace: str = NS) -> List[Tuple[str, str, str, str]]:

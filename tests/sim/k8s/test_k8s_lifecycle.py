@@ -10,10 +10,11 @@ import pytest
 from kubernetes import client
 
 from podgahp_sim.k8s import KubeSim, SimNode, Taint
-from test_k8s_support import NS, api_client_for, core, expect_error, make_sim, phase, pod_body, sim, status_of
+from polling import wait_until
+from test_k8s_support import NS, api_client_for, core, expect_error, make_sim_both_passes, phase, pod_body, sim, status_of
 
 pytestmark = pytest.mark.filterwarnings("error")
-__all__ = ["api_client_for", "core", "make_sim", "sim"]  # fixtures used by name
+__all__ = ["api_client_for", "core", "make_sim_both_passes", "sim"]  # fixtures used by name (make_sim in both passes)
 
 
 def wait_phase(sim: KubeSim, core: client.CoreV1Api, name: str, *phases: str, timeout: float = 5) -> client.V1Pod:
@@ -389,3 +390,27 @@ def test_requests_by_kubelet_do_not_appear_in_the_request_log(sim: KubeSim, core
     wait_phase(sim, core, "p1", "Succeeded")
     methods: List[str] = [r.method for r in sim.requests()]
     assert methods.count("POST") == 1
+
+
+def test_a_tick_of_a_large_cluster_visits_only_what_changed_or_is_due(
+        make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient]) -> None:
+    """With pods visited by change (as from ``full_sync_below_pods`` on), a tick in which nothing
+    changed and nothing is due runs the kubelet for no pod; a pod that changes is visited."""
+    sim = make_sim(full_sync_below_pods=0, tick_seconds=3600)  # ticks driven by hand below
+    api = client.CoreV1Api(api_client_for(sim))
+    for i in range(30):
+        api.create_namespaced_pod(NS, pod_body(f"quiet-{i}", env={"PODGAHP_SIM_RUN_SECONDS": "3600"}))
+    visited: List[str] = []
+    kubelet = sim.cluster._kubelet
+    sim.cluster._kubelet = lambda pod, now: (visited.append(pod["metadata"]["name"]), kubelet(pod, now))[1]
+    wait_until(lambda: sim.tick() or all(phase(sim.pod(NS, f"quiet-{i}")) == "Running" for i in range(30)),
+               "every pod running", timeout=30, interval=0.06)
+    sim.tick()  # looks once more at the pods the last tick wrote
+    visited.clear()
+    sim.tick()
+    assert visited == []
+    sim.exit_pod(NS, "quiet-7")
+    sim.tick()
+    assert visited == ["quiet-7"]
+    wait_until(lambda: sim.tick() or phase(sim.pod(NS, "quiet-7")) == "Succeeded", "quiet-7 done", timeout=10,
+               interval=0.05)

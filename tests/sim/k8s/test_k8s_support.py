@@ -37,6 +37,18 @@ def make_sim(tmp_path: Path) -> Iterator[Callable[..., KubeSim]]:
     yield from made_then_ended(lambda **changes: KubeSim(fast(**changes)).start(), KubeSim.stop)
 
 
+#: The two ways a tick visits pods (``podgahp_sim.kube.agenda``): every pod (a small cluster), or only
+#: the pods that changed, are due or wait for a node (a large one). Behaviour must not differ.
+PASSES: Dict[str, Dict[str, Any]] = {"every-pod": {}, "changes-only": {"full_sync_below_pods": 0}}
+
+
+@pytest.fixture(name="make_sim", params=sorted(PASSES))
+def make_sim_both_passes(request: pytest.FixtureRequest) -> Iterator[Callable[..., KubeSim]]:
+    """:func:`make_sim` once per way of visiting pods (a module imports this in its place)."""
+    passes = PASSES[request.param]
+    yield from made_then_ended(lambda **changes: KubeSim(fast(**{**passes, **changes})).start(), KubeSim.stop)
+
+
 @pytest.fixture
 def sim(make_sim: Callable[..., KubeSim]) -> KubeSim:
     return make_sim()
