@@ -15,8 +15,7 @@ import dataclasses
 import logging
 import threading
 import zlib
-from collections import OrderedDict
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional, Union
 
 from gahp.jobstate import JobState, Phase
 
@@ -41,12 +40,15 @@ def _detail(state: JobState) -> str:
 
 
 class Reports:
-    """The last answer per job id; see the module docstring. Thread-safe."""
+    """The last answer per job id; see the module docstring. Thread-safe. A final answer is kept
+    whole; of the others only the phase (what "never back" needs), so many running pilots cost
+    little."""
 
     def __init__(self, max_jobs: int = 200_000) -> None:
         self._max = max_jobs
         self._lock = threading.Lock()
-        self._last: "OrderedDict[str, JobState]" = OrderedDict()
+        self._last: Dict[str, Union[Phase, JobState]] = {}
+        """Job id -> final answer, or phase of the last answer; least recently asked first."""
         self._locks = [threading.Lock() for _ in range(_STRIPES)]
 
     def __len__(self) -> int:
@@ -57,34 +59,36 @@ class Reports:
         """A lock serialising the work on one job (shared by a few jobs: the pool is fixed)."""
         return self._locks[zlib.crc32(job_id.encode("utf-8", "surrogateescape")) % _STRIPES]
 
-    def last(self, job_id: str) -> Optional[JobState]:
-        with self._lock:
-            return self._last.get(job_id)
-
     def final(self, job_id: str) -> Optional[JobState]:
         """The job's final answer, if it had one."""
-        last = self.last(job_id)
-        return last if last is not None and RANK[last.phase] == 2 else None
+        with self._lock:
+            last = self._last.get(job_id)
+        return last if isinstance(last, JobState) else None
+
+    def phase(self, job_id: str) -> Optional[Phase]:
+        """The phase last answered for the job."""
+        with self._lock:
+            last = self._last.get(job_id)
+        return last.phase if isinstance(last, JobState) else last
 
     def answer(self, job_id: str, state: JobState, started: bool = False) -> JobState:
         """The answer to give for ``state`` (``started``: the job is known to have run), remembered."""
         with self._lock:
-            old = self._last.get(job_id)
-            if old is not None and RANK[old.phase] == 2:
-                self._last.move_to_end(job_id)
+            old = self._last.pop(job_id, None)
+            if isinstance(old, JobState):  # final
+                self._last[job_id] = old
                 return old
-            if state.phase is Phase.IDLE and (started or (old is not None and old.phase is Phase.RUNNING)):
+            if state.phase is Phase.IDLE and (started or old is Phase.RUNNING):
                 state = dataclasses.replace(state, phase=Phase.RUNNING)
-            if old is not None and RANK[state.phase] < RANK[old.phase]:
-                state = old
-            if old is None or old.phase is not state.phase:
+            if old is not None and RANK[state.phase] < RANK[old]:
+                state = dataclasses.replace(state, phase=old)
+            if old is not state.phase:
                 # One line per change of state, not per poll (a poll that changes nothing logs nothing).
-                log.info("[%s] %s%s%s", job_id, f"{old.phase.value} -> " if old is not None else "",
+                log.info("[%s] %s%s%s", job_id, f"{old.value} -> " if old is not None else "",
                          state.phase.value, _detail(state))
-            self._last[job_id] = state
-            self._last.move_to_end(job_id)
+            self._last[job_id] = state if RANK[state.phase] == 2 else state.phase
             while len(self._last) > self._max:
-                self._last.popitem(last=False)
+                del self._last[next(iter(self._last))]
             return state
 
     def forget(self, job_id: str) -> None:

@@ -8,6 +8,7 @@ documented in ``docs/kubernetes.md`` and covered by a parametrized test. Pure fu
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -205,6 +206,18 @@ def quantity(text: Any) -> Optional[Decimal]:
     finite number below 10**18 (a pod read back is not trusted to be small)."""
     if text is None:
         return None
+    if isinstance(text, (str, int, float)):  # pods repeat a few values: parse each once
+        return _quantity(type(text).__name__, text)
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantity(kind: str, text: Any) -> Optional[Decimal]:
+    """:func:`_parse`, remembered by type and value (so ``1``, ``1.0`` and ``True`` stay apart)."""
+    return _parse(text)
+
+
+def _parse(text: Any) -> Optional[Decimal]:
     try:
         value = parse_quantity(text)  # type: ignore[no-untyped-call,unused-ignore]
     except (ValueError, TypeError, ArithmeticError):
