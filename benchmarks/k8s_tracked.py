@@ -2,7 +2,8 @@
 
 One pilot is submitted through the real GAHP and left running; its pod (and its Secret) are then
 copied N-1 times into the simulated cluster's store, each a pilot of its own (its own sandbox key,
-name, uid), as a CE that had submitted N pilots would have them. A *new* GAHP process is started and
+name, uid, output paths, and times: one pilot started a second), as a CE that had submitted N
+pilots would have them. A *new* GAHP process is started and
 asked for every pilot's status, as the gridmanager does after a restart. Reported:
 
 - first status s: start of the process to the first status answer (must not wait for the LIST of N pods);
@@ -53,6 +54,7 @@ def _clone(sim: KubeSim, pods: int) -> List[str]:
         secret = store.get("secrets", NAMESPACE, original["metadata"]["name"])
         run = cluster.runs[original["metadata"]["uid"]]
         names = [original["metadata"]["name"]]
+        started = time.time()
         for i in range(1, pods):
             key = f"{i:0{KEY_LENGTH}x}"
             name = f"pilot-{key}-1"
@@ -64,6 +66,7 @@ def _clone(sim: KubeSim, pods: int) -> List[str]:
             meta["annotations"] = dict(meta["annotations"], **{
                 ANN_SANDBOX_ID: f"bench_{i}.0", ANN_OUT: f"/var/lib/condor-ce/spool/{i}/p.out",
                 ANN_ERR: f"/var/lib/condor-ce/spool/{i}/p.err"})
+            _started(pod, started - i)  # one pilot a second, as a CE fills up over a day or more
             store.create("pods", pod)
             cluster.runs[meta["uid"]] = copy.copy(run)
             cluster.runs[meta["uid"]].uid, cluster.runs[meta["uid"]].name = meta["uid"], name
@@ -75,6 +78,18 @@ def _clone(sim: KubeSim, pods: int) -> List[str]:
                 store.create("secrets", copied)
             names.append(name)
     return names
+
+
+def _started(pod: dict, when: float) -> None:
+    """Every time of a running pod set to ``when`` (each pilot has its own)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+    pod["metadata"]["creationTimestamp"] = stamp
+    status = pod["status"]
+    status["startTime"] = stamp
+    for condition in status.get("conditions") or []:
+        condition["lastTransitionTime"] = stamp
+    for container in status.get("containerStatuses") or []:
+        container["state"]["running"]["startedAt"] = stamp
 
 
 def _statuses(gahp: GahpProcess, job_ids: List[str], first_request: int, pipelined: bool) -> float:

@@ -167,7 +167,8 @@ _META_KEYS = ("name", "namespace", "uid", "resourceVersion", "labels", "annotati
               "creationTimestamp", "ownerReferences")
 _STATUS_KEYS = ("phase", "reason", "message", "startTime")
 _CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
-#: The pod conditions podgahp reads (the others — Ready, Initialized... — are dropped).
+#: The pod conditions podgahp reads of a pod that has not finished (the others — Ready,
+#: Initialized... — are dropped; a finished pod keeps them all: their times tell when it ended).
 CONDITIONS_READ = ("PodScheduled", "DisruptionTarget")
 
 
@@ -200,14 +201,34 @@ def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None, *, labels: Op
     if volumes:
         spec["volumes"] = volumes
     status: JsonObj = {k: share(v) for k, v in view.status.items() if k in _STATUS_KEYS}
-    conditions = [share({k: c[k] for k in _CONDITION_KEYS if k in c}) for c in view.conditions
-                  if c.get("type") in CONDITIONS_READ]
+    finished = view.finished
+    conditions = [share(_condition(c, finished)) for c in view.conditions
+                  if finished or c.get("type") in CONDITIONS_READ]
     if conditions:
-        status["conditions"] = conditions
-    statuses = [share({k: c[k] for k in ("name", "image", "state") if k in c}) for c in view.container_statuses]
+        status["conditions"] = share(conditions)
+    statuses = [share(_container_status(c)) for c in view.container_statuses]
     if statuses:
-        status["containerStatuses"] = statuses
+        status["containerStatuses"] = share(statuses)
     return {"metadata": meta, "spec": share(spec), "status": status}
+
+
+def _condition(condition: JsonObj, finished: bool) -> JsonObj:
+    """What is read of a condition: when a pod that runs was scheduled is not (so that condition is
+    the same for every scheduled pod); every time of a finished pod is."""
+    kept = {k: condition[k] for k in _CONDITION_KEYS if k in condition}
+    if not finished and kept.get("status") == "True" and kept.get("type") == "PodScheduled":
+        kept.pop("lastTransitionTime", None)
+    return kept
+
+
+def _container_status(status: JsonObj) -> JsonObj:
+    """What is read of a container status: its waiting and terminated states whole, only that it is
+    running (not since when)."""
+    kept = {k: status[k] for k in ("name", "image", "state") if k in status}
+    state = kept.get("state")
+    if isinstance(state, dict) and isinstance(state.get("running"), dict):
+        kept["state"] = dict(state, running={})
+    return kept
 
 
 def _same(value: Any) -> Any:

@@ -107,3 +107,24 @@ def test_the_table_stays_within_its_limit() -> None:
         assert len(canon) <= 100
     kept = canon.share("x" * 3)
     assert canon.share("xxx") is kept
+
+
+def test_a_running_pod_keeps_only_what_its_state_needs_and_a_finished_one_keeps_its_times() -> None:
+    """A running pod's copy drops the conditions podgahp does not read and the times it does not need
+    (so that part is the same for every running pilot); a finished pod keeps every condition time
+    (the clean-up reads them to know when it ended)."""
+    from gahp.backends.k8s.view import compact
+
+    conditions = [{"type": t, "status": "True", "lastTransitionTime": "2026-11-24T00:00:0%dZ" % i}
+                  for i, t in enumerate(("PodScheduled", "Initialized", "Ready"))]
+    running = {"metadata": {"name": "r"}, "spec": {"containers": [{"name": "pilot"}]},
+               "status": {"phase": "Running", "conditions": conditions, "containerStatuses": [
+                   {"name": "pilot", "state": {"running": {"startedAt": "2026-11-24T00:00:01Z"}}}]}}
+    small = compact(running)
+    assert small["status"]["conditions"] == [{"type": "PodScheduled", "status": "True"}]
+    assert small["status"]["containerStatuses"] == [{"name": "pilot", "state": {"running": {}}}]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert classify(small, now=now, unschedulable_timeout_s=0, disruption_action="hold") == \
+        classify(running, now=now, unschedulable_timeout_s=0, disruption_action="hold")
+    finished = dict(running, status=dict(running["status"], phase="Succeeded"))
+    assert compact(finished)["status"]["conditions"] == conditions
