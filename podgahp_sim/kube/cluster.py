@@ -14,7 +14,6 @@ nothing about HTTP.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -31,7 +30,7 @@ from .images import backoff_message, image_id, invalid_name_message, normalised,
     pull_error_message
 from .quantity import format_quantity, parse_quantity
 from .agenda import Agenda, Key
-from .store import Expired, JsonObj, Store, now_rfc3339
+from .store import Expired, JsonObj, Store, json_copy, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +216,12 @@ class Cluster:
         self.runs: Dict[str, PodRun] = {}
         self.orphaned_since: Dict[str, float] = {}
         self._usage: Optional[Dict[str, Dict[str, Fraction]]] = None
+        """Per-node usage while a pass schedules (None otherwise)."""
+        self._node_usage: Optional[Dict[str, Dict[str, Fraction]]] = None
+        self._usage_rv = 0
+        """:attr:`_node_usage` counts every pod write up to this resource version."""
+        self._requests: Dict[str, Dict[str, Fraction]] = {}
+        """Requests of each pod by uid (a pod's resources never change)."""
         """Per-node usage while a tick schedules (None otherwise)."""
         self.pullable = None if config.pullable_images is None else (
             set(config.pullable_images) | {normalised(i) for i in config.pullable_images})
@@ -237,7 +242,7 @@ class Cluster:
             for spec in (pod.get("spec") or {}).get("containers") or []:
                 memory = _env_value(spec, "PODGAHP_SIM_MEMORY_MIB")
                 containers.append(ContainerRun(
-                    spec=copy.deepcopy(spec),
+                    spec=json_copy(spec),
                     run_seconds=_env_number(spec, "PODGAHP_SIM_RUN_SECONDS", self.config.run_seconds),
                     exit_code=int(_env_number(spec, "PODGAHP_SIM_EXIT_CODE", 0)),
                     memory_mib=_env_number(spec, "PODGAHP_SIM_MEMORY_MIB", 0) if memory is not None else None,
@@ -287,6 +292,8 @@ class Cluster:
         live = {p["metadata"]["uid"] for p in pods}
         for uid in [u for u in self.runs if u not in live]:
             del self.runs[uid]
+        for uid in [u for u in self._requests if u not in live]:
+            del self._requests[uid]
         self._visit(pods, now)
         self.agenda.collectable = self._collect_garbage(
             [("secrets", o) for o in self.store.items("secrets")] + [("pods", o) for o in self.store.items("pods")],
@@ -327,12 +334,14 @@ class Cluster:
         pending.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
                                     int(p["metadata"]["resourceVersion"])))
         # Node usage summed once per pass (not per pending pod), then kept current as pods bind.
-        self._usage = self._all_usage(self.store.items("pods")) if pending else None
+        self._usage = self._current_usage() if pending else None
         try:
             for pod in pending:
                 self._schedule(pod, now)
         finally:
             self._usage = None
+            # the binds just made are counted already
+            self._usage_rv = self.store.rv
         for old in pods:
             key = ("pods", old["metadata"].get("namespace", ""), old["metadata"]["name"])
             found = self.store.objects.get(key)
@@ -376,10 +385,46 @@ class Cluster:
     def _all_usage(self, pods: List[JsonObj]) -> Dict[str, Dict[str, Fraction]]:
         usage: Dict[str, Dict[str, Fraction]] = {name: {"pods": Fraction(0)} for name in self.nodes}
         for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node in usage and (pod.get("status") or {}).get("phase") not in TERMINAL:
-                _add_usage(usage[node], pod)
+            self._count(usage, pod, 1)
         return usage
+
+    def _current_usage(self) -> Dict[str, Dict[str, Fraction]]:
+        """Per-node usage now: brought up to date from the pod writes since the last time (each write
+        moves a pod's requests on or off a node), or summed over every pod when those are no longer
+        in the event log."""
+        usage = self._node_usage
+        changes = None
+        if usage is not None:
+            try:
+                changes = self.store.events_after("pods", self._usage_rv)
+            except Expired:
+                pass
+        if usage is None or changes is None:
+            usage = self._node_usage = self._all_usage(self.store.items("pods"))
+        else:
+            for event in changes:
+                if event.old is not None:
+                    self._count(usage, event.old, -1)
+                if event.type != "DELETED":
+                    self._count(usage, event.obj, 1)
+                else:
+                    self._requests.pop(event.obj["metadata"].get("uid", ""), None)
+        self._usage_rv = self.store.rv
+        return usage
+
+    def _count(self, usage: Dict[str, Dict[str, Fraction]], pod: JsonObj, sign: int) -> None:
+        """Add (``sign`` 1) or remove (-1) what a pod takes of its node: a bound pod not finished."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in usage or (pod.get("status") or {}).get("phase") in TERMINAL:
+            return
+        uid = pod["metadata"].get("uid", "")
+        requests = self._requests.get(uid)
+        if requests is None:
+            requests = self._requests[uid] = pod_requests(pod)
+        used = usage[node]
+        used["pods"] += sign
+        for name, value in requests.items():
+            used[name] = used.get(name, Fraction(0)) + sign * value
 
     def _used(self, node: str) -> Dict[str, Fraction]:
         if self._usage is not None and node in self._usage:
@@ -437,7 +482,7 @@ class Cluster:
         if current and current.get("message") == message and current.get("status") == "False":
             return
         self.events.pod(pod, "Warning", "FailedScheduling", message, SCHEDULER, now=now)
-        new = copy.deepcopy(pod)
+        new = json_copy(pod)
         status = new.setdefault("status", {})
         status["conditions"] = [c for c in conditions if c.get("type") != "PodScheduled"] + [{
             "type": "PodScheduled", "status": "False", "lastProbeTime": None,
@@ -446,15 +491,15 @@ class Cluster:
 
     def _bind(self, pod: JsonObj, node: str, now: float) -> None:
         run = self._run_for(pod)
-        new = copy.deepcopy(pod)
+        new = json_copy(pod)
         new["spec"]["nodeName"] = node
         status = new.setdefault("status", {})
         status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"] + [{
             "type": "PodScheduled", "status": "True", "lastProbeTime": None,
             "lastTransitionTime": self._transition(run, "PodScheduled", "True", now)}]
         self._write(new)
-        if self._usage is not None and node in self._usage:
-            _add_usage(self._usage[node], new)
+        if self._usage is not None:
+            self._count(self._usage, new, 1)
         self.events.pod(new, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (
             run.namespace, run.name, node), SCHEDULER, now=now)
         self._start_kubelet(run, node, now)
@@ -734,7 +779,7 @@ class Cluster:
             if c.message:
                 waiting["message"] = c.message
             status["state"] = {"waiting": waiting}
-        status["lastState"] = copy.deepcopy(c.last_state)
+        status["lastState"] = json_copy(c.last_state)
         return status
 
     def _render(self, pod: JsonObj, run: PodRun, now: float) -> JsonObj:
@@ -793,7 +838,7 @@ class Cluster:
         status = self._render(pod, run, now)
         if status == pod.get("status"):
             return pod
-        new = copy.deepcopy(pod)
+        new = json_copy(pod)
         new["status"] = status
         return self._write(new)
 
@@ -875,7 +920,7 @@ class Cluster:
 
     def graceful_delete(self, pod: JsonObj, grace: int, now: float) -> JsonObj:
         """Set deletionTimestamp (+ grace) and let the kubelet finish; used by the DELETE route too."""
-        new = copy.deepcopy(pod)
+        new = json_copy(pod)
         meta = new["metadata"]
         if meta.get("deletionTimestamp"):
             old_grace = int(meta.get("deletionGracePeriodSeconds") or 0)
@@ -908,7 +953,7 @@ class Cluster:
                 phase = (other.get("status") or {}).get("phase", "Pending")
                 if phase in TERMINAL:
                     continue
-                new = copy.deepcopy(other)
+                new = json_copy(other)
                 status = new.setdefault("status", {})
                 status["reason"] = "NodeLost"
                 status["message"] = "Node %s which was running pod %s is unresponsive" % (node_name, other[
@@ -958,7 +1003,7 @@ class Cluster:
             run.override = (phase, reason, message) if phase != "Running" else None
             run.dirty = True
             if run.node is None:
-                new = copy.deepcopy(pod)
+                new = json_copy(pod)
                 new.setdefault("status", {}).update({"phase": phase})
                 if reason:
                     new["status"]["reason"], new["status"]["message"] = reason, message
@@ -1026,9 +1071,3 @@ class Cluster:
                                         "bootID": str(uuid.uuid5(uuid.NAMESPACE_OID, node.config.name))}},
             })
         return result
-
-
-def _add_usage(used: Dict[str, Fraction], pod: JsonObj) -> None:
-    used["pods"] += 1
-    for name, value in pod_requests(pod).items():
-        used[name] = used.get(name, Fraction(0)) + value

@@ -102,7 +102,7 @@ class SimConfig:
     pullable_images: Optional[Tuple[str, ...]] = None
     """If set, only these images (as written in the pod, or normalised) can be pulled.  If ``None``,
     every valid reference is pullable except names containing ``does-not-exist``."""
-    full_sync_below_pods: int = 2000
+    full_sync_below_pods: int = 100
     """Below this many pods every tick visits every pod; from it on a tick visits only the pods that
     changed, are due or wait for a node (:mod:`podgahp_sim.kube.agenda`)."""
     full_sync_seconds: float = 300.0

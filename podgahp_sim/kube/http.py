@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
-import copy
 import json
 import logging
 import select
@@ -33,7 +32,7 @@ from .errors import ApiError, FieldError, already_exists, bad_request, conflict,
     method_not_allowed, no_route, not_found, status_body, unauthorized, unsupported_media
 from .patch import PATCH_TYPES, PatchError, apply_patch
 from .selectors import FieldSelector, LabelSelector, SelectorError
-from .store import JsonObj, Store, WatchStream, now_rfc3339
+from .store import JsonObj, Store, WatchStream, json_copy, now_rfc3339
 from .tables import to_table, wants_table
 from .tls import peer_user
 
@@ -293,7 +292,7 @@ class Api:
                 raise method_not_allowed()
             if namespace not in self.namespaces:
                 raise not_found("namespaces", namespace)
-            return Reply(200, copy.deepcopy(self.namespaces[namespace]))
+            return Reply(200, json_copy(self.namespaces[namespace]))
         resource = rest[2]
         if resource not in ("pods", "secrets", "events"):
             raise no_route()
@@ -308,7 +307,7 @@ class Api:
                 event = self.store.get("events", namespace, name)
                 if event is None:
                     raise not_found("events", name)
-                return Reply(200, copy.deepcopy(event))
+                return Reply(200, json_copy(event))
         if len(rest) == 4:
             return self.item(method, resource, namespace, name, query, headers, body)
         if len(rest) == 5 and resource == "pods" and rest[4] in ("status", "log"):
@@ -366,7 +365,7 @@ class Api:
 
     @staticmethod
     def _bare(obj: JsonObj) -> JsonObj:
-        item = copy.deepcopy(obj)
+        item = json_copy(obj)
         item.pop("kind", None)
         item.pop("apiVersion", None)
         return item
@@ -374,7 +373,7 @@ class Api:
     @staticmethod
     def _typed(resource: str, obj: JsonObj) -> JsonObj:
         out: JsonObj = {"kind": KINDS.get(resource, ""), "apiVersion": "v1"}
-        out.update(copy.deepcopy(obj))
+        out.update(json_copy(obj))
         return out
 
     @staticmethod
@@ -710,13 +709,13 @@ class Api:
         rv = meta.get("resourceVersion")
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise conflict(resource, name)
-        result = copy.deepcopy(current)
+        result = json_copy(current)
         if subresource == "status":
-            result["status"] = copy.deepcopy(new.get("status") or {})
+            result["status"] = json_copy(new.get("status") or {})
         else:
             for key in ("labels", "annotations", "ownerReferences", "finalizers"):
                 if meta.get(key):
-                    result["metadata"][key] = copy.deepcopy(meta[key])
+                    result["metadata"][key] = json_copy(meta[key])
                 else:
                     result["metadata"].pop(key, None)
             if resource == "pods":
@@ -727,7 +726,7 @@ class Api:
                                                           "field is immutable when `immutable` is set")])
                 for key in ("data", "stringData", "type", "immutable"):
                     if key in new:
-                        result[key] = copy.deepcopy(new[key])
+                        result[key] = json_copy(new[key])
                     elif key != "type":
                         result.pop(key, None)
                 admission.normalise_secret(result)
@@ -743,11 +742,11 @@ class Api:
         return Reply(200, self._typed(resource, self.store.update(resource, result)))
 
     def _check_pod_update(self, current: JsonObj, new: JsonObj, result: JsonObj) -> None:
-        spec = copy.deepcopy(new.get("spec") or {})
+        spec = json_copy(new.get("spec") or {})
         old = current.get("spec") or {}
 
         def masked(s: JsonObj) -> JsonObj:
-            m = copy.deepcopy(s)
+            m = json_copy(s)
             for key in ("containers", "initContainers"):
                 for c in m.get(key) or []:
                     c.pop("image", None)
@@ -759,7 +758,7 @@ class Api:
                     "securityContext", "enableServiceLinks", "serviceAccountName", "serviceAccount",
                     "preemptionPolicy", "priority"):
             if key in old and key not in spec:
-                spec[key] = copy.deepcopy(old[key])
+                spec[key] = json_copy(old[key])
         if masked(spec) != masked(old) or not all(t in (spec.get("tolerations") or [])
                                                   for t in old.get("tolerations") or []):
             raise invalid("Pod", current["metadata"]["name"], [FieldError("forbidden", "spec", UPDATE_FORBIDDEN)])
@@ -816,7 +815,7 @@ class Api:
                 for dependent in self.store.items(kind):
                     refs = dependent["metadata"].get("ownerReferences") or []
                     if any(r.get("uid") == meta["uid"] for r in refs):
-                        changed = copy.deepcopy(dependent)
+                        changed = json_copy(dependent)
                         changed["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != meta["uid"]]
                         if not changed["metadata"]["ownerReferences"]:
                             del changed["metadata"]["ownerReferences"]

@@ -9,14 +9,13 @@ Deployment makes no pods).
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from typing import Dict, Mapping, NamedTuple, Optional
 
 from .errors import ApiError, already_exists, bad_request, method_not_allowed, not_found, status_body
 from .patch import PATCH_TYPES, PatchError, apply_patch
-from .store import JsonObj, Store, now_rfc3339
+from .store import JsonObj, Store, json_copy, now_rfc3339
 
 
 class Kind(NamedTuple):
@@ -55,7 +54,7 @@ def handle(store: Store, kind: Kind, method: str, namespace: str, name: Optional
     key = store_key(kind)
 
     def typed(obj: JsonObj) -> JsonObj:
-        return dict(copy.deepcopy(obj), kind=kind.kind, apiVersion=api_version(kind))
+        return dict(json_copy(obj), kind=kind.kind, apiVersion=api_version(kind))
 
     with store.lock:
         if name is None:
@@ -100,7 +99,7 @@ def handle(store: Store, kind: Kind, method: str, namespace: str, name: Optional
                 raise bad_request(str(e)) from None
         else:
             raise method_not_allowed()
-        new = copy.deepcopy(new)
+        new = json_copy(new)
         new.pop("kind", None)
         new.pop("apiVersion", None)
         meta = new.setdefault("metadata", {})

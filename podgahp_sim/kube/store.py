@@ -16,13 +16,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Set, Tuple, TypeVar
 
 from .errors import expired as expired_body
 
 JsonObj = Dict[str, Any]
 Key = Tuple[str, str, str]
 Matcher = Callable[[JsonObj], bool]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,19 @@ class Expired(Exception):
         super().__init__("too old resource version: %d (%d)" % (requested, oldest))
         self.requested = requested
         self.oldest = oldest
+
+
+def json_copy(value: T) -> T:
+    """A deep copy of a JSON value (dicts, lists and scalars; anything else by ``copy.deepcopy``):
+    several times faster than ``copy.deepcopy``, which the simulator calls for every write."""
+    kind = type(value)
+    if kind is dict:
+        return {k: json_copy(v) for k, v in value.items()}  # type: ignore[attr-defined,return-value]
+    if kind is list:
+        return [json_copy(v) for v in value]  # type: ignore[attr-defined,return-value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def now_rfc3339(when: Optional[float] = None) -> str:
@@ -161,7 +175,7 @@ class Store:
 
     def _record(self, etype: str, resource: str, obj: JsonObj, old: Optional[JsonObj]) -> None:
         log = self.logs.setdefault(resource, deque())
-        log.append(Event(self.rv, etype, resource, copy.deepcopy(obj), old))
+        log.append(Event(self.rv, etype, resource, json_copy(obj), old))
         while len(log) > self.log_size:
             self.compacted[resource] = log.popleft().rv
         self.changed.notify_all()
@@ -190,7 +204,7 @@ class Store:
             self._unindex(key, old, keep_key=True)
             self.objects[key] = obj
             self._index(key, obj)
-            self._record("MODIFIED", resource, obj, copy.deepcopy(old))
+            self._record("MODIFIED", resource, obj, json_copy(old))
             return obj
 
     def delete(self, resource: str, namespace: str, name: str) -> Optional[JsonObj]:
@@ -199,7 +213,7 @@ class Store:
             if old is None:
                 return None
             self._unindex((resource, namespace, name), old)
-            before = copy.deepcopy(old)
+            before = json_copy(old)
             self._bump(old)
             self._record("DELETED", resource, old, before)
             return old
@@ -275,7 +289,7 @@ class WatchStream:
         with store.lock:
             generation = store.drop_generation
             if self.since is None:
-                initial = [copy.deepcopy(o) for o in store.items(self.resource) if self.matches(o)]
+                initial = [json_copy(o) for o in store.items(self.resource) if self.matches(o)]
                 pos = store.rv
             else:
                 initial = []
@@ -300,7 +314,7 @@ class WatchStream:
                     for event in events:
                         seen = translate(event, self.matches)
                         if seen is not None:
-                            batch.append((seen[0], copy.deepcopy(seen[1])))
+                            batch.append((seen[0], json_copy(seen[1])))
                     pos = max(pos, store.rv)
                     if batch:
                         break

@@ -215,7 +215,7 @@ def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None, *, labels: Op
 def _condition(condition: JsonObj, finished: bool) -> JsonObj:
     """What is read of a condition: when a pod that runs was scheduled is not (so that condition is
     the same for every scheduled pod); every time of a finished pod is."""
-    kept = {k: condition[k] for k in _CONDITION_KEYS if k in condition}
+    kept: JsonObj = {k: condition[k] for k in _CONDITION_KEYS if k in condition}
     if not finished and kept.get("status") == "True" and kept.get("type") == "PodScheduled":
         kept.pop("lastTransitionTime", None)
     return kept
@@ -224,7 +224,7 @@ def _condition(condition: JsonObj, finished: bool) -> JsonObj:
 def _container_status(status: JsonObj) -> JsonObj:
     """What is read of a container status: its waiting and terminated states whole, only that it is
     running (not since when)."""
-    kept = {k: status[k] for k in ("name", "image", "state") if k in status}
+    kept: JsonObj = {k: status[k] for k in ("name", "image", "state") if k in status}
     state = kept.get("state")
     if isinstance(state, dict) and isinstance(state.get("running"), dict):
         kept["state"] = dict(state, running={})
