@@ -49,6 +49,8 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
         with GahpProcess(argv, env=env, cwd=tmp) as gahp:
             gahp.start()
             gahp.command("ASYNC_MODE_ON")
+            sim.clear_requests()
+            cpu = _cpu_s(gahp.proc.pid)
             started = time.monotonic()
             slowest_ack = 0.0
             results: Dict[str, List[str]] = {}
@@ -60,6 +62,8 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
                     slowest_ack = max(slowest_ack, time.monotonic() - t)
                 results.update(gahp.wait_results([str(i + 2) for i in batch], timeout=600))
             submit_s = time.monotonic() - started
+            cpu_ms = (_cpu_s(gahp.proc.pid) - cpu) * 1000 / pilots
+            writes = len([r for r in sim.requests() if r.method in ("POST", "PUT", "PATCH", "DELETE")]) / pilots
             job_ids: List[str] = [r[2] for r in results.values() if r[0] == "0"]
             assert len(job_ids) == pilots, [r for r in results.values() if r[0] != "0"][:3]
             # one status round first, so the watch is running before we count
@@ -90,9 +94,16 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
             rss_mb, peak_mb = _memory_mb(gahp.proc.pid)
             gahp.command("QUIT")
     return {"backend": backend, "pilots": pilots, "submit_s": submit_s, "submits_per_s": pilots / submit_s,
+            "cpu_ms": cpu_ms, "writes": writes if backend == "k8s" else 0.0,
             "slowest_ack_ms": slowest_ack * 1000, "status_per_s": pilots * rounds / status_s,
             "pipelined_status_per_s": pilots / pipelined_s, "rss_mb": rss_mb, "peak_rss_mb": peak_mb,
             "api_requests_during_status": api_requests}
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _memory_mb(pid: int) -> Tuple[float, float]:
@@ -113,14 +124,15 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["k8s", "memory"],
                         help="k8s, and the zero-cost memory backend for comparison in the same run")
     args = parser.parse_args()
-    print(f"{'backend':>8} {'pilots':>7} {'submit s':>9} {'submits/s':>10} {'slowest S ms':>13} {'status/s':>9} "
-          f"{'status/s pipelined':>19} {'RSS MB (peak)':>14} {'API requests in ' + str(args.rounds) + ' status rounds':>34}")
+    print(f"| backend | pilots | submits/s | GAHP CPU ms/submit | API writes/submit | slowest S ms | status/s line by line "
+          f"| status/s pipelined | RSS MB (peak) | API requests in {args.rounds} status rounds |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.pilots:
         for backend in args.backends:
             r = run(n, args.rounds, backend)
-            print(f"{backend:>8} {r['pilots']:>7} {r['submit_s']:>9.1f} {r['submits_per_s']:>10.1f} "
-                  f"{r['slowest_ack_ms']:>13.1f} {r['status_per_s']:>9.0f} {r['pipelined_status_per_s']:>19.0f} "
-                  f"{r['rss_mb']:>6.0f} ({r['peak_rss_mb']:>4.0f}) {r['api_requests_during_status']:>34}")
+            print(f"| {backend} | {r['pilots']} | {r['submits_per_s']:.0f} | {r['cpu_ms']:.1f} | {r['writes']:.1f} "
+                  f"| {r['slowest_ack_ms']:.0f} | {r['status_per_s']:.0f} | {r['pipelined_status_per_s']:.0f} "
+                  f"| {r['rss_mb']:.0f} ({r['peak_rss_mb']:.0f}) | {r['api_requests_during_status']} |", flush=True)
 
 
 if __name__ == "__main__":

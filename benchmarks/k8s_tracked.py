@@ -37,14 +37,9 @@ from gahp.backends.k8s.identity import KEY_LENGTH  # noqa: E402
 from gahp.backends.k8s.pod import ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, LABEL_SANDBOX  # noqa: E402
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
 from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
-from k8s_gahp import BATCH, _memory_mb, submit_ad  # noqa: E402
+from k8s_gahp import BATCH, _cpu_s, _memory_mb, submit_ad  # noqa: E402
 
 NAMESPACE = "bench"
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _clone(sim: KubeSim, pods: int) -> List[str]:

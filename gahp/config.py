@@ -138,7 +138,7 @@ class ServerSettings:
     log_level: int
     """``PODGAHP_DEBUG``: ``INFO`` (default) or ``DEBUG`` (one more line per API call)."""
     workers: int
-    """``PODGAHP_WORKERS``: threads serving requests; default 16."""
+    """``PODGAHP_WORKERS``: threads serving requests; default 50."""
     request_timeout_s: float
     """``PODGAHP_REQUEST_TIMEOUT_SECONDS``: a request not done by then gets an error result.
 
@@ -174,7 +174,7 @@ class ServerSettings:
             log_max_bytes=knobs.integer("PODGAHP_LOG_MAX_BYTES", 10_000_000, minimum=0),
             log_backups=knobs.integer("PODGAHP_LOG_BACKUPS", 2, minimum=0),
             log_level=getattr(logging, level_name),
-            workers=knobs.integer("PODGAHP_WORKERS", 16, minimum=1, maximum=1024),
+            workers=knobs.integer("PODGAHP_WORKERS", 50, minimum=1, maximum=1024),
             request_timeout_s=timeout,
             max_line_bytes=knobs.integer("PODGAHP_MAX_LINE_BYTES", 16 * 1024 * 1024, minimum=4096),
             max_pending=knobs.integer("PODGAHP_MAX_PENDING_REQUESTS", 1000, minimum=1),

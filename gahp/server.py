@@ -143,8 +143,10 @@ class Server:
                 fields = command.failure(f"podgahp internal error in {command.name}: "
                                          f"{type(e).__name__}: {e}")
             self._add_result(request_id, fields)  # logged once queued: the line means "answered"
-            # A successful poll is a DEBUG line: what changed is logged once, by gahp.reports.
-            level = logging.DEBUG if command.name == "BLAH_JOB_STATUS" and fields[0] == "0" else logging.INFO
+            # A successful poll or submit is a DEBUG line: what changed is logged once, by gahp.reports,
+            # and what a submit made by the command itself ("sandbox ... is <job id>").
+            level = logging.DEBUG if command.name in ("BLAH_JOB_STATUS", "BLAH_JOB_SUBMIT") and fields[0] == "0" \
+                else logging.INFO
             log.log(level, "%s rc=%s %s (%.3f s)", command.name, fields[0],
                     "ok" if fields[0] == "0" else repr(fields[1]), time.monotonic() - started)
 

@@ -581,8 +581,8 @@ class Api:
                     yield None
                     continue
                 etype, obj = item
-                if etype not in ("ERROR", "BOOKMARK"):
-                    obj = self._typed(resource, obj)
+                if etype not in ("ERROR", "BOOKMARK"):  # a snapshot of the event log: serialised, not copied
+                    obj = {"kind": kind, "apiVersion": "v1", **obj}
                 yield (json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n").encode()
         return Reply(200, None, {"Content-Type": "application/json"}, lines())
 

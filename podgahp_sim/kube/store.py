@@ -28,7 +28,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Event:
-    """One stored change; ``obj`` and ``old`` are private snapshots."""
+    """One stored change; ``obj`` is a private snapshot, ``old`` the object it replaced (no longer stored, so
+    never changed again)."""
 
     rv: int
     type: str
@@ -204,7 +205,7 @@ class Store:
             self._unindex(key, old, keep_key=True)
             self.objects[key] = obj
             self._index(key, obj)
-            self._record("MODIFIED", resource, obj, json_copy(old))
+            self._record("MODIFIED", resource, obj, old)  # no longer stored: nothing changes it
             return obj
 
     def delete(self, resource: str, namespace: str, name: str) -> Optional[JsonObj]:
@@ -314,7 +315,7 @@ class WatchStream:
                     for event in events:
                         seen = translate(event, self.matches)
                         if seen is not None:
-                            batch.append((seen[0], json_copy(seen[1])))
+                            batch.append(seen)  # event objects are private snapshots, never changed
                     pos = max(pos, store.rv)
                     if batch:
                         break

@@ -46,7 +46,7 @@ def test_knob_reads() -> None:
 def test_server_settings_defaults_and_timeout_below_the_gridmanager() -> None:
     settings = ServerSettings.from_knobs(Knobs({"LOG": "/var/log/condor"}), "k8s")
     assert settings.log_file.startswith("/var/log/condor/PodgahpLog.k8s.")
-    assert settings.request_timeout_s == 240 and settings.workers == 16
+    assert settings.request_timeout_s == 240 and settings.workers == 50
     assert settings.log_level == logging.INFO
     short = ServerSettings.from_knobs(Knobs({"GRIDMANAGER_GAHP_CALL_TIMEOUT": "30"}), "k8s")
     assert short.request_timeout_s < 30
@@ -113,7 +113,7 @@ def test_htcondor_reads_the_shipped_files(tmp_path: Path) -> None:
                          capture_output=True, text=True, check=True)
     values = json.loads(out.stdout)
     assert values == {"K8S_GAHP": "/usr/bin/k8s_gahp", "LANCIUM_GAHP": "/usr/bin/lancium_gahp",
-                      "PODGAHP_WORKERS": "16"}
+                      "PODGAHP_WORKERS": "50"}
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e400"])

@@ -272,7 +272,7 @@ def test_log_lines_carry_request_and_job_ids(start_gahp: Start, tmp_path: Path) 
     gahp.command("QUIT")
     gahp.proc.wait(10)
     log = next(tmp_path.glob("PodgahpLog.memory.*")).read_text()
-    line = next(line for line in log.splitlines() if "BLAH_JOB_SUBMIT rc=0" in line)
+    line = next(line for line in log.splitlines() if f"is {job_id}" in line)  # the submit's own line
     assert "req=2" in line and f"job={job_id}" in line
 
 

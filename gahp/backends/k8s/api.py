@@ -42,6 +42,9 @@ MESSAGE_MAX = 256
 
 #: HTTP statuses worth another attempt.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: Connections kept alive per API server: above PODGAHP_WORKERS' default (16) plus the watch and
+#: clean-up threads.
+CONNECTIONS = 64
 
 
 def truncate(text: str, limit: int = MESSAGE_MAX) -> str:
@@ -175,6 +178,12 @@ class KubeApi:
                 raise ConfigError(f"{self.description} cannot be loaded: {truncate(str(e))}") from e
             self._refuse_plain_http(configuration)
             configuration.retries = False  # our own loop retries; urllib3 must not retry behind it
+            # One kept-alive connection for every thread that may call at once (workers, watches,
+            # clean-up): the client's default (5 per CPU) is below PODGAHP_WORKERS on small machines,
+            # and a connection past the pool's size is closed after each request (a TLS handshake
+            # per request). Connections are opened only as they are needed.
+            configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
+                                                        CONNECTIONS)
             api_client = k8s_client.ApiClient(configuration)
             api_client.user_agent = f"podgahp/{__version__} ({self.agent})"
             self._groups = {"authorization": k8s_client.AuthorizationV1Api(api_client)}
