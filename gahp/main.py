@@ -104,6 +104,7 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
                     workers=settings.workers, request_timeout_s=settings.request_timeout_s,
                     max_line_bytes=settings.max_line_bytes, max_pending=settings.max_pending,
                     max_pending_bytes=settings.max_pending_bytes)
+    backend.start()
     try:
         return server.serve()
     finally:

@@ -68,5 +68,10 @@ class Backend(abc.ABC):
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         """Replace the pilot's X.509 proxy with the file at ``proxy_path``."""
 
+    def start(self) -> None:
+        """Begin, in the background, what makes the first requests fast (connections, caches).
+        Called once when the GAHP starts serving; must not block, and must not fail: a problem
+        found here is the first request's to report."""
+
     def close(self) -> None:
         """Stop background work (watches, caches). Called once when the GAHP exits."""

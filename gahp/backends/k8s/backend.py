@@ -86,6 +86,21 @@ class KubernetesBackend(Backend):
     def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
         return cls(KubernetesSettings.from_knobs(knobs))
 
+    def start(self) -> None:
+        """Connect to each queue's cluster and start its namespace's watch copy in the background, so
+        that the first pilots do not wait for the client's first use (its modules load lazily, about
+        half a second) or the first LIST."""
+        threading.Thread(target=self._warm_up, name="warm-up", daemon=True).start()
+
+    def _warm_up(self) -> None:
+        for queue in self.settings.queues.values():
+            try:
+                api = self._api(queue)
+                self._cache(api, api.namespace(queue))
+            except Exception as e:  # noqa: BLE001 - the first request reports it properly
+                log.info("queue %s not ready at start (the first request will say why): %s", queue.name,
+                         truncate(str(e), 200))
+
     # -- plumbing ---------------------------------------------------------------------------
 
     def _api(self, queue: QueueSettings) -> KubeApi:
