@@ -64,8 +64,14 @@ rpm: $(VENV)/.installed system-deps
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) build dist *.egg-info
 
-# Speed figures (not a test): the GAHP against the simulated cluster and the zero-cost memory backend
-# in the same run, then Lancium under random API faults. Prints tables; see README "Benchmarks".
-bench: $(VENV)/.installed
-	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 100 1000
+# Speed figures (not a test), each script printing a table (README "Benchmarks"): the GAHP's submits and
+# statuses against the simulated cluster and the zero-cost memory backend in the same run; a new GAHP
+# facing 20,000 and 50,000 running pilots; HTCondor's blahp kubernetes_*.sh scripts (trixie root, kubectl)
+# and podgahp on the same pilots; pilots end to end through real HTCondor daemons, k8s against memory;
+# Lancium under random API faults.
+bench: $(VENV)/.installed system-deps
+	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000 --rounds 1
+	$(VENV)/bin/python benchmarks/k8s_tracked.py --pods 20000 50000
+	$(VENV)/bin/python benchmarks/blahp_k8s.py --pilots 200
+	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 300
 	$(VENV)/bin/python benchmarks/lancium_faults.py

@@ -9,6 +9,10 @@ sandbox id) and accepts it only when a JobRouter made it: ``RoutedBy`` names one
 at it with ``RoutedToJobId`` and has the same owner. Anything else is refused with a reason the job's
 owner can act on; a schedd that cannot be asked fails the submit as retryable.
 
+The JobRouter writes ``RoutedToJobId`` into the source job after it has submitted the routed job, and
+the gridmanager may ask for the submit in between: a source of the same owner not linked to any job
+yet is asked again, for up to :data:`LINK_WAIT_S`, before the job is refused.
+
 These attributes can be forged by a user who crafts both a source and a grid job; that is deliberate
 misuse, and the per-queue limits of the backends still bound what such a job gets.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -26,6 +31,7 @@ from gahp import schedd
 from gahp.config import Knobs
 from gahp.errors import InvalidJob, TransientError
 from gahp.job import PilotJob
+from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,10 @@ _SANDBOX = re.compile(r"^[A-Za-z0-9._-]{1,512}$")
 _JOB_ID = re.compile(r"^([0-9]{1,10})\.([0-9]{1,10})$")
 
 Query = Callable[[str, List[str], Optional[str], Optional[str]], List[Dict[str, object]]]
+
+#: How long a source job not yet linked to its routed job is waited for.
+LINK_WAIT_S = 30.0
+_LINK_BACKOFF = Backoff(0.25, 4.0)
 
 
 class NotRouted(InvalidJob):
@@ -71,10 +81,12 @@ class ProvenanceSettings:
 class RouteCheck:
     """Checks one GAHP's submits: ``check(job)`` returns or raises :class:`NotRouted` / TransientError."""
 
-    def __init__(self, settings: ProvenanceSettings, grid_type: str, query: Query = schedd.query) -> None:
+    def __init__(self, settings: ProvenanceSettings, grid_type: str, query: Query = schedd.query,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.settings = settings
         self.grid_type = grid_type
         self._query = query
+        self._sleep = sleep
 
     def _ask(self, constraint: str, projection: List[str], name: Optional[str] = None,
              pool: Optional[str] = None) -> List[Dict[str, object]]:
@@ -110,8 +122,20 @@ class RouteCheck:
         if not match:
             raise NotRouted(f"job {job_id} names no valid source job (RoutedFromJobId = {source_id!r})")
         s = self.settings
-        sources = self._ask(f"ClusterId == {match.group(1)} && ProcId == {match.group(2)}",
-                            ["RoutedToJobId", "Owner"], s.source_schedd_name, s.source_schedd_pool)
+        waited, attempt = 0.0, 0
+        while True:
+            sources = self._ask(f"ClusterId == {match.group(1)} && ProcId == {match.group(2)}",
+                                ["RoutedToJobId", "Owner"], s.source_schedd_name, s.source_schedd_pool)
+            unlinked = (len(sources) == 1 and sources[0].get("RoutedToJobId") is None
+                        and sources[0].get("Owner") == ad.get("Owner"))
+            if not unlinked or waited >= LINK_WAIT_S:
+                break
+            attempt += 1
+            delay = min(_LINK_BACKOFF.delay(attempt), LINK_WAIT_S - waited)
+            log.info("source job %s of job %s is not linked to it yet (the JobRouter writes RoutedToJobId "
+                     "after its submit); asking again in %.2f s", source_id, job_id, delay)
+            self._sleep(delay)
+            waited += delay
         if (len(sources) != 1 or sources[0].get("RoutedToJobId") != job_id
                 or sources[0].get("Owner") != ad.get("Owner")):
             raise NotRouted(

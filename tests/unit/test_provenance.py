@@ -71,6 +71,28 @@ def test_anything_else_is_refused_with_a_reason(routed: List[Dict[str, object]],
         check(FakeSchedd(routed, source))
 
 
+def test_a_source_the_job_router_has_not_linked_yet_is_asked_again() -> None:
+    """The JobRouter sets RoutedToJobId after submitting the routed job; a submit that comes in between
+    waits for the link (a real HTCondor 23 CE held its first two pilots of a burst of 300 without this)."""
+    answers = [[dict(SOURCE, RoutedToJobId=None)]] * 3 + [[SOURCE]]
+    schedd = FakeSchedd([ROUTED], [])
+    waits: List[float] = []
+
+    def query(constraint: str, projection: List[str], name: Optional[str], pool: Optional[str]) -> List[Dict[str, object]]:
+        return schedd(constraint, projection, name, pool) if "GridJobId" in constraint else answers.pop(0)
+
+    RouteCheck(ProvenanceSettings(), "k8s", query=query, sleep=waits.append).check(pilot())
+    assert len(waits) == 3 and answers == []
+
+
+def test_a_source_never_linked_is_refused_after_the_wait() -> None:
+    waits: List[float] = []
+    schedd = FakeSchedd([ROUTED], [dict(SOURCE, RoutedToJobId=None)])
+    with pytest.raises(NotRouted, match="holds no such job of pilot routed to it"):
+        RouteCheck(ProvenanceSettings(), "k8s", query=schedd, sleep=waits.append).check(pilot())
+    assert 29.9 < sum(waits) <= 30.0
+
+
 def test_a_crafted_sandbox_id_never_reaches_the_schedd() -> None:
     schedd = FakeSchedd([ROUTED], [SOURCE])
     with pytest.raises(NotRouted, match="not one the gridmanager makes"):
