@@ -94,6 +94,24 @@ class MemoryBackend(Backend):
     def _phase(self, job_id: str) -> Phase:
         return self.status(job_id, delay=False).phase
 
+    def status_now(self, job_id: str) -> Optional[JobState]:
+        """Idle and running answers at once, as the Kubernetes backend gives them from its watch copy
+        (so the two compare on the same path); the end (outputs to write) and a configured delay go
+        to a worker."""
+        parsed = self._parse(job_id)
+        if self.settings.delay_s or parsed is None or job_id in self._cancelled:
+            return None
+        return self._before_end(job_id, parsed[0])
+
+    def _before_end(self, job_id: str, submitted: float) -> Optional[JobState]:
+        """Idle or running by the job's age; None once it has ended."""
+        age = time.time() - submitted
+        if age < self.settings.idle_s:
+            return JobState(Phase.IDLE, batch_id=job_id)
+        if age < self.settings.idle_s + self.settings.run_s:
+            return JobState(Phase.RUNNING, batch_id=job_id, worker_node="memory")
+        return None
+
     def status(self, job_id: str, delay: bool = True) -> JobState:
         if delay:
             self._delay()
@@ -103,11 +121,9 @@ class MemoryBackend(Backend):
         submitted, exit_code = parsed
         if job_id in self._cancelled:
             return JobState(Phase.REMOVED, batch_id=job_id)
-        age = time.time() - submitted
-        if age < self.settings.idle_s:
-            return JobState(Phase.IDLE, batch_id=job_id)
-        if age < self.settings.idle_s + self.settings.run_s:
-            return JobState(Phase.RUNNING, batch_id=job_id, worker_node="memory")
+        live = self._before_end(job_id, submitted)
+        if live is not None:
+            return live
         self._write_outputs(job_id)
         return JobState(Phase.COMPLETED, exit_code=exit_code, batch_id=job_id, worker_node="memory",
                         wall_clock_s=self.settings.run_s)
