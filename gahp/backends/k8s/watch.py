@@ -79,9 +79,9 @@ class PodCache:
         self._index: Dict[str, Tuple[str, ...]] = {}
         """Value of ``index_label`` -> names of the pods that have it (a tuple: mostly one name)."""
         self._canon = Canon()
+        """What the stored pods share (:mod:`gahp.backends.k8s.sharing`)."""
         self._kept = {"labels": labels, "annotations": annotations}
         """The label and annotation keys the copy keeps (None: all)."""
-        """What the stored pods share (:mod:`gahp.backends.k8s.sharing`)."""
         self._gone: Dict[str, Tuple[float, JsonObj]] = {}
         self._rv: Optional[str] = None
         self._floor_rv: Optional[str] = None
@@ -215,7 +215,7 @@ class PodCache:
                 name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
                 if name:
                     fresh[name] = self._compact(item)
-            del body["items"]
+            body.pop("items", None)  # the full pods of this page are not kept
             meta = body.get("metadata") or {}
             token = meta.get("continue") or None
             if not token:
