@@ -333,15 +333,16 @@ class Cluster:
                    and (p.get("status") or {}).get("phase") not in TERMINAL]
         pending.sort(key=lambda p: (-int((p.get("spec") or {}).get("priority") or 0),
                                     int(p["metadata"]["resourceVersion"])))
-        # Node usage summed once per pass (not per pending pod), then kept current as pods bind.
-        self._usage = self._current_usage() if pending else None
-        try:
-            for pod in pending:
-                self._schedule(pod, now)
-        finally:
-            self._usage = None
-            # the binds just made are counted already
-            self._usage_rv = self.store.rv
+        if pending:
+            # Node usage brought up to date once per pass (not per pending pod), then kept current
+            # as pods bind.
+            self._usage = self._current_usage()
+            try:
+                for pod in pending:
+                    self._schedule(pod, now)
+            finally:
+                self._usage = None
+                self._usage_rv = self.store.rv  # the binds just made are counted already
         for old in pods:
             key = ("pods", old["metadata"].get("namespace", ""), old["metadata"]["name"])
             found = self.store.objects.get(key)

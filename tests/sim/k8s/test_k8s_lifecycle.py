@@ -88,6 +88,21 @@ def test_unschedulable_then_scheduled_when_capacity_frees(make_sim: Callable[...
     wait_phase(sim, core, "c", "Running", "Succeeded")
 
 
+def test_capacity_freed_while_no_pod_waits_is_seen_by_the_next_pod(
+        make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient]) -> None:
+    """A node filled, then freed while no pod was waiting for it, takes the next pod (the scheduler's
+    count of what each node holds follows every pod write, not only those while pods wait)."""
+    sim = make_sim(nodes=(SimNode("n1", cpu="1"),))
+    core = client.CoreV1Api(api_client_for(sim))
+    cpu = {"requests": {"cpu": "1"}}
+    core.create_namespaced_pod(NS, pod_body("first", resources=cpu))
+    wait_phase(sim, core, "first", "Succeeded")
+    sim.tick()  # a pass with no pod waiting, after the node was freed
+    core.create_namespaced_pod(NS, pod_body("second", resources=cpu))
+    wait_phase(sim, core, "second", "Running", "Succeeded")
+    assert core.read_namespaced_pod("second", NS).spec.node_name == "n1"
+
+
 @pytest.mark.parametrize("spec,node,message", [
     ({"nodeSelector": {"zone": "z2"}, "tolerations": [{"key": "nvidia.com/gpu", "value": "true"}]}, "n2", None),
     ({"nodeSelector": {"zone": "z9"}, "tolerations": [{"operator": "Exists"}]}, None,
