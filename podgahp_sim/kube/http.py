@@ -365,15 +365,14 @@ class Api:
 
     @staticmethod
     def _bare(obj: JsonObj) -> JsonObj:
-        item = json_copy(obj)
-        item.pop("kind", None)
-        item.pop("apiVersion", None)
-        return item
+        """``obj`` without kind and apiVersion, for a list; stored objects are never changed in place,
+        so the answer may share them."""
+        return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
 
     @staticmethod
     def _typed(resource: str, obj: JsonObj) -> JsonObj:
         out: JsonObj = {"kind": KINDS.get(resource, ""), "apiVersion": "v1"}
-        out.update(json_copy(obj))
+        out.update(obj)  # shared: stored objects are never changed in place
         return out
 
     @staticmethod

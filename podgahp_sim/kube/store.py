@@ -28,8 +28,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Event:
-    """One stored change; ``obj`` is a private snapshot, ``old`` the object it replaced (no longer stored, so
-    never changed again)."""
+    """One stored change: ``obj`` the object stored (or, for a deletion, the last state with its new
+    resourceVersion), ``old`` the object it replaced; neither is ever changed."""
 
     rv: int
     type: str
@@ -176,7 +176,9 @@ class Store:
 
     def _record(self, etype: str, resource: str, obj: JsonObj, old: Optional[JsonObj]) -> None:
         log = self.logs.setdefault(resource, deque())
-        log.append(Event(self.rv, etype, resource, json_copy(obj), old))
+        # Stored objects are never changed in place (a write stores a new dict; a delete records a
+        # changed copy), so the event log holds them as they are.
+        log.append(Event(self.rv, etype, resource, obj, old))
         while len(log) > self.log_size:
             self.compacted[resource] = log.popleft().rv
         self.changed.notify_all()
@@ -214,10 +216,10 @@ class Store:
             if old is None:
                 return None
             self._unindex((resource, namespace, name), old)
-            before = json_copy(old)
-            self._bump(old)
-            self._record("DELETED", resource, old, before)
-            return old
+            gone = dict(old, metadata=dict(old["metadata"]))
+            self._bump(gone)
+            self._record("DELETED", resource, gone, old)
+            return gone
 
     def compact(self) -> None:
         """Forget every event: watches resuming from an older version get 410."""
