@@ -65,12 +65,6 @@ class Reports:
             last = self._last.get(job_id)
         return last if isinstance(last, JobState) else None
 
-    def phase(self, job_id: str) -> Optional[Phase]:
-        """The phase last answered for the job."""
-        with self._lock:
-            last = self._last.get(job_id)
-        return last.phase if isinstance(last, JobState) else last
-
     def answer(self, job_id: str, state: JobState, started: bool = False) -> JobState:
         """The answer to give for ``state`` (``started``: the job is known to have run), remembered."""
         with self._lock:

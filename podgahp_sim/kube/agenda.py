@@ -67,6 +67,3 @@ class Agenda:
         self._timers.clear()
         self._next.clear()
         self.last_full = now
-
-    def __len__(self) -> int:
-        return len(self._next)

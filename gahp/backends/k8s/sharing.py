@@ -34,13 +34,11 @@ def _key(value: Any) -> Hashable:
 class Canon:
     """A bounded table of values handed out in place of equal ones."""
 
-    __slots__ = ("limit", "_table", "hits", "misses")
+    __slots__ = ("limit", "_table")
 
     def __init__(self, limit: int = LIMIT) -> None:
         self.limit = limit
         self._table: Dict[Hashable, Any] = {}
-        self.hits = 0
-        self.misses = 0
 
     def __len__(self) -> int:
         return len(self._table)
@@ -54,9 +52,7 @@ class Canon:
             return value
         shared = self._table.get(key)
         if shared is not None:
-            self.hits += 1
             return shared  # type: ignore[no-any-return]
-        self.misses += 1
         if len(self._table) >= self.limit:
             self._table.clear()
         self._table[key] = value
