@@ -284,6 +284,9 @@ _CATALOGUES: Dict[str, Tuple[str, object]] = {
 
 class _SimHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    #: A real service's listen backlog: the standard library's 5 drops the connections of a client
+    #: opening many at once, which then wait a second for their SYN to be sent again.
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, address: Tuple[str, int], sim: LanciumSim) -> None:
         self.sim = sim

@@ -892,7 +892,16 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "podgahp-sim"
     sys_version = ""
+    #: Buffered: a reply's headers and body leave in one write (the base class flushes after each
+    #: request; watch streams flush each event).
+    wbufsize = -1
     api: Api
+
+    def setup(self) -> None:
+        super().setup()
+        # As the real API server (Go sets it on every connection): without it, a reply's last
+        # segment waits for the client's delayed ACK, ~40 ms per request.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def version_string(self) -> str:
         return self.server_version
@@ -990,6 +999,10 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False
+    #: The listen backlog of a real API server (Go asks for the system's maximum); the standard
+    #: library's 5 drops the connections of a client opening dozens at once, which then wait a
+    #: second for their SYN to be sent again.
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, address: Tuple[str, int], handler: Any, tls: Optional[ssl.SSLContext] = None) -> None:
         super().__init__(address, handler)

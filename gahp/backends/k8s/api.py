@@ -42,9 +42,44 @@ MESSAGE_MAX = 256
 
 #: HTTP statuses worth another attempt.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
-#: Connections kept alive per API server: above PODGAHP_WORKERS' default (16) plus the watch and
+#: Connections kept alive per API server: above PODGAHP_WORKERS' default (50) plus the watch and
 #: clean-up threads.
 CONNECTIONS = 64
+#: Seconds between two runs of the loaders' credential refresh hook. The client runs it before every
+#: request, and each run re-applies the whole configuration (the API server's address, which makes
+#: it re-read the proxy environment): about a quarter of a millisecond per request, a tenth of a
+#: submit's CPU. The loaders refresh tokens minutes before they expire (kubeconfig exec plugins
+#: five minutes ahead, the in-cluster token each minute), so a second's delay changes nothing.
+CREDENTIAL_REFRESH_SECONDS = 1.0
+
+
+class ThrottledRefresh:
+    """The configuration's credential refresh hook, run at most once per ``every`` seconds whoever
+    calls. The kubeconfig loader's hook installs a new hook each time it runs: that one is kept as
+    the hook to run next, and this object stays in place."""
+
+    def __init__(self, configuration: Any, every: float = CREDENTIAL_REFRESH_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._hook: Callable[[Any], None] = configuration.refresh_api_key_hook
+        self._every = every
+        self._clock = clock
+        self._last = float("-inf")
+        self._lock = threading.Lock()
+        configuration.refresh_api_key_hook = self
+
+    def __call__(self, configuration: Any) -> None:
+        with self._lock:
+            now = self._clock()
+            if now - self._last < self._every:
+                return
+            try:
+                self._hook(configuration)
+            finally:
+                installed = configuration.refresh_api_key_hook
+                if installed is not self and installed is not None:
+                    self._hook = installed
+                configuration.refresh_api_key_hook = self
+            self._last = now
 
 
 def truncate(text: str, limit: int = MESSAGE_MAX) -> str:
@@ -177,6 +212,8 @@ class KubeApi:
             except Exception as e:  # noqa: BLE001 - the loaders raise many kinds (ConfigException, YAML, OS)
                 raise ConfigError(f"{self.description} cannot be loaded: {truncate(str(e))}") from e
             self._refuse_plain_http(configuration)
+            if configuration.refresh_api_key_hook is not None:
+                ThrottledRefresh(configuration)
             configuration.retries = False  # our own loop retries; urllib3 must not retry behind it
             # One kept-alive connection for every thread that may call at once (workers, watches,
             # clean-up): the client's default (5 per CPU) is below PODGAHP_WORKERS on small machines,

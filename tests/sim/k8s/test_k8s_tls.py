@@ -4,6 +4,8 @@ bearer tokens and client certificates, plain HTTP only when asked for."""
 from __future__ import annotations
 
 import base64
+import http.client
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -122,3 +124,24 @@ def test_service_account_directory(sim: KubeSim, tmp_path: Path) -> None:
     assert (tmp_path / "sa" / "namespace").read_text() == "pilots"
     assert (tmp_path / "sa" / "ca.crt").read_bytes() == sim.ca_pem
     assert env == {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(sim.port)}
+
+
+def test_connections_as_a_real_api_server_keeps_them(sim: KubeSim) -> None:
+    """Replies leave without waiting for the client's delayed ACK (TCP_NODELAY, as Go sets it), and
+    the listen backlog takes a client opening dozens of connections at once (the standard
+    library's 5 drops the rest, which retry a second later)."""
+    context = sim.client_context()
+    assert context is not None
+    kept = http.client.HTTPSConnection("127.0.0.1", sim.port, context=context, timeout=5)
+    try:
+        kept.request("GET", "/version", headers={"Authorization": f"Bearer {sim.token}"})
+        assert kept.getresponse().read() and kept.sock is not None
+        server = sim._server
+        assert server is not None
+        with server.connections_lock:
+            accepted = list(server.connections)
+        assert len(accepted) == 1
+        assert accepted[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        assert server.request_queue_size >= 128
+    finally:
+        kept.close()

@@ -4,10 +4,11 @@ certificates, the in-cluster service account, and no credential ever sent over p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
+from gahp.backends.k8s.api import ThrottledRefresh, k8s_client
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.config import Knobs
 from gahp.errors import ConfigError
@@ -99,3 +100,64 @@ def test_in_cluster_without_its_files_names_the_knob(tmp_path: Path, monkeypatch
             backend.ping()
     finally:
         backend.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_credential_refresh_runs_at_most_once_a_second_and_stays_in_place() -> None:
+    """The client runs its refresh hook before every request; the kubeconfig loader's hook installs
+    a new hook each time. The throttle runs the newest one at most once per interval."""
+    calls = []
+    configuration = k8s_client.Configuration()
+
+    def loader_hook(conf: Any) -> None:  # as kube_config's: refresh, then install itself again
+        calls.append("refresh")
+        conf.api_key["BearerToken"] = f"token-{len(calls)}"
+        conf.refresh_api_key_hook = loader_hook
+
+    configuration.refresh_api_key_hook = loader_hook
+    clock = Clock()
+    throttle = ThrottledRefresh(configuration, every=1.0, clock=clock)
+    assert configuration.refresh_api_key_hook is throttle
+    for _ in range(50):
+        configuration.get_api_key_with_prefix("BearerToken")
+    assert calls == ["refresh"] and configuration.refresh_api_key_hook is throttle
+    clock.now += 1.0
+    assert configuration.get_api_key_with_prefix("BearerToken") == "token-2"
+    assert configuration.refresh_api_key_hook is throttle
+
+
+def test_a_failed_credential_refresh_is_tried_again_at_the_next_request() -> None:
+    attempts = []
+    configuration = k8s_client.Configuration()
+
+    def failing(conf: Any) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("exec plugin failed")
+
+    configuration.refresh_api_key_hook = failing
+    ThrottledRefresh(configuration, every=60.0, clock=Clock())
+    with pytest.raises(RuntimeError, match="exec plugin"):
+        configuration.get_api_key_with_prefix("BearerToken")
+    configuration.get_api_key_with_prefix("BearerToken")
+    configuration.get_api_key_with_prefix("BearerToken")
+    assert len(attempts) == 2
+
+
+def test_a_kubeconfig_token_is_sent_with_the_throttle_in_place(tls_sim: KubeSim, tmp_path: Path) -> None:
+    """The loader's real hook under the throttle: every request carries the kubeconfig's token."""
+    kubeconfig = tls_sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE)
+    backend = backend_from(knobs_for(kubeconfig))
+    try:
+        for _ in range(3):
+            backend.ping()
+    finally:
+        backend.close()
+    assert tls_sim.requests() and all(r.status < 400 for r in tls_sim.requests())
