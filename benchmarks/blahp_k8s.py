@@ -8,7 +8,8 @@ its shipped ``blah.config`` at once), with the machine's ``kubectl`` against the
 podgahp gets the same pilots through its protocol, as the gridmanager sends them. Reported: wall
 time and CPU seconds (the scripts with every ``kubectl`` they start; the GAHP process once it has
 started and answered the gridmanager's first ``BLAH_PING``: a GAHP serves for as long as the
-gridmanager runs) of submitting N pilots and asking each one's status once.
+gridmanager runs) of submitting N pilots and asking each one's status once; for podgahp, the run
+of median wall time of ``--repeat`` (the scripts take about 40 s and run once).
 
     .venv/bin/python benchmarks/blahp_k8s.py --pilots 200
 """
@@ -133,15 +134,21 @@ def run_podgahp(sim: KubeSim, tmp: str, pilots: int) -> Dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pilots", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of podgahp (a second or less each); the one of median wall time counts")
     args = parser.parse_args()
     if shutil.which("kubectl") is None:
         sys.exit("kubectl is not on PATH (make system-deps installs Debian's kubernetes-client)")
     node = SimNode("big", cpu="100000", memory="100000Gi", pods=100000)
     results = {}
-    for name, runner in (("blahp kubernetes_*.sh + kubectl", run_blahp), ("podgahp k8s_gahp", run_podgahp)):
-        with KubeSim(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE))) as sim, \
-                tempfile.TemporaryDirectory() as tmp:
-            results[name] = runner(sim, tmp, args.pilots)
+    for name, runner, runs in (("blahp kubernetes_*.sh + kubectl", run_blahp, 1),
+                               ("podgahp k8s_gahp", run_podgahp, args.repeat)):
+        measured = []
+        for _ in range(runs):
+            with KubeSim(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE))) as sim, \
+                    tempfile.TemporaryDirectory() as tmp:
+                measured.append(runner(sim, tmp, args.pilots))
+        results[name] = sorted(measured, key=lambda r: r["wall_s"])[(len(measured) - 1) // 2]  # the median run
     blahp, ours = results["blahp kubernetes_*.sh + kubectl"], results["podgahp k8s_gahp"]
     print(f"| submit + status of {args.pilots} pilots | wall s | CPU s |")
     print("|---|---:|---:|")

@@ -49,13 +49,14 @@ class Commands:
         logs.set_job(job.sandbox_id)
         if self.admit is not None:
             self.admit(job)
-        log.info("submitting sandbox %s: %s (%d cpus, %s MiB, queue %s)", job.sandbox_id,
-                 job.executable, job.cpus, job.memory_mb, job.queue or "default")
+        log.debug("submitting sandbox %s", job.sandbox_id)
         job_id = self.backend.submit(job)
         if not job_id or any(c.isspace() for c in job_id) or job_id.upper() == protocol.NULL:
             raise GahpError(f"backend returned an unusable job id {job_id!r}")
         logs.set_job(job_id)
-        log.info("sandbox %s is %s", job.sandbox_id, job_id)
+        # One line per submit at the default level: what was asked for, and what it became.
+        log.info("sandbox %s is %s: %s (%d cpus, %s MiB, queue %s)", job.sandbox_id, job_id, job.executable,
+                 job.cpus, job.memory_mb, job.queue or "default")
         return [*OK, job_id]
 
     def quick(self) -> Dict[str, Callable[[List[str]], Optional[List[str]]]]:

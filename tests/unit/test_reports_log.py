@@ -1,12 +1,16 @@
 """Logging that costs nothing per poll: a state change is one INFO line with the job id, a poll that
-changes nothing is no line at all."""
+changes nothing is no line at all; a submit is one line."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
+from gahp.backends.memory import MemoryBackend
+from gahp.commands import Commands
+from gahp.config import Knobs
 from gahp.jobstate import JobState, Phase
 from gahp.reports import Reports
 
@@ -20,3 +24,15 @@ def test_one_line_per_change_of_state_none_per_poll(caplog: pytest.LogCaptureFix
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["[k8s/pilots/p-1] idle", "[k8s/pilots/p-1] idle -> running (node n1)",
                      "[k8s/pilots/p-1] running -> completed (exit code 0, node n1)"]
+
+
+def test_one_info_line_per_submit_naming_what_was_asked_and_what_it_became(
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    backend = MemoryBackend.from_knobs(Knobs({}))
+    commands = Commands(backend)
+    ad = (f'[ Cmd = "/bin/sleep"; Iwd = "{tmp_path}"; JobDirectory = "home_bl_ce_7.0"; NodeNumber = 4; '
+          'RequestMemory = 2048; gridtype = "k8s" ]')
+    with caplog.at_level(logging.INFO, logger="gahp"):
+        reply = commands.submit([ad])
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert lines == [f"sandbox ce_7.0 is {reply[-1]}: /bin/sleep (4 cpus, 2048 MiB, queue default)"]

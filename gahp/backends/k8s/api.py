@@ -10,6 +10,7 @@ Knows nothing about pods, queues or jobs beyond the names it logs.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -275,7 +276,14 @@ class KubeApi:
         ``Retry-After``; everything else is translated at once.
         """
         core = self._connect()
-        fn: Callable[..., Any] = getattr(self._groups[group] if group else core, method)
+        api = self._groups[group] if group else core
+        # The pydantic client (kubernetes 31+) validates every call's arguments into its models and
+        # serialises them back: about 0.4 ms of CPU per request, a fifth of a submit's. podgahp
+        # passes plain values and dicts (as it must for 30.1, whose methods take them as they are),
+        # so it calls the method under the validation; the API server validates the objects.
+        unchecked = getattr(getattr(type(api), method), "raw_function", None)
+        fn: Callable[..., Any] = (functools.partial(unchecked, api) if unchecked is not None
+                                  else getattr(api, method))
         settings = self.settings
         attempts = 1 + (settings.retries if retry else 0)
         timeout = (settings.connect_timeout_s, read_timeout or settings.request_timeout_s)

@@ -273,8 +273,9 @@ class KubernetesBackend(Backend):
                 self.guard.outcome(queue.name, True, f"pod refused by the API server: {truncate(str(e), 200)}")
                 self.stats.count("pods_refused")
                 raise
-            log.info("[%s] created pod for sandbox %s (queue %s, generation %d)", jid, job.sandbox_id,
-                     queue.name, generation)
+            # The submit's own line says which pod a sandbox got; a later generation is worth its own.
+            log.log(logging.INFO if generation > 1 else logging.DEBUG, "[%s] created pod for sandbox %s "
+                    "(queue %s, generation %d)", jid, job.sandbox_id, queue.name, generation)
             self.stats.count("pods_created")
             cache.put(created)
             ensure_secret(api, created, staged, jid, fresh=True)
