@@ -131,6 +131,46 @@ def reap(dry_run: bool) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.option("--once", is_flag=True, help="One cycle, then exit (for cron); default: a cycle every "
+              "PODGAHP_PROVISION_INTERVAL_SECONDS until stopped.")
+def provision(once: bool) -> None:
+    """Submit pilots to the CE for the idle jobs of a pool, grouped by shape (PODGAHP_PROVISION_* knobs).
+
+    Logs each decision to PODGAHP_PROVISION_LOG; with --once, also prints one line per group."""
+    import dataclasses
+    import signal
+    import threading
+
+    from gahp import logs
+    from gahp.config import Knobs, ServerSettings
+    from gahp.errors import GahpError
+    from gahp.provision.service import Provisioner
+    from gahp.provision.settings import ProvisionSettings
+
+    knobs = Knobs()
+    try:
+        settings = ProvisionSettings.from_knobs(knobs)
+        server = ServerSettings.from_knobs(knobs, "provision")
+    except GahpError as e:
+        raise click.ClickException(str(e)) from None
+    where = logs.setup(dataclasses.replace(server, log_file=settings.log_file))
+    provisioner = Provisioner(settings)
+    if once:
+        decision = provisioner.cycle()
+        if decision is None:
+            raise click.ClickException(f"the cycle could not decide; see {where}")
+        for row in decision.rows:
+            click.echo(f"{row.key}: {row.waiting} jobs waiting, {row.idle} pilots idle, {row.running} running, "
+                       f"{row.submit} submitted, {row.remove} removed")
+        return
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    click.echo(f"podgahp provision: a cycle every {settings.interval_s} s; log {where}", err=True)
+    provisioner.serve(stop)
+
+
 @main.command("health")
 @click.option("--prometheus", is_flag=True, help="Prometheus text exposition format instead of ClassAd attributes.")
 def health_cmd(prometheus: bool) -> None:

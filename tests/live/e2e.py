@@ -158,6 +158,31 @@ def start_k8s_ce(make_pool: Callable[..., Pool], installation: Installation, sim
                      files={"kubeconfig": kubeconfig_text(sim), "gpu-template.yaml": GPU_TEMPLATE})
 
 
+#: The Lancium API key file in the pool's per-run directory.
+KEY_FILE = "lancium/api_key"
+
+
+def start_lancium_ce(make_pool: Callable[..., Pool], installation: Installation, sim: LanciumSim) -> Pool:
+    """A CE-like pool with the shipped routes whose LANCIUM_GAHP talks to `sim`."""
+    config = (routes_config(installation)
+              + f"LANCIUM_GAHP = {installation.bin('lancium_gahp')}\n"
+              + f"PODGAHP_LANCIUM_BASE_URL = {sim.url}\n"
+              + f"PODGAHP_LANCIUM_API_KEY_FILE = $(LOCAL_DIR)/{KEY_FILE}\n"
+              # Status polls every few seconds must see fresh job lists.
+              + "PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS = 1\n"
+              + "PODGAHP_LANCIUM_RETRIES = 1\n"
+              + "PODGAHP_LANCIUM_BACKOFF_SECONDS = 0.2\n"
+              + "PODGAHP_DEBUG = DEBUG\n"
+              + E2E_FAST)
+    pool = make_pool(extra_config=config, files={KEY_FILE: sim.api_key + "\n"})
+    # The GAHP runs as the job owner and refuses a key file others can read.
+    owner = installation.user("pilot")
+    key = pool.path(f"{pool.local_dir}/{KEY_FILE}")
+    os.chown(key, owner.uid, owner.gid)
+    os.chmod(key, 0o600)
+    return pool
+
+
 def iwd(pool: Pool, user: str = "pilot") -> str:
     """A fresh Iwd owned by `user` holding the pilot script `pilot.sh`."""
     path = pool.user_dir(user)

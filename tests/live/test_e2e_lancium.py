@@ -5,12 +5,11 @@ and the GAHP runs each pilot as a job of the simulated Lancium service.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Dict, List
 
 import pytest
 
-from e2e import (E2E_FAST, COMPLETED, HELD, grid_parts, iwd, lancium_sim, pilot_submit, routed_jobs, routes_config,
+from e2e import (COMPLETED, HELD, grid_parts, iwd, lancium_sim, pilot_submit, routed_jobs, start_lancium_ce,
                  wait_done)
 from podgahp_sim.lancium import LanciumSim
 from harness import Installation, Pool
@@ -18,30 +17,6 @@ from harness import Installation, Pool
 pytestmark = pytest.mark.live
 
 __all__ = ["lancium_sim"]  # the fixture, imported for pytest
-
-KEY_FILE = "lancium/api_key"
-
-
-def start_lancium_ce(make_pool: Callable[..., Pool], installation: Installation, sim: LanciumSim) -> Pool:
-    """A CE-like pool with the shipped routes whose LANCIUM_GAHP talks to `sim`."""
-    config = (routes_config(installation)
-              + f"LANCIUM_GAHP = {installation.bin('lancium_gahp')}\n"
-              + f"PODGAHP_LANCIUM_BASE_URL = {sim.url}\n"
-              + f"PODGAHP_LANCIUM_API_KEY_FILE = $(LOCAL_DIR)/{KEY_FILE}\n"
-              # Status polls every few seconds must see fresh job lists.
-              + "PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS = 1\n"
-              + "PODGAHP_LANCIUM_RETRIES = 1\n"
-              + "PODGAHP_LANCIUM_BACKOFF_SECONDS = 0.2\n"
-              + "PODGAHP_DEBUG = DEBUG\n"
-              + E2E_FAST)
-    pool = make_pool(extra_config=config, files={KEY_FILE: sim.api_key + "\n"})
-    # The GAHP runs as the job owner and refuses a key file others can read.
-    owner = installation.user("pilot")
-    key = pool.path(f"{pool.local_dir}/{KEY_FILE}")
-    os.chown(key, owner.uid, owner.gid)
-    os.chmod(key, 0o600)
-    return pool
-
 
 def lancium_id(ad: Dict[str, Any]) -> int:
     """Lancium job id in GridJobId `batch lancium <sandbox> lancium/<id>`."""

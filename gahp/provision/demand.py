@@ -1,0 +1,101 @@
+"""Demand: the idle jobs of the user pool that pilots may run, read with the htcondor bindings
+from every schedd its collector knows, grouped by :mod:`gahp.provision.shape`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from gahp.errors import GahpError
+from gahp.provision.settings import SHAPE_ATTRIBUTES, ProvisionSettings
+from gahp.provision.shape import Group, Shape, fits, group_of, pilots_for
+
+log = logging.getLogger(__name__)
+
+#: Idle jobs only, never a pilot (a provisioner's own, or a job a CE routed).
+BASE_CONSTRAINT = "JobStatus == 1 && JobUniverse =!= 9 && PodgahpProvisioner =?= undefined"
+
+
+class DemandUnknown(GahpError):
+    """No schedd of the pool could be asked: nothing may be submitted on a guess."""
+
+
+@dataclass
+class Demand:
+    groups: Dict[Group, int] = field(default_factory=dict)
+    """Waiting jobs per group (shaped pilots), or pilots wanted for the one pilot shape (partitionable)."""
+    waiting: Dict[Group, int] = field(default_factory=dict)
+    """Waiting jobs per group, either kind."""
+    jobs: int = 0
+    unusable: int = 0
+    """Idle jobs whose shape could not be read, or that no pilot could hold."""
+    schedds_failed: List[str] = field(default_factory=list)
+
+
+def constraint(settings: ProvisionSettings) -> str:
+    return f"{BASE_CONSTRAINT} && ({settings.job_filter})"
+
+
+def _scalar(ad: Any, name: str) -> object:
+    try:
+        value = ad.eval(name)
+    except Exception:  # noqa: BLE001 - an expression a job owner wrote may not evaluate
+        return None
+    return value if isinstance(value, (str, int, float, bool)) else None
+
+
+def read_jobs(settings: ProvisionSettings) -> Tuple[List[Dict[str, object]], List[str]]:
+    """(jobs as dicts of evaluated attributes, names of schedds that failed); DemandUnknown when the
+    collector or every schedd fails."""
+    import htcondor2
+
+    projection = list(dict.fromkeys(SHAPE_ATTRIBUTES + settings.group_by + ("ClusterId", "ProcId")))
+    try:
+        collector = htcondor2.Collector(settings.pool) if settings.pool else htcondor2.Collector()
+        schedds = collector.locateAll(htcondor2.DaemonType.Schedd)
+    except Exception as e:  # noqa: BLE001 - the bindings raise several kinds
+        raise DemandUnknown(f"the collector of {settings.pool or 'the local pool'} cannot be asked: {e}") from e
+    jobs: List[Dict[str, object]] = []
+    failed: List[str] = []
+    for location in schedds:
+        name = str(location.get("Name", "?"))
+        try:
+            ads = htcondor2.Schedd(location).query(constraint=constraint(settings), projection=projection,
+                                                   limit=settings.max_jobs_read)
+        except Exception as e:  # noqa: BLE001
+            log.warning("schedd %s cannot be asked for idle jobs: %s", name, e)
+            failed.append(name)
+            continue
+        jobs.extend({a: _scalar(ad, a) for a in projection} for ad in ads)
+    if schedds and len(failed) == len(schedds):
+        raise DemandUnknown(f"no schedd of {settings.pool or 'the local pool'} could be asked ({', '.join(failed)})")
+    return jobs, failed
+
+
+def group_jobs(jobs: Sequence[Mapping[str, object]], settings: ProvisionSettings) -> Demand:
+    demand = Demand(jobs=len(jobs))
+    if settings.kind == "partitionable":
+        pilot = settings.partitionable
+        total = [0, 0, 0, 0]
+        for job in jobs:
+            group = group_of(job, ())
+            if group is None or not fits(group.shape, pilot):
+                demand.unusable += 1
+                continue
+            for i, value in enumerate((group.shape.cpus, group.shape.memory_mb, group.shape.gpus,
+                                       group.shape.disk_kb)):
+                total[i] += value
+        if total[0]:
+            group = Group(Shape(pilot.cpus, pilot.memory_mb, pilot.gpus, pilot.disk_kb))
+            demand.groups[group] = pilots_for(Shape(*total), pilot)
+            demand.waiting[group] = demand.jobs - demand.unusable
+        return demand
+    for job in jobs:
+        found: Optional[Group] = group_of(job, settings.group_by)
+        if found is None:
+            demand.unusable += 1
+            continue
+        demand.groups[found] = demand.groups.get(found, 0) + 1
+    demand.waiting = dict(demand.groups)
+    return demand

@@ -1,0 +1,167 @@
+"""This provisioner's pilots at the CE: read, submitted and removed through the CE's schedd with the
+htcondor bindings, as a factory's pilots are (the local schedd where the provisioner runs on the
+CE, or ``PODGAHP_PROVISION_CE_SCHEDD`` of ``PODGAHP_PROVISION_CE_POOL``).
+
+A pilot carries its group's shape the way the CE's routes read it (``xcount``, ``maxMemory``,
+``RequestCpus``/``RequestMemory``/``RequestGPUs``/``RequestDisk``, ``maxWallTime``, ``queue``), and
+its environment tells the pilot which pool to join and which jobs to start (the OSG backfill
+image's variables: ``CONDOR_HOST``, ``NUM_CPUS``, ``MEMORY``, ``NUM_GPUS``, ``ACCEPT_IDLE_MINUTES``,
+``ACCEPT_JOBS_FOR_HOURS``; and ``PODGAHP_PILOT_GROUP``, ``PODGAHP_PILOT_START``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict, List, Sequence, Tuple
+
+from gahp.errors import GahpError
+from gahp.provision.plan import Pilot
+from gahp.provision.settings import ProvisionSettings
+from gahp.provision.shape import Group, Scalar
+
+log = logging.getLogger(__name__)
+
+IDLE = 1
+HELD = 5
+
+
+class CeUnavailable(GahpError):
+    """The CE's schedd could not be asked or refused the request."""
+
+
+def classad_literal(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def start_expression(group: Group, settings: ProvisionSettings) -> str:
+    """What a pilot of ``group`` starts: the jobs the filter lets through that are of its group (a
+    shaped pilot: exactly its shape, as the groups are made; a partitionable one: whatever fits)."""
+    clauses = [f"({settings.job_filter})"]
+    shape = group.shape
+    if settings.kind == "shaped":
+        clauses += [f"TARGET.RequestCpus == {shape.cpus}", f"TARGET.RequestMemory == {shape.memory_mb}",
+                    f"(TARGET.RequestGPUs ?: 0) == {shape.gpus}"]
+        if shape.disk_kb:
+            clauses.append(f"TARGET.RequestDisk <= {shape.disk_kb}")
+    for name, value in group.extra:
+        clauses.append(f"TARGET.{name} =?= {classad_literal(value)}")
+    return " && ".join(clauses)
+
+
+def environment_string(pairs: Sequence[Tuple[str, str]]) -> str:
+    """HTCondor's submit ``environment`` syntax: values in single quotes, quotes doubled."""
+    quoted = (name + "='" + value.replace("'", "''").replace('"', '""') + "'" for name, value in pairs)
+    return '"' + " ".join(quoted) + '"'
+
+
+def pilot_environment(group: Group, settings: ProvisionSettings) -> List[Tuple[str, str]]:
+    shape = group.shape
+    pairs = [("CONDOR_HOST", settings.pool or ""), ("NUM_CPUS", str(shape.cpus)),
+             ("MEMORY", str(shape.memory_mb)), ("NUM_GPUS", str(shape.gpus)),
+             ("DISK", str(shape.disk_kb)),
+             ("ACCEPT_IDLE_MINUTES", str(settings.pilot_idle_minutes)),
+             ("ACCEPT_JOBS_FOR_HOURS", str(max(1, settings.pilot_wall_minutes // 60))),
+             ("PODGAHP_PILOT_KIND", settings.kind), ("PODGAHP_PILOT_GROUP", str(group)),
+             ("PODGAHP_PILOT_START", start_expression(group, settings))]
+    if settings.pilot_token_file:
+        pairs.append(("PODGAHP_PILOT_TOKEN_FILE", os.path.basename(settings.pilot_token_file)))
+    for item in settings.pilot_environment.split():
+        name, _, value = item.partition("=")
+        pairs.append((name, value))
+    return pairs
+
+
+def submit_description(group: Group, settings: ProvisionSettings, directory: str) -> Dict[str, str]:
+    shape = group.shape
+    description = {
+        "universe": "vanilla",
+        "executable": settings.pilot_executable,
+        "initialdir": directory,
+        "output": "pilot-$(ClusterId).$(ProcId).out",
+        "error": "pilot-$(ClusterId).$(ProcId).err",
+        "request_cpus": str(shape.cpus),
+        "request_memory": str(shape.memory_mb),
+        "+xcount": str(shape.cpus),
+        "+maxMemory": str(shape.memory_mb),
+        "+maxWallTime": str(settings.pilot_wall_minutes),
+        "+PodgahpProvisioner": classad_literal(settings.name),
+        "+PodgahpGroup": classad_literal(str(group)),
+        "environment": environment_string(pilot_environment(group, settings)),
+    }
+    if shape.gpus:
+        description["request_gpus"] = str(shape.gpus)
+    if shape.disk_kb:
+        description["request_disk"] = str(shape.disk_kb)
+    if settings.pilot_queue:
+        description["+queue"] = classad_literal(settings.pilot_queue)
+    if settings.pilot_token_file:
+        description["transfer_input_files"] = settings.pilot_token_file
+    return description
+
+
+class CeQueue:
+    """The CE's schedd as this provisioner uses it."""
+
+    def __init__(self, settings: ProvisionSettings, directory: str) -> None:
+        self.settings = settings
+        self.directory = directory
+
+    def _schedd(self) -> Any:
+        import htcondor2
+
+        settings = self.settings
+        try:
+            if settings.ce_schedd:
+                collector = htcondor2.Collector(settings.ce_pool) if settings.ce_pool else htcondor2.Collector()
+                return htcondor2.Schedd(collector.locate(htcondor2.DaemonType.Schedd, settings.ce_schedd))
+            return htcondor2.Schedd()
+        except Exception as e:  # noqa: BLE001 - the bindings raise several kinds
+            raise CeUnavailable(f"the CE's schedd cannot be found: {e}") from e
+
+    def pilots(self) -> List[Pilot]:
+        """This provisioner's pilots that are not done (held ones count as idle: they wait)."""
+        constraint = (f"PodgahpProvisioner =?= {classad_literal(self.settings.name)} "
+                      "&& (JobStatus == 1 || JobStatus == 2 || JobStatus == 5)")
+        projection = ["ClusterId", "ProcId", "JobStatus", "EnteredCurrentStatus", "PodgahpGroup"]
+        try:
+            ads = self._schedd().query(constraint=constraint, projection=projection)
+        except CeUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise CeUnavailable(f"the CE's schedd cannot be asked for pilots: {e}") from e
+        found = []
+        for ad in ads:
+            status = ad.get("JobStatus")
+            found.append(Pilot(job_id=f"{ad.get('ClusterId')}.{ad.get('ProcId')}", group=str(ad.get("PodgahpGroup", "")),
+                               idle=status in (IDLE, HELD), since=float(ad.get("EnteredCurrentStatus") or 0)))
+        return found
+
+    def submit(self, group: Group, count: int) -> str:
+        """Submit ``count`` pilots of ``group``; returns the cluster id."""
+        import htcondor2
+
+        os.makedirs(self.directory, exist_ok=True)
+        description = htcondor2.Submit(submit_description(group, self.settings, self.directory))
+        try:
+            result = self._schedd().submit(description, count=count)
+        except CeUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise CeUnavailable(f"the CE's schedd refused {count} pilots of group {group}: {e}") from e
+        return str(result.cluster())
+
+    def remove(self, pilots: Sequence[Pilot], reason: str) -> None:
+        import htcondor2
+
+        try:
+            self._schedd().act(htcondor2.JobAction.Remove, [p.job_id for p in pilots], reason)
+        except CeUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise CeUnavailable(f"the CE's schedd did not remove {len(pilots)} pilots: {e}") from e
+

@@ -1,0 +1,116 @@
+"""Knobs of ``podgahp provision`` (``PODGAHP_PROVISION_*``, documented in
+``condor_config.d/40-podgahp-provision-defaults.conf``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from gahp.config import Knobs
+from gahp.errors import ConfigError
+
+PREFIX = "PODGAHP_PROVISION_"
+
+#: The pilot kinds: one pilot per job shape, or partitionable pilots of one fixed shape.
+KINDS = ("shaped", "partitionable")
+
+#: What a job ad may name in GROUP_BY beyond the shape: attribute names only.
+ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: The shape attributes: always part of a group.
+SHAPE_ATTRIBUTES = ("RequestCpus", "RequestMemory", "RequestGPUs", "RequestDisk")
+
+
+@dataclass(frozen=True)
+class PartitionableShape:
+    cpus: int
+    memory_mb: int
+    gpus: int
+    disk_kb: int
+
+
+@dataclass(frozen=True)
+class ProvisionSettings:
+    name: str
+    """``PODGAHP_PROVISION_NAME``: marks this provisioner's pilots (``PodgahpProvisioner``); default
+    ``podgahp@<host>``."""
+    pool: Optional[str]
+    """``PODGAHP_PROVISION_POOL``: collector of the pool whose idle jobs make demand; default the
+    local pool."""
+    job_filter: str
+    """``PODGAHP_PROVISION_JOB_FILTER``: which idle jobs pilots are for (a ClassAd expression)."""
+    group_by: Tuple[str, ...]
+    """``PODGAHP_PROVISION_GROUP_BY``: job attributes that split groups beyond the shape."""
+    max_jobs_read: int
+    """``PODGAHP_PROVISION_MAX_JOBS_READ``: most idle jobs read per schedd and cycle."""
+    ce_schedd: Optional[str]
+    """``PODGAHP_PROVISION_CE_SCHEDD``: the CE's schedd (name), default the local schedd."""
+    ce_pool: Optional[str]
+    """``PODGAHP_PROVISION_CE_POOL``: the collector that knows ``ce_schedd``."""
+    max_idle_per_group: int
+    max_idle: int
+    max_pilots: int
+    remove_idle_after_s: int
+    interval_s: int
+    kind: str
+    partitionable: PartitionableShape
+    pilot_executable: str
+    pilot_queue: Optional[str]
+    pilot_wall_minutes: int
+    pilot_idle_minutes: int
+    pilot_environment: str
+    pilot_token_file: Optional[str]
+    """``PODGAHP_PROVISION_PILOT_TOKEN_FILE``: the pool's token, sent with each pilot as an input file."""
+    log_file: str
+
+    @classmethod
+    def from_knobs(cls, knobs: Knobs) -> ProvisionSettings:
+        group_by = tuple(knobs.names(PREFIX + "GROUP_BY", []))
+        for attribute in group_by:
+            if not ATTRIBUTE.fullmatch(attribute) or len(attribute) > 64:
+                raise ConfigError(f"{PREFIX}GROUP_BY: {attribute!r} is not a job attribute name")
+        kind = knobs.string(PREFIX + "PILOT_KIND", "shaped").lower()
+        if kind not in KINDS:
+            raise ConfigError(f"{PREFIX}PILOT_KIND = {kind!r} is not one of {', '.join(KINDS)}")
+        queue = knobs.optional(PREFIX + "PILOT_QUEUE")
+        if queue is not None and not ATTRIBUTE.fullmatch(queue):
+            raise ConfigError(f"{PREFIX}PILOT_QUEUE = {queue!r} is not a queue name")
+        environment = knobs.string(PREFIX + "PILOT_ENVIRONMENT", "")
+        if any(c in environment for c in "\"'\n"):
+            raise ConfigError(f"{PREFIX}PILOT_ENVIRONMENT: NAME=value pairs separated by blanks, without quotes")
+        log_dir = knobs.raw("LOG") or "/tmp"
+        return cls(
+            name=knobs.string(PREFIX + "NAME", f"podgahp@{socket.getfqdn()}"),
+            pool=knobs.optional(PREFIX + "POOL"),
+            job_filter=knobs.string(PREFIX + "JOB_FILTER", "true"),
+            group_by=group_by,
+            max_jobs_read=knobs.integer(PREFIX + "MAX_JOBS_READ", 100_000, minimum=1),
+            ce_schedd=knobs.optional(PREFIX + "CE_SCHEDD"),
+            ce_pool=knobs.optional(PREFIX + "CE_POOL"),
+            max_idle_per_group=knobs.integer(PREFIX + "MAX_IDLE_PER_GROUP", 5, minimum=0),
+            max_idle=knobs.integer(PREFIX + "MAX_IDLE", 50, minimum=0),
+            max_pilots=knobs.integer(PREFIX + "MAX_PILOTS", 500, minimum=0),
+            remove_idle_after_s=knobs.integer(PREFIX + "REMOVE_IDLE_AFTER_SECONDS", 7200, minimum=0),
+            interval_s=knobs.integer(PREFIX + "INTERVAL_SECONDS", 120, minimum=1),
+            kind=kind,
+            partitionable=PartitionableShape(
+                cpus=knobs.integer(PREFIX + "PARTITIONABLE_CPUS", 8, minimum=1),
+                memory_mb=knobs.integer(PREFIX + "PARTITIONABLE_MEMORY_MB", 16384, minimum=1),
+                gpus=knobs.integer(PREFIX + "PARTITIONABLE_GPUS", 0, minimum=0),
+                disk_kb=knobs.integer(PREFIX + "PARTITIONABLE_DISK_KB", 0, minimum=0)),
+            pilot_executable=knobs.string(PREFIX + "PILOT_EXECUTABLE", _shipped_pilot()),
+            pilot_queue=queue,
+            pilot_wall_minutes=knobs.integer(PREFIX + "PILOT_WALL_MINUTES", 1440, minimum=1),
+            pilot_idle_minutes=knobs.integer(PREFIX + "PILOT_IDLE_MINUTES", 20, minimum=1),
+            pilot_environment=environment,
+            pilot_token_file=knobs.optional(PREFIX + "PILOT_TOKEN_FILE"),
+            log_file=knobs.string(PREFIX + "LOG", os.path.join(log_dir, "PodgahpProvisionLog")),
+        )
+
+
+def _shipped_pilot() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                        "podgahp-pilot-startup.sh")

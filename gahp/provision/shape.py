@@ -1,0 +1,103 @@
+"""What a pilot must be to run a job: its shape (cores, memory, GPUs, disk) and the group a job
+belongs to (the shape plus the values of ``PODGAHP_PROVISION_GROUP_BY``).
+
+Job ads are user input: a value that is missing, not a number, or beyond what any pilot could be
+makes the job no demand at all (counted and logged by the caller), never an error of the cycle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Tuple, Union
+
+from gahp.provision.settings import PartitionableShape
+
+#: Disk is rounded up to whole GiB (in KiB, as RequestDisk): jobs' disk requests are rarely round,
+#: and a group per KiB would make a pilot per job.
+DISK_STEP_KB = 1024 * 1024
+#: Beyond these a job is not demand (no pilot could be that large).
+MAX_CPUS = 1024
+MAX_MEMORY_MB = 16 * 1024 * 1024
+MAX_GPUS = 64
+MAX_DISK_KB = 1024 ** 3  # 1 TiB
+#: Longest value of a GROUP_BY attribute kept (it becomes part of a pilot's START expression).
+MAX_VALUE_CHARS = 128
+
+Scalar = Union[str, int, float, bool]
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    cpus: int
+    memory_mb: int
+    gpus: int = 0
+    disk_kb: int = 0
+
+    def __str__(self) -> str:
+        text = f"{self.cpus}c/{self.memory_mb}MiB"
+        if self.gpus:
+            text += f"/{self.gpus}gpu"
+        if self.disk_kb:
+            text += f"/{self.disk_kb // DISK_STEP_KB}GiB"
+        return text
+
+
+@dataclass(frozen=True, order=True)
+class Group:
+    """Jobs one kind of pilot serves: a shape and the values of the extra grouping attributes."""
+
+    shape: Shape
+    extra: Tuple[Tuple[str, Scalar], ...] = ()
+
+    def __str__(self) -> str:
+        return str(self.shape) + "".join(f",{k}={v}" for k, v in self.extra)
+
+
+def _whole(value: object, minimum: int, maximum: int) -> Optional[int]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    number = math.ceil(value)
+    return number if minimum <= number <= maximum else None
+
+
+def shape_of(job: Mapping[str, object]) -> Optional[Shape]:
+    """The shape of a job (evaluated RequestCpus, RequestMemory, RequestGPUs, RequestDisk); None when
+    one is unusable. Missing GPUs and disk count as none."""
+    cpus = _whole(job.get("RequestCpus", 1), 1, MAX_CPUS)
+    memory = _whole(job.get("RequestMemory"), 1, MAX_MEMORY_MB)
+    gpus = _whole(job.get("RequestGPUs") or 0, 0, MAX_GPUS)
+    disk = _whole(job.get("RequestDisk") or 0, 0, MAX_DISK_KB)
+    if cpus is None or memory is None or gpus is None or disk is None:
+        return None
+    return Shape(cpus, memory, gpus, -(-disk // DISK_STEP_KB) * DISK_STEP_KB)
+
+
+def group_of(job: Mapping[str, object], group_by: Tuple[str, ...]) -> Optional[Group]:
+    shape = shape_of(job)
+    if shape is None:
+        return None
+    extra = []
+    for name in group_by:
+        value = job.get(name)
+        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+            return None
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            return None
+        extra.append((name, value if value is not None else ""))
+    return Group(shape, tuple(extra))
+
+
+def fits(shape: Shape, pilot: PartitionableShape) -> bool:
+    return (shape.cpus <= pilot.cpus and shape.memory_mb <= pilot.memory_mb and shape.gpus <= pilot.gpus
+            and (not pilot.disk_kb or shape.disk_kb <= pilot.disk_kb))
+
+
+def pilots_for(total: Shape, pilot: PartitionableShape) -> int:
+    """Partitionable pilots needed for jobs whose shapes add up to ``total`` (by the scarcest resource)."""
+    needs = [total.cpus / pilot.cpus, total.memory_mb / pilot.memory_mb]
+    if pilot.gpus:
+        needs.append(total.gpus / pilot.gpus)
+    if pilot.disk_kb:
+        needs.append(total.disk_kb / pilot.disk_kb)
+    return math.ceil(max(needs))
