@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import threading
+from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import pytest
@@ -14,6 +17,7 @@ from gahp.provision.plan import Pilot
 from gahp.provision.service import Provisioner
 from gahp.provision.settings import ProvisionSettings
 from gahp.provision.shape import Group
+from gahp_driver import gahp_env, script
 
 SETTINGS = ProvisionSettings.from_knobs(Knobs({"PODGAHP_PROVISION_MAX_IDLE_PER_GROUP": "3",
                                                "PODGAHP_PROVISION_REMOVE_IDLE_AFTER_SECONDS": "100"}))
@@ -83,3 +87,39 @@ def test_a_refused_submit_is_logged_and_the_cycle_goes_on(caplog: pytest.LogCapt
         decision = Provisioner(SETTINGS, ce, reader(JOBS)).cycle()  # type: ignore[arg-type]
     assert decision is not None and decision.submissions == 0
     assert caplog.text.count("submitting") == 2
+
+
+def test_the_service_runs_cycles_until_stopped() -> None:
+    stop = threading.Event()
+    calls = []
+
+    def read(settings: ProvisionSettings) -> Tuple[Jobs, List[str]]:
+        calls.append(1)
+        if len(calls) == 2:
+            stop.set()
+        return JOBS, []
+
+    ce = FakeCe()
+    settings = ProvisionSettings.from_knobs(Knobs({"PODGAHP_PROVISION_INTERVAL_SECONDS": "1"}))
+    Provisioner(settings, ce, read).serve(stop)  # type: ignore[arg-type]
+    assert len(calls) == 2 and len(ce.submitted) == 4  # two groups, two cycles
+
+
+def provision_once(tmp_path: Path, **knobs: str) -> "subprocess.CompletedProcess[str]":
+    """The installed command, in a process of its own (HTCondor's configuration is read once per process)."""
+    env = {**gahp_env(str(tmp_path), **knobs), "_CONDOR_TOOL_TIMEOUT_MULTIPLIER": "0"}
+    return subprocess.run([script("podgahp"), "provision", "--once"], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_command_names_a_bad_knob_without_a_traceback(tmp_path: Path) -> None:
+    result = provision_once(tmp_path, PODGAHP_PROVISION_PILOT_KIND="huge")
+    assert result.returncode != 0 and "PODGAHP_PROVISION_PILOT_KIND = 'huge'" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_the_command_without_a_pool_says_it_could_not_decide(tmp_path: Path) -> None:
+    result = provision_once(tmp_path, PODGAHP_PROVISION_POOL="127.0.0.1:1")
+    assert result.returncode != 0 and "the cycle could not decide" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout and result.stdout == ""
+    assert "cycle skipped, nothing submitted" in (tmp_path / "PodgahpProvisionLog").read_text()
