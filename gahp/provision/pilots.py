@@ -124,9 +124,10 @@ class CeQueue:
             raise CeUnavailable(f"the CE's schedd cannot be found: {e}") from e
 
     def pilots(self) -> List[Pilot]:
-        """This provisioner's pilots that are not done (held ones count as idle: they wait)."""
+        """This provisioner's pilots that are not done (held ones count as idle: they wait). The
+        JobRouter's copies of them carry the same attributes and are not counted again."""
         constraint = (f"PodgahpProvisioner =?= {classad_literal(self.settings.name)} "
-                      "&& (JobStatus == 1 || JobStatus == 2 || JobStatus == 5)")
+                      "&& RoutedFromJobId =?= undefined && (JobStatus == 1 || JobStatus == 2 || JobStatus == 5)")
         projection = ["ClusterId", "ProcId", "JobStatus", "EnteredCurrentStatus", "PodgahpGroup"]
         try:
             ads = self._schedd().query(constraint=constraint, projection=projection)

@@ -58,7 +58,8 @@ def provision(ce: Pool, users: Pool, **knobs: str) -> List[str]:
 
 
 def pilots(ce: Pool) -> List[Dict[str, Any]]:
-    return ce.q(f'PodgahpProvisioner =?= "{NAME}"', PILOT_ATTRS)
+    """The pilots as submitted (not the JobRouter's copies of them)."""
+    return ce.q(f'PodgahpProvisioner =?= "{NAME}" && RoutedFromJobId =?= undefined', PILOT_ATTRS)
 
 
 def per_group(ads: List[Dict[str, Any]], status: Optional[int] = None) -> Dict[str, int]:
