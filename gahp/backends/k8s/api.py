@@ -267,11 +267,13 @@ class KubeApi:
 
     def call(self, what: str, method: str, *args: Any, job_id: Optional[str] = None,
              stream: bool = False, retry: bool = True, read_timeout: Optional[float] = None,
-             group: Optional[str] = None, **kwargs: Any) -> Any:
+             group: Optional[str] = None, answer: bool = True, **kwargs: Any) -> Any:
         """Call ``CoreV1Api.<method>`` with bounded retries; returns parsed JSON (or the raw stream).
 
         ``what`` names the operation in errors and logs (``create pod ns/name``); ``group`` picks an
-        API group other than the core one (``authorization``). Transient failures
+        API group other than the core one (``authorization``); ``answer=False``: the caller does not
+        read the object the server sends back (a created Secret repeats every input file): {} is
+        returned without parsing it. Transient failures
         (429, 5xx, timeouts, connection errors) are retried with exponential back-off honouring
         ``Retry-After``; everything else is translated at once.
         """
@@ -302,7 +304,7 @@ class KubeApi:
                     data = response.data
                 finally:
                     response.release_conn()
-                if not data:
+                if not data or not answer:
                     return {}
                 return json.loads(data)
             except Exception as e:  # noqa: BLE001 - the choke point: every client failure is translated here

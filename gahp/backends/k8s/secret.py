@@ -26,7 +26,8 @@ def ensure_secret(api: KubeApi, pod: JsonObj, staged: List[StagedFile], jid: str
     labels = {k: v for k, v in (meta.get("labels") or {}).items()}
     body = secret_body(name, namespace, uid, labels, staged)
     try:
-        api.call(f"create secret {namespace}/{name}", "create_namespaced_secret", namespace, body, job_id=jid)
+        api.call(f"create secret {namespace}/{name}", "create_namespaced_secret", namespace, body, job_id=jid,
+                 answer=False)
         return
     except Conflict:
         pass
@@ -45,4 +46,4 @@ def ensure_secret(api: KubeApi, pod: JsonObj, staged: List[StagedFile], jid: str
         return
     log.info("[%s] replacing an input secret owned by an older pod of the same name", jid)
     api.call(f"replace secret {namespace}/{name}", "replace_namespaced_secret", name, namespace, body,
-             job_id=jid)
+             job_id=jid, answer=False)
