@@ -163,6 +163,8 @@ def provision(once: bool) -> None:
         for row in decision.rows:
             click.echo(f"{row.key}: {row.waiting} jobs waiting, {row.idle} pilots idle, {row.running} running, "
                        f"{row.submit} submitted, {row.remove} removed")
+        if decision.failures:
+            raise click.ClickException(f"the CE refused {decision.failures} request(s); see {where}")
         return
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -57,6 +57,8 @@ class Decision:
     remove: List[Pilot] = field(default_factory=list)
     capped: str = ""
     """Which cap stopped submissions this cycle, if one did."""
+    failures: int = 0
+    """Submissions or removals the CE refused (filled in by the caller)."""
 
     @property
     def submissions(self) -> int:

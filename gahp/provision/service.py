@@ -64,6 +64,7 @@ class Provisioner:
                 log.error("group %s: %d jobs waiting, %d pilots idle, %d running; submitting %d failed: %s",
                           row.key, row.waiting, row.idle, row.running, row.submit, e)
                 row.submit = 0
+                decision.failures += 1
                 continue
             log.info("group %s: %d jobs waiting, %d pilots idle, %d running; submitted %d (cluster %s)",
                      row.key, row.waiting, row.idle, row.running, row.submit, cluster)
@@ -77,6 +78,7 @@ class Provisioner:
                          " ".join(p.job_id for p in decision.remove[:20]))
             except GahpError as e:
                 log.error("removing %d idle pilots failed: %s", len(decision.remove), e)
+                decision.failures += 1
         return decision
 
     def serve(self, stop: threading.Event) -> None:

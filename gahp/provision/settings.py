@@ -79,7 +79,8 @@ class ProvisionSettings:
         if queue is not None and not ATTRIBUTE.fullmatch(queue):
             raise ConfigError(f"{PREFIX}PILOT_QUEUE = {queue!r} is not a queue name")
         environment = knobs.string(PREFIX + "PILOT_ENVIRONMENT", "")
-        if any(c in environment for c in "\"'\n"):
+        if any(c in environment for c in "\"'\n") or not all(
+                ATTRIBUTE.fullmatch(item.partition("=")[0]) and "=" in item for item in environment.split()):
             raise ConfigError(f"{PREFIX}PILOT_ENVIRONMENT: NAME=value pairs separated by blanks, without quotes")
         log_dir = knobs.raw("LOG") or "/tmp"
         return cls(

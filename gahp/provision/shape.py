@@ -80,7 +80,7 @@ def group_of(job: Mapping[str, object], group_by: Tuple[str, ...]) -> Optional[G
     extra = []
     for name in group_by:
         value = job.get(name)
-        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        if isinstance(value, str) and (len(value) > MAX_VALUE_CHARS or not value.isprintable()):
             return None
         if value is not None and not isinstance(value, (str, int, float, bool)):
             return None

@@ -74,6 +74,8 @@ def test_environment_quoting() -> None:
     ({"GROUP_BY": "Project, 1bad"}, "GROUP_BY"),
     ({"PILOT_QUEUE": "a b\"c"}, "PILOT_QUEUE"),
     ({"PILOT_ENVIRONMENT": "A=\"x\""}, "PILOT_ENVIRONMENT"),
+    ({"PILOT_ENVIRONMENT": "A=1 B"}, "PILOT_ENVIRONMENT"),
+    ({"PILOT_ENVIRONMENT": "1A=1"}, "PILOT_ENVIRONMENT"),
     ({"MAX_IDLE": "-1"}, "MAX_IDLE"),
 ])
 def test_bad_knobs_are_named(knobs: Dict[str, str], message: str) -> None:

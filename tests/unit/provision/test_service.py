@@ -85,7 +85,7 @@ def test_a_refused_submit_is_logged_and_the_cycle_goes_on(caplog: pytest.LogCapt
     ce = FakeCe(fail_submit=True)
     with caplog.at_level(logging.ERROR, logger="gahp.provision"):
         decision = Provisioner(SETTINGS, ce, reader(JOBS)).cycle()  # type: ignore[arg-type]
-    assert decision is not None and decision.submissions == 0
+    assert decision is not None and decision.submissions == 0 and decision.failures == 2
     assert caplog.text.count("submitting") == 2
 
 

@@ -34,6 +34,7 @@ def test_groups_split_by_extra_attributes_and_refuse_odd_values() -> None:
     assert str(group_of(job, ("Project",))) == "1c/100MiB,Project=astro"
     assert group_of({**job, "Project": "x" * 1000}, ("Project",)) is None
     assert group_of({**job, "Project": ["a"]}, ("Project",)) is None
+    assert group_of({**job, "Project": "a\nSTART = true"}, ("Project",)) is None
     assert group_of(job, ()) == Group(Shape(1, 100))
 
 
