@@ -48,12 +48,20 @@ def collector_of(pool: Pool) -> str:
     return pool.path(f"{pool.log_dir}/.collector_address").read_text().splitlines()[0].strip()
 
 
-def provision(ce: Pool, users: Pool, **knobs: str) -> List[str]:
-    """One ``podgahp provision --once`` on the CE as the factory's user; its lines per group."""
+def provision(ce: Pool, users: Pool, remote: bool = False, **knobs: str) -> List[str]:
+    """One ``podgahp provision --once`` as the factory's user; its lines per group. It runs on the
+    CE and submits to the local schedd, or (``remote``) runs with the user pool's configuration and
+    submits to the CE's schedd by name through the CE's collector."""
     env = {"_CONDOR_PODGAHP_PROVISION_POOL": collector_of(users), "_CONDOR_PODGAHP_PROVISION_NAME": NAME,
            "_CONDOR_PODGAHP_PROVISION_LOG": f"{ce.log_dir}/PodgahpProvisionLog"}
     env.update({f"_CONDOR_PODGAHP_PROVISION_{k}": v for k, v in knobs.items()})
-    out = ce.run([ce.installation.bin("podgahp"), "provision", "--once"], user="pilot", env=env, timeout=120)
+    where = ce
+    if remote:
+        name = ce.run(["condor_status", "-schedd", "-af", "Name"]).stdout.split()[0]
+        env.update({"_CONDOR_PODGAHP_PROVISION_CE_SCHEDD": name,
+                    "_CONDOR_PODGAHP_PROVISION_CE_POOL": collector_of(ce)})
+        where = users
+    out = where.run([ce.installation.bin("podgahp"), "provision", "--once"], user="pilot", env=env, timeout=120)
     return out.stdout.splitlines()
 
 
@@ -143,13 +151,14 @@ def test_pilots_per_shape_within_the_caps_until_the_jobs_are_gone(
 def test_partitionable_pilots_on_lancium(make_pool: Callable[..., Pool], installation: Installation,
                                         lancium_sim: LanciumSim) -> None:
     """Lancium gives 2 cores per 4 GB: partitionable pilots of 8 cores and 16 GiB, as many as the
-    waiting jobs' cores and memory need (13 cores, 20 GiB: two)."""
+    waiting jobs' cores and memory need (13 cores, 20 GiB: two). The provisioner runs next to the
+    user pool here and submits to the CE's schedd through the CE's collector."""
     users = user_pool(make_pool)
     ce = start_lancium_ce(make_pool, installation, lancium_sim)
     clusters = submit_jobs(users, {(1, 1024, 0): 5, (2, 2048, 0): 2, (4, 8192, 0): 1, (2, 1024, 1): 1})
     knobs = dict(PILOT_KIND="partitionable", PILOT_QUEUE="lancium", PARTITIONABLE_CPUS="8",
                  PARTITIONABLE_MEMORY_MB="16384", PILOT_ENVIRONMENT="PODGAHP_SIM_RUN_SECONDS=600")
-    lines = provision(ce, users, **knobs)
+    lines = provision(ce, users, remote=True, **knobs)
     assert lines == ["8c/16384MiB: 8 jobs waiting, 0 pilots idle, 0 running, 2 submitted, 0 removed"], lines
 
     def jobs() -> Optional[List[Dict[str, Any]]]:
@@ -164,7 +173,7 @@ def test_partitionable_pilots_on_lancium(make_pool: Callable[..., Pool], install
         users.run(["condor_rm", str(cluster)], user="pilot")
     users.wait_for(lambda: not users.q("JobStatus == 1", ["ClusterId"]), timeout=60, interval=0.5,
                    what="the user jobs gone")
-    lines = provision(ce, users, **knobs)
+    lines = provision(ce, users, remote=True, **knobs)
     assert len(lines) == 1 and lines[0].startswith("8c/16384MiB: 0 jobs waiting, ") and \
         lines[0].endswith(" 0 submitted, 0 removed"), lines
     assert len(pilots(ce)) == 2
