@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections import Counter
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from gahp.errors import GahpError
 from gahp.provision.settings import SHAPE_ATTRIBUTES, ProvisionSettings
@@ -45,57 +46,66 @@ def _scalar(ad: Any, name: str) -> object:
     return value if isinstance(value, (str, int, float, bool)) else None
 
 
-def read_jobs(settings: ProvisionSettings) -> Tuple[List[Dict[str, object]], List[str]]:
-    """(jobs as dicts of evaluated attributes, names of schedds that failed); DemandUnknown when the
-    collector or every schedd fails."""
+#: Jobs as read: the distinct value sets of the projected attributes, each with how many jobs have it
+#: (thousands of jobs of a few shapes take a few entries).
+Jobs = List[Tuple[Dict[str, object], int]]
+
+
+def read_jobs(settings: ProvisionSettings) -> Tuple[Jobs, List[str]]:
+    """(the idle jobs' distinct attribute values with their counts, names of schedds that failed);
+    DemandUnknown when the collector or every schedd fails."""
     import htcondor2
 
-    projection = list(dict.fromkeys(SHAPE_ATTRIBUTES + settings.group_by + ("ClusterId", "ProcId")))
+    projection = list(dict.fromkeys(SHAPE_ATTRIBUTES + settings.group_by))
     try:
         collector = htcondor2.Collector(settings.pool) if settings.pool else htcondor2.Collector()
         schedds = collector.locateAll(htcondor2.DaemonType.Schedd)
     except Exception as e:  # noqa: BLE001 - the bindings raise several kinds
         raise DemandUnknown(f"the collector of {settings.pool or 'the local pool'} cannot be asked: {e}") from e
-    jobs: List[Dict[str, object]] = []
+    counts: "Counter[Tuple[object, ...]]" = Counter()
     failed: List[str] = []
     for location in schedds:
         name = str(location.get("Name", "?"))
         try:
             ads = htcondor2.Schedd(location).query(constraint=constraint(settings), projection=projection,
                                                    limit=settings.max_jobs_read)
+            for ad in ads:
+                counts[tuple(_scalar(ad, a) for a in projection)] += 1
         except Exception as e:  # noqa: BLE001
             log.warning("schedd %s cannot be asked for idle jobs: %s", name, e)
             failed.append(name)
             continue
-        jobs.extend({a: _scalar(ad, a) for a in projection} for ad in ads)
     if schedds and len(failed) == len(schedds):
         raise DemandUnknown(f"no schedd of {settings.pool or 'the local pool'} could be asked ({', '.join(failed)})")
-    return jobs, failed
+    return [(dict(zip(projection, values)), n) for values, n in counts.items()], failed
 
 
-def group_jobs(jobs: Sequence[Mapping[str, object]], settings: ProvisionSettings) -> Demand:
-    demand = Demand(jobs=len(jobs))
+def group_jobs(jobs: Iterable[Tuple[Mapping[str, object], int]], settings: ProvisionSettings) -> Demand:
+    """Demand of jobs given as (attribute values, how many jobs have them)."""
+    demand = Demand()
     if settings.kind == "partitionable":
         pilot = settings.partitionable
         total = [0, 0, 0, 0]
-        for job in jobs:
+        for job, count in jobs:
+            demand.jobs += count
             group = group_of(job, ())
             if group is None or not fits(group.shape, pilot):
-                demand.unusable += 1
+                demand.unusable += count
                 continue
             for i, value in enumerate((group.shape.cpus, group.shape.memory_mb, group.shape.gpus,
                                        group.shape.disk_kb)):
-                total[i] += value
+                total[i] += value * count
         if total[0]:
             group = Group(Shape(pilot.cpus, pilot.memory_mb, pilot.gpus, pilot.disk_kb))
             demand.groups[group] = pilots_for(Shape(*total), pilot)
             demand.waiting[group] = demand.jobs - demand.unusable
         return demand
-    for job in jobs:
+    for job, count in jobs:
+        demand.jobs += count
         found: Optional[Group] = group_of(job, settings.group_by)
         if found is None:
-            demand.unusable += 1
+            demand.unusable += count
             continue
-        demand.groups[found] = demand.groups.get(found, 0) + 1
+        demand.groups[found] = demand.groups.get(found, 0) + count
     demand.waiting = dict(demand.groups)
     return demand

@@ -11,10 +11,10 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from gahp.errors import GahpError
-from gahp.provision.demand import Demand, group_jobs, read_jobs
+from gahp.provision.demand import Demand, Jobs, group_jobs, read_jobs
 from gahp.provision.pilots import CeQueue
 from gahp.provision.plan import Caps, Decision, Pilot, decide
 from gahp.provision.settings import ProvisionSettings
@@ -28,7 +28,7 @@ def caps(settings: ProvisionSettings) -> Caps:
 
 class Provisioner:
     def __init__(self, settings: ProvisionSettings, ce: Optional[CeQueue] = None,
-                 read: Callable[[ProvisionSettings], Tuple[List[Dict[str, object]], List[str]]] = read_jobs,
+                 read: Callable[[ProvisionSettings], Tuple[Jobs, List[str]]] = read_jobs,
                  clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.ce = ce or CeQueue(settings, os.path.join(os.path.expanduser("~"), ".podgahp", "provision"))

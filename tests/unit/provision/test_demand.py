@@ -18,8 +18,9 @@ def settings(**knobs: str) -> ProvisionSettings:
     return ProvisionSettings.from_knobs(Knobs({f"PODGAHP_PROVISION_{k}": v for k, v in knobs.items()}))
 
 
-JOBS = [{"RequestCpus": 1, "RequestMemory": 2048}] * 5 + [{"RequestCpus": 4, "RequestMemory": 8192}] * 2 + \
-    [{"RequestCpus": 2, "RequestMemory": 4096, "RequestGPUs": 1}] + [{"RequestCpus": "x"}, {"RequestCpus": 64, "RequestMemory": 1}]
+JOBS = [({"RequestCpus": 1, "RequestMemory": 2048}, 5), ({"RequestCpus": 4, "RequestMemory": 8192}, 2),
+        ({"RequestCpus": 2, "RequestMemory": 4096, "RequestGPUs": 1}, 1), ({"RequestCpus": "x"}, 1),
+        ({"RequestCpus": 64, "RequestMemory": 1}, 1)]
 
 
 def test_shaped_demand_is_jobs_per_shape() -> None:

@@ -21,7 +21,7 @@ from gahp_driver import gahp_env, script
 
 SETTINGS = ProvisionSettings.from_knobs(Knobs({"PODGAHP_PROVISION_MAX_IDLE_PER_GROUP": "3",
                                                "PODGAHP_PROVISION_REMOVE_IDLE_AFTER_SECONDS": "100"}))
-Jobs = List[Dict[str, object]]
+Jobs = List[Tuple[Dict[str, object], int]]
 
 
 class FakeCe:
@@ -50,7 +50,7 @@ def reader(jobs: Jobs) -> object:
     return lambda settings: (jobs, [])
 
 
-JOBS: Jobs = [{"RequestCpus": 1, "RequestMemory": 2048}] * 10 + [{"RequestCpus": 4, "RequestMemory": 8192}]
+JOBS: Jobs = [({"RequestCpus": 1, "RequestMemory": 2048}, 10), ({"RequestCpus": 4, "RequestMemory": 8192}, 1)]
 
 
 def test_a_cycle_submits_per_group_and_logs_each_decision(caplog: pytest.LogCaptureFixture) -> None:
