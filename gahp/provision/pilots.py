@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gahp.errors import GahpError
 from gahp.provision.plan import Pilot
@@ -30,7 +30,9 @@ class CeUnavailable(GahpError):
     """The CE's schedd could not be asked or refused the request."""
 
 
-def classad_literal(value: Scalar) -> str:
+def classad_literal(value: Optional[Scalar]) -> str:
+    if value is None:
+        return "undefined"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

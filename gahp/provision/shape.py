@@ -48,10 +48,11 @@ class Group:
     """Jobs one kind of pilot serves: a shape and the values of the extra grouping attributes."""
 
     shape: Shape
-    extra: Tuple[Tuple[str, Scalar], ...] = ()
+    extra: Tuple[Tuple[str, Optional[Scalar]], ...] = ()
+    """Values of the GROUP_BY attributes (None: undefined in the job ad)."""
 
     def __str__(self) -> str:
-        return str(self.shape) + "".join(f",{k}={v}" for k, v in self.extra)
+        return str(self.shape) + "".join(f",{k}={'undefined' if v is None else v}" for k, v in self.extra)
 
 
 def _whole(value: object, minimum: int, maximum: int) -> Optional[int]:
@@ -84,7 +85,9 @@ def group_of(job: Mapping[str, object], group_by: Tuple[str, ...]) -> Optional[G
             return None
         if value is not None and not isinstance(value, (str, int, float, bool)):
             return None
-        extra.append((name, value if value is not None else ""))
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        extra.append((name, value))
     return Group(shape, tuple(extra))
 
 

@@ -64,6 +64,10 @@ def test_start_expression_of_each_kind() -> None:
     assert shaped == '(Owner =!= "bob") && TARGET.RequestCpus == 4 && TARGET.RequestMemory == 8192 && ' \
                      '(TARGET.RequestGPUs ?: 0) == 0'
     assert start_expression(group, settings(PILOT_KIND="partitionable")) == "(true)"
+    extra = Group(Shape(1, 100), (("Project", None), ("Site", "a\\b")))
+    assert start_expression(extra, settings(PILOT_KIND="partitionable")) == \
+        '(true) && TARGET.Project =?= undefined && TARGET.Site =?= "a\\\\b"'
+
 
 
 def test_environment_quoting() -> None:

@@ -35,6 +35,9 @@ def test_groups_split_by_extra_attributes_and_refuse_odd_values() -> None:
     assert group_of({**job, "Project": "x" * 1000}, ("Project",)) is None
     assert group_of({**job, "Project": ["a"]}, ("Project",)) is None
     assert group_of({**job, "Project": "a\nSTART = true"}, ("Project",)) is None
+    assert group_of({**job, "Project": float("inf")}, ("Project",)) is None
+    undefined = group_of({"RequestCpus": 1, "RequestMemory": 100}, ("Project",))
+    assert undefined == Group(Shape(1, 100), (("Project", None),)) and str(undefined) == "1c/100MiB,Project=undefined"
     assert group_of(job, ()) == Group(Shape(1, 100))
 
 
