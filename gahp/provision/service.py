@@ -41,7 +41,6 @@ class Provisioner:
         try:
             jobs, failed = self.read(settings)
             demand: Demand = group_jobs(jobs, settings)
-            demand.schedds_failed = failed
             pilots: List[Pilot] = self.ce.pilots()
         except GahpError as e:
             log.error("cycle skipped, nothing submitted: %s", e)

@@ -11,7 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple, Union
 
-from gahp.provision.settings import PartitionableShape
 
 #: Disk is rounded up to whole GiB (in KiB, as RequestDisk): jobs' disk requests are rarely round,
 #: and a group per KiB would make a pilot per job.
@@ -91,12 +90,12 @@ def group_of(job: Mapping[str, object], group_by: Tuple[str, ...]) -> Optional[G
     return Group(shape, tuple(extra))
 
 
-def fits(shape: Shape, pilot: PartitionableShape) -> bool:
+def fits(shape: Shape, pilot: Shape) -> bool:
     return (shape.cpus <= pilot.cpus and shape.memory_mb <= pilot.memory_mb and shape.gpus <= pilot.gpus
             and (not pilot.disk_kb or shape.disk_kb <= pilot.disk_kb))
 
 
-def pilots_for(total: Shape, pilot: PartitionableShape) -> int:
+def pilots_for(total: Shape, pilot: Shape) -> int:
     """Partitionable pilots needed for jobs whose shapes add up to ``total`` (by the scarcest resource)."""
     needs = [total.cpus / pilot.cpus, total.memory_mb / pilot.memory_mb]
     if pilot.gpus:

@@ -6,7 +6,6 @@ from typing import Dict, Optional
 
 import pytest
 
-from gahp.provision.settings import PartitionableShape
 from gahp.provision.shape import DISK_STEP_KB, Group, Shape, fits, group_of, pilots_for, shape_of
 
 
@@ -42,7 +41,7 @@ def test_groups_split_by_extra_attributes_and_refuse_odd_values() -> None:
 
 
 def test_partitionable_pilots_by_the_scarcest_resource() -> None:
-    pilot = PartitionableShape(cpus=8, memory_mb=16384, gpus=0, disk_kb=0)
+    pilot = Shape(cpus=8, memory_mb=16384, gpus=0, disk_kb=0)
     assert pilots_for(Shape(8, 1000), pilot) == 1
     assert pilots_for(Shape(9, 1000), pilot) == 2
     assert pilots_for(Shape(2, 16385 * 2), pilot) == 3
