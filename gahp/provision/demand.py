@@ -4,8 +4,8 @@ from every schedd its collector knows, grouped by :mod:`gahp.provision.shape`.""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from gahp.errors import GahpError
@@ -31,7 +31,6 @@ class Demand:
     jobs: int = 0
     unusable: int = 0
     """Idle jobs whose shape could not be read, or that no pilot could hold."""
-    schedds_failed: List[str] = field(default_factory=list)
 
 
 def constraint(settings: ProvisionSettings) -> str:
@@ -69,12 +68,13 @@ def read_jobs(settings: ProvisionSettings) -> Tuple[Jobs, List[str]]:
         try:
             ads = htcondor2.Schedd(location).query(constraint=constraint(settings), projection=projection,
                                                    limit=settings.max_jobs_read)
-            for ad in ads:
-                counts[tuple(_scalar(ad, a) for a in projection)] += 1
+            # counted apart, so that a schedd failing half-way counts for nothing
+            these = Counter(tuple(_scalar(ad, a) for a in projection) for ad in ads)
         except Exception as e:  # noqa: BLE001
             log.warning("schedd %s cannot be asked for idle jobs: %s", name, e)
             failed.append(name)
-            continue
+        else:
+            counts.update(these)
     if schedds and len(failed) == len(schedds):
         raise DemandUnknown(f"no schedd of {settings.pool or 'the local pool'} could be asked ({', '.join(failed)})")
     return [(dict(zip(projection, values)), n) for values, n in counts.items()], failed
@@ -96,7 +96,7 @@ def group_jobs(jobs: Iterable[Tuple[Mapping[str, object], int]], settings: Provi
                                        group.shape.disk_kb)):
                 total[i] += value * count
         if total[0]:
-            group = Group(Shape(pilot.cpus, pilot.memory_mb, pilot.gpus, pilot.disk_kb))
+            group = Group(pilot)
             demand.groups[group] = pilots_for(Shape(*total), pilot)
             demand.waiting[group] = demand.jobs - demand.unusable
         return demand

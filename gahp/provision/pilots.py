@@ -106,6 +106,13 @@ def submit_description(group: Group, settings: ProvisionSettings, directory: str
     return description
 
 
+def pilots_constraint(settings: ProvisionSettings) -> str:
+    """This provisioner's pilots at the CE that are not done: its name, its owner (a job of another
+    user that claims the name is not one), not the JobRouter's copies (they carry the same attributes)."""
+    return (f"PodgahpProvisioner =?= {classad_literal(settings.name)} && Owner =?= {classad_literal(settings.ce_owner)}"
+            " && RoutedFromJobId =?= undefined && (JobStatus == 1 || JobStatus == 2 || JobStatus == 5)")
+
+
 class CeQueue:
     """The CE's schedd as this provisioner uses it."""
 
@@ -126,10 +133,8 @@ class CeQueue:
             raise CeUnavailable(f"the CE's schedd cannot be found: {e}") from e
 
     def pilots(self) -> List[Pilot]:
-        """This provisioner's pilots that are not done (held ones count as idle: they wait). The
-        JobRouter's copies of them carry the same attributes and are not counted again."""
-        constraint = (f"PodgahpProvisioner =?= {classad_literal(self.settings.name)} "
-                      "&& RoutedFromJobId =?= undefined && (JobStatus == 1 || JobStatus == 2 || JobStatus == 5)")
+        """This provisioner's pilots that are not done (held ones count as idle: they wait)."""
+        constraint = pilots_constraint(self.settings)
         projection = ["ClusterId", "ProcId", "JobStatus", "EnteredCurrentStatus", "PodgahpGroup"]
         try:
             ads = self._schedd().query(constraint=constraint, projection=projection)

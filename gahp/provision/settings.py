@@ -9,8 +9,9 @@ import socket
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from gahp.config import Knobs
+from gahp.config import Knobs, user_name
 from gahp.errors import ConfigError
+from gahp.provision.shape import Shape
 
 PREFIX = "PODGAHP_PROVISION_"
 
@@ -22,14 +23,6 @@ ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: The shape attributes: always part of a group.
 SHAPE_ATTRIBUTES = ("RequestCpus", "RequestMemory", "RequestGPUs", "RequestDisk")
-
-
-@dataclass(frozen=True)
-class PartitionableShape:
-    cpus: int
-    memory_mb: int
-    gpus: int
-    disk_kb: int
 
 
 @dataclass(frozen=True)
@@ -50,13 +43,17 @@ class ProvisionSettings:
     """``PODGAHP_PROVISION_CE_SCHEDD``: the CE's schedd (name), default the local schedd."""
     ce_pool: Optional[str]
     """``PODGAHP_PROVISION_CE_POOL``: the collector that knows ``ce_schedd``."""
+    ce_owner: str
+    """``PODGAHP_PROVISION_CE_OWNER``: the Owner the CE gives this provisioner's pilots; only its jobs
+    are counted as pilots and removed (another user's job that claims the provisioner's name is not)."""
     max_idle_per_group: int
     max_idle: int
     max_pilots: int
     remove_idle_after_s: int
     interval_s: int
     kind: str
-    partitionable: PartitionableShape
+    partitionable: Shape
+    """The shape of partitionable pilots (``PODGAHP_PROVISION_PARTITIONABLE_*``)."""
     pilot_executable: str
     pilot_queue: Optional[str]
     pilot_wall_minutes: int
@@ -91,13 +88,14 @@ class ProvisionSettings:
             max_jobs_read=knobs.integer(PREFIX + "MAX_JOBS_READ", 100_000, minimum=1),
             ce_schedd=knobs.optional(PREFIX + "CE_SCHEDD"),
             ce_pool=knobs.optional(PREFIX + "CE_POOL"),
+            ce_owner=knobs.string(PREFIX + "CE_OWNER", user_name()),
             max_idle_per_group=knobs.integer(PREFIX + "MAX_IDLE_PER_GROUP", 5, minimum=0),
             max_idle=knobs.integer(PREFIX + "MAX_IDLE", 50, minimum=0),
             max_pilots=knobs.integer(PREFIX + "MAX_PILOTS", 500, minimum=0),
             remove_idle_after_s=knobs.integer(PREFIX + "REMOVE_IDLE_AFTER_SECONDS", 7200, minimum=0),
             interval_s=knobs.integer(PREFIX + "INTERVAL_SECONDS", 120, minimum=1),
             kind=kind,
-            partitionable=PartitionableShape(
+            partitionable=Shape(
                 cpus=knobs.integer(PREFIX + "PARTITIONABLE_CPUS", 8, minimum=1),
                 memory_mb=knobs.integer(PREFIX + "PARTITIONABLE_MEMORY_MB", 16384, minimum=1),
                 gpus=knobs.integer(PREFIX + "PARTITIONABLE_GPUS", 0, minimum=0),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Dict
 
+import classad2
 import pytest
 
 from gahp.config import Knobs
 from gahp.errors import ConfigError
 from gahp.provision.demand import constraint, group_jobs
-from gahp.provision.pilots import environment_string, start_expression, submit_description
+from gahp.provision.pilots import environment_string, pilots_constraint, start_expression, submit_description
 from gahp.provision.settings import ProvisionSettings
 from gahp.provision.shape import Group, Shape
 
@@ -86,3 +87,13 @@ def test_environment_quoting() -> None:
 def test_bad_knobs_are_named(knobs: Dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         settings(**knobs)
+
+
+def test_only_the_provisioners_own_pilots_count() -> None:
+    mine = settings(NAME="prov-1", CE_OWNER="factory")
+    expression = classad2.ExprTree(pilots_constraint(mine))
+    base = {"PodgahpProvisioner": "prov-1", "Owner": "factory", "JobStatus": 1}
+    assert expression.eval(classad2.ClassAd(base)) is True
+    for other in ({"Owner": "mallory"}, {"PodgahpProvisioner": "prov-2"}, {"RoutedFromJobId": "3.0"},
+                  {"JobStatus": 4}):
+        assert expression.eval(classad2.ClassAd({**base, **other})) is False, other
