@@ -146,7 +146,10 @@ def test_logs_watch_and_delete(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -
 
 def watched(sim: KubeSim, kubectl: Kubectl, tmp_path: Path, watch: "subprocess.Popen[str]") -> None:
     """The pilot's lines as ``kubectl get pods -w`` prints them, up to Completed (the test's timeout
-    bounds a watch that prints nothing)."""
+    bounds a watch that prints nothing). The pod is created once the watch is open, so that its first
+    line is the pod as created (Pending), however late kubectl gets to print it."""
+    sim.wait_for(lambda: any(r.query.get("watch") in ("true", "1")
+                             for r in sim.requests("GET", r"/namespaces/pilots/pods$")), what="kubectl's watch open")
     create(kubectl, tmp_path, "p1", seconds=0.3)
     sim.wait_for_phase("pilots", "p1", "Succeeded")
     assert "hello from p1" in kubectl.out("logs", "p1")
