@@ -13,6 +13,7 @@ import click
 
 from gahp import __version__
 from gahp.backends import BACKENDS
+from gahp.config import ConfigSource, find_config, use_config
 
 
 def _exit(status: int) -> None:
@@ -21,33 +22,102 @@ def _exit(status: int) -> None:
     os._exit(status)
 
 
-def k8s_gahp() -> None:
-    """The GAHP for ``GridResource = "batch k8s"`` (set ``K8S_GAHP`` to this program)."""
+_GAHP_HELP = """\
+usage: {prog} [--help | --version]
+
+The GAHP server for GridResource = "batch {backend}": HTCondor's condor_gridmanager starts it (set
+{knob} = {prog} in the CE's configuration) and speaks the BLAHP protocol on its stdin and stdout.
+It takes no arguments: everything comes from the HTCondor configuration it inherits
+(CONDOR_CONFIG; on an HTCondor-CE /etc/condor-ce/condor_config), PODGAHP_* knobs.
+
+Log: PODGAHP_LOG, default $(USER_LOG)/PodgahpLog.{backend}.<user> where USER_LOG is set (an
+HTCondor-CE's $(LOG)/user), else $(LOG)/PodgahpLog.{backend}.<user>; ~/.podgahp/ when that cannot
+be written.
+
+By hand (the protocol is typed, one command per line; see docs/gahp-by-hand.md):
+  CONDOR_CONFIG=/etc/condor-ce/condor_config {prog}
+  COMMANDS
+  BLAH_PING 1 {backend}
+  RESULTS
+  QUIT
+"""
+
+
+def _gahp_program(backend: str, knob: str) -> None:
+    """A GAHP server program: answers ``--help`` and ``--version``, refuses to start without an HTCondor
+    configuration (creating nothing), else serves the protocol until EOF."""
+    from gahp.config import gahp_config
+
+    prog = os.path.basename(sys.argv[0]) or f"{backend}_gahp"
+    args = sys.argv[1:]
+    if args and args[0] in ("-h", "--help"):
+        sys.stdout.write(_GAHP_HELP.format(prog=prog, backend=backend, knob=knob))
+        sys.exit(0)
+    if args == ["--version"]:
+        sys.stdout.write(f"{prog} (podgahp) {__version__}\n")
+        sys.exit(0)
+    if args:
+        sys.stderr.write(f"{prog}: takes no arguments (got {' '.join(args)!r}); see {prog} --help\n")
+        sys.exit(2)
+    problem = gahp_config()
+    if problem:
+        sys.stderr.write(f"{prog}: {problem}\n")
+        sys.exit(2)
     from gahp.main import run_gahp
 
-    _exit(run_gahp("k8s"))
+    _exit(run_gahp(backend))
+
+
+def k8s_gahp() -> None:
+    """The GAHP for ``GridResource = "batch k8s"`` (set ``K8S_GAHP`` to this program)."""
+    _gahp_program("k8s", "K8S_GAHP")
 
 
 def lancium_gahp() -> None:
     """The GAHP for ``GridResource = "batch lancium"`` (set ``LANCIUM_GAHP`` to this program)."""
-    from gahp.main import run_gahp
-
-    _exit(run_gahp("lancium"))
+    _gahp_program("lancium", "LANCIUM_GAHP")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="podgahp")
-def main() -> None:
-    """podgahp: run HTCondor-CE pilot jobs as Kubernetes pods or Lancium jobs."""
+@click.option("--condor-config", metavar="PATH",
+              help="HTCondor configuration read by q, reap, health, provision and trace. Default, as the "
+              "condor_ce_* tools find theirs: $CONDOR_CONFIG, else the HTCondor-CE's "
+              "(/etc/condor-ce/condor_config) where it exists, else HTCondor's own.")
+def main(condor_config: Optional[str]) -> None:
+    """podgahp: run HTCondor-CE pilot jobs as Kubernetes pods or Lancium jobs.
+
+    On a CE, the commands find the CE's configuration themselves (no CONDOR_CONFIG needed); each
+    error says which configuration was read."""
+
+
+def _ce_config() -> ConfigSource:
+    """The configuration of a CE-side command, made the one this process reads."""
+    explicit = click.get_current_context().find_root().params.get("condor_config")
+    source = find_config(explicit)
+    if source.path is None:
+        raise click.ClickException(source.describe())
+    use_config(source)
+    return source
+
+
+def _failed(error: Exception, source: ConfigSource) -> click.ClickException:
+    """A command's error, with the configuration it read (a wrong one is the first thing to rule out)."""
+    return click.ClickException(f"{error}\n  (read {source.describe()})")
 
 
 @main.command()
 @click.option("--backend", "backend", type=click.Choice(sorted(BACKENDS)), required=True,
               help="Which backend serves the requests.")
 def gahp(backend: str) -> None:
-    """Run the GAHP server on stdin/stdout by hand (as the gridmanager would)."""
+    """Run the GAHP server on stdin/stdout by hand (as the gridmanager would), with the HTCondor
+    configuration of CONDOR_CONFIG; type COMMANDS, BLAH_PING 1 k8s, RESULTS, QUIT (docs/gahp-by-hand.md)."""
+    from gahp.config import gahp_config
     from gahp.main import run_gahp
 
+    problem = gahp_config()
+    if problem:
+        raise click.ClickException(problem)
     _exit(run_gahp(backend))
 
 
@@ -117,17 +187,19 @@ def reap(dry_run: bool) -> None:
     from gahp.errors import GahpError
     from gahp.reaper import ce_health, classad_lines, publish_prometheus, reap as reap_once
 
+    source = _ce_config()
     knobs = Knobs()
     try:
         result = reap_once(knobs, dry_run=dry_run)
         figures = ce_health(knobs, result.by_queue)
     except GahpError as e:
-        raise click.ClickException(str(e)) from None
+        raise _failed(e, source) from None
     for line in classad_lines(result) + health.classad_lines(figures):
         click.echo(line)
     publish_prometheus(knobs, figures, result)
     if result.errors:
-        click.echo(f"podgahp reap: {len(result.errors)} errors, first: {result.errors[0]}", err=True)
+        click.echo(f"podgahp reap: {len(result.errors)} errors, first: {result.errors[0]}\n"
+                   f"  (read {source.describe()})", err=True)
         sys.exit(1)
 
 
@@ -137,7 +209,10 @@ def reap(dry_run: bool) -> None:
 def provision(once: bool) -> None:
     """Submit pilots to the CE for the idle jobs of a pool, grouped by shape (PODGAHP_PROVISION_* knobs).
 
-    Logs each decision to PODGAHP_PROVISION_LOG; with --once, also prints one line per group."""
+    Logs each decision to PODGAHP_PROVISION_LOG: default $(USER_LOG)/PodgahpProvisionLog.<user> where
+    USER_LOG is set (an HTCondor-CE's $(LOG)/user, writable by every account), else
+    $(LOG)/PodgahpProvisionLog.<user>; ~/.podgahp/ when that cannot be written. With --once, also prints
+    one line per group, and on stderr why the cycle could not decide or what the CE refused."""
     import dataclasses
     import signal
     import threading
@@ -148,28 +223,32 @@ def provision(once: bool) -> None:
     from gahp.provision.service import Provisioner
     from gahp.provision.settings import ProvisionSettings
 
+    source = _ce_config()
     knobs = Knobs()
     try:
         settings = ProvisionSettings.from_knobs(knobs)
         server = ServerSettings.from_knobs(knobs, "provision")
     except GahpError as e:
-        raise click.ClickException(str(e)) from None
+        raise _failed(e, source) from None
     where = logs.setup(dataclasses.replace(server, log_file=settings.log_file))
     provisioner = Provisioner(settings)
     if once:
         decision = provisioner.cycle()
+        for error in provisioner.errors:
+            click.echo(f"podgahp provision: {error}", err=True)
         if decision is None:
-            raise click.ClickException(f"the cycle could not decide; see {where}")
+            raise click.ClickException(f"the cycle could not decide (log: {where})\n  (read {source.describe()})")
         for row in decision.rows:
             click.echo(f"{row.key}: {row.waiting} jobs waiting, {row.idle} pilots idle, {row.running} running, "
                        f"{row.submit} submitted, {row.remove} removed")
         if decision.failures:
-            raise click.ClickException(f"the CE refused {decision.failures} request(s); see {where}")
+            raise click.ClickException(f"the CE refused {decision.failures} request(s) (log: {where})")
         return
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    click.echo(f"podgahp provision: a cycle every {settings.interval_s} s; log {where}", err=True)
+    click.echo(f"podgahp provision: a cycle every {settings.interval_s} s; log {where}; {source.describe()}",
+               err=True)
     provisioner.serve(stop)
 
 
@@ -186,13 +265,14 @@ def health_cmd(prometheus: bool) -> None:
     from gahp.errors import GahpError
     from gahp.reaper import ce_health
 
+    source = _ce_config()
     knobs = Knobs()
     try:
         with ce_pods(KubernetesSettings.from_knobs(knobs)) as census:
             by_queue, errors = census.by_queue(), census.errors
         figures = ce_health(knobs, by_queue)
     except GahpError as e:
-        raise click.ClickException(str(e)) from None
+        raise _failed(e, source) from None
     if prometheus:
         click.echo(health.prometheus_text(figures, KubernetesSettings.from_knobs(knobs).ce_name), nl=False)
     else:
@@ -200,6 +280,7 @@ def health_cmd(prometheus: bool) -> None:
     for error in errors:
         click.echo(f"podgahp health: {error}", err=True)
     if errors:
+        click.echo(f"  (read {source.describe()})", err=True)
         sys.exit(1)
 
 
@@ -220,10 +301,11 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
     from gahp.errors import GahpError
     from gahp.reaper import pilots
 
+    source = _ce_config()
     try:
         rows, errors = pilots()
     except GahpError as e:
-        raise click.ClickException(str(e)) from None
+        raise _failed(e, source) from None
     rows = [r for r in rows if matches(r, queue, node, phase)]
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
@@ -234,6 +316,7 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
     for error in errors:
         click.echo(f"podgahp q: {error}", err=True)
     if errors:
+        click.echo(f"  (read {source.describe()})", err=True)
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import pwd
+import sys
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, TypeVar
 
@@ -40,6 +41,85 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(text)
     return value
+
+
+#: The HTCondor-CE's configuration: its ``condor_ce_*`` tools set ``CONDOR_CONFIG`` to it.
+CE_CONDOR_CONFIG = "/etc/condor-ce/condor_config"
+
+#: Where HTCondor reads its configuration when ``CONDOR_CONFIG`` is not set, in its order
+#: (the HTCondor manual, "Ordered Evaluation to Set the Configuration"; ``~condor`` is added at run time).
+HTCONDOR_CONFIGS = ("/etc/condor/condor_config", "/usr/local/etc/condor_config")
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Which HTCondor configuration a command reads, and why: said in every error that may come
+    from reading the wrong one."""
+
+    path: Optional[str]
+    """The file (or ``ONLY_ENV``); None when there is none."""
+    why: str
+    """How it was chosen: ``--condor-config``, ``CONDOR_CONFIG``, the CE's, HTCondor's default."""
+
+    def describe(self) -> str:
+        if self.path is None:
+            return f"no HTCondor configuration ({self.why})"
+        return f"HTCondor configuration {self.path} ({self.why})"
+
+    @property
+    def is_ce(self) -> bool:
+        return self.why.startswith("the HTCondor-CE's")
+
+
+def find_config(explicit: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
+                exists: Callable[[str], bool] = os.path.isfile) -> ConfigSource:
+    """The configuration a CE-side tool (``podgahp q``, ``reap``, ``health``, ``provision``, ``trace``)
+    reads, found as the ``condor_ce_*`` tools find theirs: ``explicit`` (``--condor-config``), else
+    ``CONDOR_CONFIG`` from the environment (what the CE's daemons pass to their cron jobs), else the
+    HTCondor-CE's (``PODGAHP_CE_CONDOR_CONFIG``, else :data:`CE_CONDOR_CONFIG` where it exists),
+    else HTCondor's own default files."""
+    environ = os.environ if environ is None else environ
+    if explicit:
+        return ConfigSource(explicit, "--condor-config")
+    if environ.get("CONDOR_CONFIG"):
+        return ConfigSource(environ["CONDOR_CONFIG"], "CONDOR_CONFIG in the environment")
+    if environ.get("PODGAHP_CE_CONDOR_CONFIG"):
+        return ConfigSource(environ["PODGAHP_CE_CONDOR_CONFIG"], "the HTCondor-CE's, from PODGAHP_CE_CONDOR_CONFIG")
+    if exists(CE_CONDOR_CONFIG):
+        return ConfigSource(CE_CONDOR_CONFIG, "the HTCondor-CE's, as condor_ce_* tools read it")
+    candidates = HTCONDOR_CONFIGS + (os.path.expanduser("~condor/condor_config"),)
+    for path in candidates:
+        if exists(path):
+            return ConfigSource(path, "HTCondor's default; CONDOR_CONFIG is not set")
+    return ConfigSource(None, "CONDOR_CONFIG is not set and none of " + ", ".join(
+        (CE_CONDOR_CONFIG,) + candidates) + " exists; set CONDOR_CONFIG or pass --condor-config")
+
+
+def use_config(source: ConfigSource) -> None:
+    """Make ``source`` the configuration this process reads (the bindings re-read it if loaded)."""
+    if source.path is None or os.environ.get("CONDOR_CONFIG") == source.path:
+        return
+    os.environ["CONDOR_CONFIG"] = source.path
+    bindings = sys.modules.get("htcondor2")
+    if bindings is not None:
+        bindings.reload_config()
+
+
+def gahp_config(environ: Optional[Mapping[str, str]] = None,
+                exists: Callable[[str], bool] = os.path.isfile) -> Optional[str]:
+    """Why a GAHP started by hand has no HTCondor configuration to read, or None when it has one
+    (``CONDOR_CONFIG`` set, which the gridmanager always passes on, or one of HTCondor's default
+    files). Without one, HTCondor's built-in defaults would send the log to ``/log``."""
+    environ = os.environ if environ is None else environ
+    if environ.get("CONDOR_CONFIG"):
+        return None
+    candidates = HTCONDOR_CONFIGS + (os.path.expanduser("~condor/condor_config"),)
+    if any(exists(path) for path in candidates):
+        return None
+    ce = f"; on an HTCondor-CE, CONDOR_CONFIG={CE_CONDOR_CONFIG}" if exists(CE_CONDOR_CONFIG) else ""
+    return ("no HTCondor configuration: CONDOR_CONFIG is not set and none of " + ", ".join(candidates)
+            + f" exists. Set CONDOR_CONFIG to the configuration the gridmanager reads{ce}, or "
+            "CONDOR_CONFIG=ONLY_ENV with _CONDOR_<KNOB> variables (e.g. _CONDOR_LOG=/tmp/gahp-log) for a try")
 
 
 class Knobs:

@@ -81,13 +81,16 @@ def setup(settings: ServerSettings) -> str:
     handler: logging.Handler
     # On a CE, $(LOG) belongs to condor while the GAHP runs as the mapped user: then the log goes to
     # that user's home, and only if that fails too to stderr (the gridmanager's D_FULLDEBUG log).
+    # No directory is made for the configured file: a path from a missing or wrong configuration
+    # (HTCondor's built-in LOG is /log) must not appear on the machine.
     candidates = [settings.log_file,
                   os.path.join(os.path.expanduser("~"), ".podgahp", os.path.basename(settings.log_file))]
     problems = []
     handler, where = logging.StreamHandler(sys.stderr), ""
-    for path in candidates:
+    for index, path in enumerate(candidates):
         try:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            if index:  # only the fallback's own directory is made; a configured one must exist
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             handler = logging.handlers.RotatingFileHandler(
                 path, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups, encoding="utf-8",
                 errors="backslashreplace")

@@ -19,13 +19,18 @@ from gahp.backends.k8s.census import ce_pods
 from gahp.backends.k8s.reaper import ReapResult, reap_orphans
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
-from gahp.schedd import grid_job_ids, query
+from gahp.schedd import ScheddUnavailable, grid_job_ids, query
 
 if TYPE_CHECKING:
     from gahp.backends.k8s.overview import PilotRow
     from gahp.health import CeHealth
 
 log = logging.getLogger(__name__)
+
+
+#: Where an error about the schedd sends the admin.
+SCHEDD_KNOBS = ("(the schedd holding the routed jobs is PODGAHP_REAP_SCHEDD_NAME / PODGAHP_REAP_SCHEDD_POOL, "
+                "default JOB_ROUTER_SCHEDD2_NAME / _POOL, else the local schedd of that configuration)")
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,10 @@ def reap(knobs: Optional[Knobs] = None, dry_run: bool = False) -> ReapResult:
     knobs = knobs or Knobs()
     settings = ReapSettings.from_knobs(knobs)
     backend_settings = KubernetesSettings.from_knobs(knobs)
-    live = grid_job_ids("k8s", settings.schedd_name, settings.schedd_pool)
+    try:
+        live = grid_job_ids("k8s", settings.schedd_name, settings.schedd_pool)
+    except ScheddUnavailable as e:
+        raise ScheddUnavailable(f"{e} {SCHEDD_KNOBS}") from e
     result = reap_orphans(backend_settings, live, backend_settings.reap_grace_s, dry_run)
     log.info("reap: %d pods, %d orphans, %d deleted, %d errors, %d API requests", result.pods, result.orphans,
              result.deleted, len(result.errors), result.requests)
@@ -72,7 +80,10 @@ def pilots(knobs: Optional[Knobs] = None) -> Tuple[List["PilotRow"], List[str]]:
     knobs = knobs or Knobs()
     settings = ReapSettings.from_knobs(knobs)
     backend_settings = KubernetesSettings.from_knobs(knobs)
-    ads = query('GridResource =?= "batch k8s"', JOB_ATTRIBUTES, settings.schedd_name, settings.schedd_pool)
+    try:
+        ads = query('GridResource =?= "batch k8s"', JOB_ATTRIBUTES, settings.schedd_name, settings.schedd_pool)
+    except ScheddUnavailable as e:
+        raise ScheddUnavailable(f"{e} {SCHEDD_KNOBS}") from e
     with ce_pods(backend_settings) as census:
         rows = join(ads, census.pods(), backend_settings, datetime.datetime.now(datetime.timezone.utc))
     return rows, census.errors

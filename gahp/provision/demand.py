@@ -60,7 +60,8 @@ def read_jobs(settings: ProvisionSettings) -> Tuple[Jobs, List[str]]:
         collector = htcondor2.Collector(settings.pool) if settings.pool else htcondor2.Collector()
         schedds = collector.locateAll(htcondor2.DaemonType.Schedd)
     except Exception as e:  # noqa: BLE001 - the bindings raise several kinds
-        raise DemandUnknown(f"the collector of {settings.pool or 'the local pool'} cannot be asked: {e}") from e
+        raise DemandUnknown(f"the collector of {settings.pool or 'the local pool'} cannot be asked: {e} "
+                            "(the pool is PODGAHP_PROVISION_POOL, default the local COLLECTOR_HOST)") from e
     counts: "Counter[Tuple[object, ...]]" = Counter()
     failed: List[str] = []
     for location in schedds:

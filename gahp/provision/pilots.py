@@ -130,7 +130,8 @@ class CeQueue:
                 return htcondor2.Schedd(collector.locate(htcondor2.DaemonType.Schedd, settings.ce_schedd))
             return htcondor2.Schedd()
         except Exception as e:  # noqa: BLE001 - the bindings raise several kinds
-            raise CeUnavailable(f"the CE's schedd cannot be found: {e}") from e
+            raise CeUnavailable(f"the CE's schedd cannot be found: {e} (PODGAHP_PROVISION_CE_SCHEDD and "
+                                "PODGAHP_PROVISION_CE_POOL name it, default the local schedd)") from e
 
     def pilots(self) -> List[Pilot]:
         """This provisioner's pilots that are not done (held ones count as idle: they wait)."""
@@ -141,7 +142,8 @@ class CeQueue:
         except CeUnavailable:
             raise
         except Exception as e:  # noqa: BLE001
-            raise CeUnavailable(f"the CE's schedd cannot be asked for pilots: {e}") from e
+            raise CeUnavailable(f"the CE's schedd cannot be asked for pilots: {e} (PODGAHP_PROVISION_CE_SCHEDD "
+                                "and PODGAHP_PROVISION_CE_POOL name it, default the local schedd)") from e
         found = []
         for ad in ads:
             status = ad.get("JobStatus")

@@ -34,16 +34,20 @@ class Provisioner:
         self.ce = ce or CeQueue(settings, os.path.join(os.path.expanduser("~"), ".podgahp", "provision"))
         self.read = read
         self.clock = clock
+        self.errors: List[str] = []
+        """What went wrong in the last cycle (also logged): why it could not decide, what the CE refused."""
 
     def cycle(self) -> Optional[Decision]:
-        """One cycle; None when it could not decide (the reason is logged)."""
+        """One cycle; None when it could not decide (the reason is logged and in :attr:`errors`)."""
         settings = self.settings
+        self.errors = []
         try:
             jobs, failed = self.read(settings)
             demand: Demand = group_jobs(jobs, settings)
             pilots: List[Pilot] = self.ce.pilots()
         except GahpError as e:
             log.error("cycle skipped, nothing submitted: %s", e)
+            self.errors.append(f"cycle skipped, nothing submitted: {e}")
             return None
         decision = decide(demand.groups, pilots, caps(settings), self.clock())
         for row in decision.rows:
@@ -62,6 +66,7 @@ class Provisioner:
             except GahpError as e:
                 log.error("group %s: %d jobs waiting, %d pilots idle, %d running; submitting %d failed: %s",
                           row.key, row.waiting, row.idle, row.running, row.submit, e)
+                self.errors.append(f"group {row.key}: submitting {row.submit} failed: {e}")
                 row.submit = 0
                 decision.failures += 1
                 continue
@@ -77,6 +82,7 @@ class Provisioner:
                          " ".join(p.job_id for p in decision.remove[:20]))
             except GahpError as e:
                 log.error("removing %d idle pilots failed: %s", len(decision.remove), e)
+                self.errors.append(f"removing {len(decision.remove)} idle pilots failed: {e}")
                 decision.failures += 1
         return decision
 

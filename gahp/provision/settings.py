@@ -79,7 +79,9 @@ class ProvisionSettings:
         if any(c in environment for c in "\"'\n") or not all(
                 ATTRIBUTE.fullmatch(item.partition("=")[0]) and "=" in item for item in environment.split()):
             raise ConfigError(f"{PREFIX}PILOT_ENVIRONMENT: NAME=value pairs separated by blanks, without quotes")
-        log_dir = knobs.raw("LOG") or "/tmp"
+        # As the GAHP's log: $(USER_LOG) (an HTCondor-CE's $(LOG)/user, mode 1777) is where the account
+        # that owns the pilots can write; $(LOG) belongs to condor there.
+        log_dir = knobs.raw("USER_LOG") or knobs.raw("LOG") or "/tmp"
         return cls(
             name=knobs.string(PREFIX + "NAME", f"podgahp@{socket.getfqdn()}"),
             pool=knobs.optional(PREFIX + "POOL"),
@@ -106,7 +108,7 @@ class ProvisionSettings:
             pilot_idle_minutes=knobs.integer(PREFIX + "PILOT_IDLE_MINUTES", 20, minimum=1),
             pilot_environment=environment,
             pilot_token_file=knobs.optional(PREFIX + "PILOT_TOKEN_FILE"),
-            log_file=knobs.string(PREFIX + "LOG", os.path.join(log_dir, "PodgahpProvisionLog")),
+            log_file=knobs.string(PREFIX + "LOG", os.path.join(log_dir, f"PodgahpProvisionLog.{user_name()}")),
         )
 
 

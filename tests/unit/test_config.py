@@ -141,3 +141,32 @@ def test_log_defaults_to_user_log_on_a_ce() -> None:
     assert on_ce.log_file == f"/var/log/condor-ce/user/PodgahpLog.k8s.{user_name()}"
     plain = ServerSettings.from_knobs(Knobs({"LOG": "/var/log/condor"}), "k8s")
     assert plain.log_file == f"/var/log/condor/PodgahpLog.k8s.{user_name()}"
+
+
+@pytest.mark.parametrize("explicit, environ, files, path, why", [
+    ("/x/condor_config", {"CONDOR_CONFIG": "/y"}, {"/etc/condor-ce/condor_config"}, "/x/condor_config",
+     "--condor-config"),
+    (None, {"CONDOR_CONFIG": "/y"}, {"/etc/condor-ce/condor_config"}, "/y", "CONDOR_CONFIG in the environment"),
+    (None, {"PODGAHP_CE_CONDOR_CONFIG": "/pool/condor_config"}, {"/etc/condor-ce/condor_config"},
+     "/pool/condor_config", "the HTCondor-CE's, from PODGAHP_CE_CONDOR_CONFIG"),
+    (None, {}, {"/etc/condor-ce/condor_config", "/etc/condor/condor_config"}, "/etc/condor-ce/condor_config",
+     "the HTCondor-CE's, as condor_ce_* tools read it"),
+    (None, {}, {"/etc/condor/condor_config"}, "/etc/condor/condor_config", "HTCondor's default"),
+    (None, {}, set(), None, "CONDOR_CONFIG is not set and none of /etc/condor-ce/condor_config"),
+], ids=["option", "environment", "ce-variable", "ce-installed", "htcondor-default", "none"])
+def test_ce_tools_find_the_configuration_as_condor_ce_tools_do(explicit: str, environ: Dict[str, str],
+                                                                files: Set[str], path: str, why: str) -> None:
+    from gahp.config import find_config
+
+    source = find_config(explicit, environ, files.__contains__)
+    assert source.path == path and source.why.startswith(why), source
+    assert (path or "no HTCondor configuration") in source.describe()
+
+
+def test_a_gahp_without_any_configuration_says_how_to_give_one() -> None:
+    from gahp.config import gahp_config
+
+    assert gahp_config({"CONDOR_CONFIG": "ONLY_ENV"}, lambda p: False) is None
+    assert gahp_config({}, {"/etc/condor/condor_config"}.__contains__) is None
+    problem = gahp_config({}, {"/etc/condor-ce/condor_config"}.__contains__)
+    assert problem and "CONDOR_CONFIG is not set" in problem and "CONDOR_CONFIG=/etc/condor-ce/condor_config" in problem

@@ -47,6 +47,14 @@ def test_an_unwritable_log_falls_back_to_home_then_stderr(tmp_path: Path,
     assert where.startswith("stderr") and "PodgahpLog.k8s.x" in where
 
 
+def test_the_configured_log_directory_is_not_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # HTCondor's built-in LOG is /log: a GAHP with a wrong configuration must not make it.
+    settings = ServerSettings.from_knobs(Knobs({"LOG": str(tmp_path / "log")}), "k8s")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert logs.setup(settings).startswith(str(tmp_path / "home" / ".podgahp" / "PodgahpLog.k8s."))
+    assert not (tmp_path / "log").exists()
+
+
 def test_non_utf8_and_control_characters_are_escaped_on_one_line(tmp_path: Path) -> None:
     import logging as std_logging
 

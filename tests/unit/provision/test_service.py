@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
-from gahp.config import Knobs
+from gahp.config import Knobs, user_name
 from gahp.provision.demand import DemandUnknown
 from gahp.provision.pilots import CeUnavailable
 from gahp.provision.plan import Pilot
@@ -122,4 +122,9 @@ def test_the_command_without_a_pool_says_it_could_not_decide(tmp_path: Path) -> 
     result = provision_once(tmp_path, PODGAHP_PROVISION_POOL="127.0.0.1:1")
     assert result.returncode != 0 and "the cycle could not decide" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr + result.stdout and result.stdout == ""
-    assert "cycle skipped, nothing submitted" in (tmp_path / "PodgahpProvisionLog").read_text()
+    # The reason is on stderr, not only in the log, with the configuration read.
+    reason = next(line for line in result.stderr.splitlines() if "cycle skipped, nothing submitted" in line)
+    assert "127.0.0.1:1" in reason or "collector" in reason.lower(), result.stderr
+    assert "(read HTCondor configuration ONLY_ENV (CONDOR_CONFIG in the environment))" in result.stderr
+    log = tmp_path / f"PodgahpProvisionLog.{user_name()}"
+    assert "cycle skipped, nothing submitted" in log.read_text()
