@@ -31,7 +31,11 @@ case "$KIND" in shaped|partitionable) ;; *) fail "PODGAHP_PILOT_KIND must be sha
 START=${PODGAHP_PILOT_START:-true}
 case "$START" in *"
 "*) fail "PODGAHP_PILOT_START must be one line";; esac
-GROUP=$(printf '%s' "${PODGAHP_PILOT_GROUP:-}" | tr -d '"\\\n')
+# The configuration written below expands $(...): values from the environment hold no $ (the
+# provisioner writes a $ in a ClassAd string as \044).
+case "$START" in *'$'*) fail "PODGAHP_PILOT_START must not contain \$";; esac
+case "$CONDOR_HOST" in *'$'*|*' '*|*'"'*) fail "CONDOR_HOST must be host[:port]";; esac
+GROUP=$(printf '%s' "${PODGAHP_PILOT_GROUP:-}" | tr -d '"\\\n$')
 
 BASE=${PODGAHP_PILOT_DIR:-$PWD/podgahp-pilot}
 config() {

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from gahp.errors import GahpError
 from gahp.provision.settings import SHAPE_ATTRIBUTES, ProvisionSettings
-from gahp.provision.shape import Group, Shape, fits, group_of, pilots_for
+from gahp.provision.shape import INVALID, Group, Shape, fits, group_of, pilots_for
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +31,45 @@ class Demand:
     jobs: int = 0
     unusable: int = 0
     """Idle jobs whose shape could not be read, or that no pilot could hold."""
+    deferred_groups: int = 0
+    """Groups beyond ``MAX_GROUPS`` (the ones with fewest jobs waiting): not served this cycle."""
+    deferred: int = 0
+    """Their jobs."""
 
 
 def constraint(settings: ProvisionSettings) -> str:
     return f"{BASE_CONSTRAINT} && ({settings.job_filter})"
 
 
-def _scalar(ad: Any, name: str) -> object:
+#: Attributes HTCondor's default requests refer to (``RequestMemory`` from ``MemoryUsage`` or
+#: ``ImageSize``, ``RequestDisk`` from ``DiskUsage``): read with the job so that its requests evaluate as
+#: in the schedd, not tallied (they differ from job to job).
+REFERENCED = ("MemoryUsage", "ImageSize", "DiskUsage", "ExecutableSize", "TransferInputSizeMB")
+
+
+def value_of(ad: Any, name: str) -> object:
+    """An attribute of a job ad as demand reads it: None when the job does not have it (or, for a
+    GROUP_BY attribute, when it evaluates to ``undefined``), :data:`INVALID` when it evaluates to
+    ``error``, to a list or an ad, or — a request — to ``undefined``; else its value.
+
+    ``classad2.Value`` (undefined, error) is an ``IntEnum``: taken as a number, ``RequestMemory =
+    MemoryUsage * 2`` of an idle job would read as 2 (MiB)."""
+    import classad2
+
+    if name not in ad:
+        return None
     try:
         value = ad.eval(name)
     except Exception:  # noqa: BLE001 - an expression a job owner wrote may not evaluate
-        return None
-    return value if isinstance(value, (str, int, float, bool)) else None
+        return INVALID
+    if isinstance(value, classad2.Value):
+        return None if value == classad2.Value.Undefined and name not in SHAPE_ATTRIBUTES else INVALID
+    return value if isinstance(value, (str, int, float, bool)) else INVALID
+
+
+def tally(ads: Iterable[Any], names: Sequence[str]) -> "Counter[Tuple[object, ...]]":
+    """How many jobs have each distinct set of values of ``names``."""
+    return Counter(tuple(value_of(ad, a) for a in names) for ad in ads)
 
 
 #: Jobs as read: the distinct value sets of the projected attributes, each with how many jobs have it
@@ -55,7 +82,8 @@ def read_jobs(settings: ProvisionSettings) -> Tuple[Jobs, List[str]]:
     DemandUnknown when the collector or every schedd fails."""
     import htcondor2
 
-    projection = list(dict.fromkeys(SHAPE_ATTRIBUTES + settings.group_by))
+    names = list(dict.fromkeys(SHAPE_ATTRIBUTES + settings.group_by))
+    projection = list(dict.fromkeys(names + list(REFERENCED)))
     try:
         collector = htcondor2.Collector(settings.pool) if settings.pool else htcondor2.Collector()
         schedds = collector.locateAll(htcondor2.DaemonType.Schedd)
@@ -70,7 +98,7 @@ def read_jobs(settings: ProvisionSettings) -> Tuple[Jobs, List[str]]:
             ads = htcondor2.Schedd(location).query(constraint=constraint(settings), projection=projection,
                                                    limit=settings.max_jobs_read)
             # counted apart, so that a schedd failing half-way counts for nothing
-            these = Counter(tuple(_scalar(ad, a) for a in projection) for ad in ads)
+            these = tally(ads, names)
         except Exception as e:  # noqa: BLE001
             log.warning("schedd %s cannot be asked for idle jobs: %s", name, e)
             failed.append(name)
@@ -78,7 +106,7 @@ def read_jobs(settings: ProvisionSettings) -> Tuple[Jobs, List[str]]:
             counts.update(these)
     if schedds and len(failed) == len(schedds):
         raise DemandUnknown(f"no schedd of {settings.pool or 'the local pool'} could be asked ({', '.join(failed)})")
-    return [(dict(zip(projection, values)), n) for values, n in counts.items()], failed
+    return [(dict(zip(names, values)), n) for values, n in counts.items()], failed
 
 
 def group_jobs(jobs: Iterable[Tuple[Mapping[str, object], int]], settings: ProvisionSettings) -> Demand:
@@ -108,5 +136,11 @@ def group_jobs(jobs: Iterable[Tuple[Mapping[str, object], int]], settings: Provi
             demand.unusable += count
             continue
         demand.groups[found] = demand.groups.get(found, 0) + count
+    if len(demand.groups) > settings.max_groups:
+        # a flood of distinct shapes or values costs one pilot decision per group: serve the largest
+        ranked = sorted(demand.groups.items(), key=lambda item: (-item[1], str(item[0])))
+        demand.groups = dict(ranked[:settings.max_groups])
+        demand.deferred_groups = len(ranked) - settings.max_groups
+        demand.deferred = sum(n for _, n in ranked[settings.max_groups:])
     demand.waiting = dict(demand.groups)
     return demand

@@ -31,23 +31,31 @@ class CeUnavailable(GahpError):
 
 
 def classad_literal(value: Optional[Scalar]) -> str:
+    """A value as a ClassAd literal holding no ``$``: written as ``\\044`` in strings, so that no macro
+    language it passes through (the submit description, a startd's configuration) expands it."""
     if value is None:
         return "undefined"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\044") + '"'
+
+
+def submit_text(value: str) -> str:
+    """A value of a submit command taken as it is: ``$`` is written ``$(DOLLAR)``."""
+    return value.replace("$", "$(DOLLAR)")
 
 
 def start_expression(group: Group, settings: ProvisionSettings) -> str:
-    """What a pilot of ``group`` starts: the jobs the filter lets through that are of its group (a
-    shaped pilot: exactly its shape, as the groups are made; a partitionable one: whatever fits)."""
+    """What a pilot of ``group`` starts: the jobs the filter lets through with its group's GROUP_BY
+    values that fit in it (a shaped pilot: requests at most its shape, so that a job whose requests
+    were rounded up to it runs there; a partitionable one: its slot splits)."""
     clauses = [f"({settings.job_filter})"]
     shape = group.shape
     if settings.kind == "shaped":
-        clauses += [f"TARGET.RequestCpus == {shape.cpus}", f"TARGET.RequestMemory == {shape.memory_mb}",
-                    f"(TARGET.RequestGPUs ?: 0) == {shape.gpus}"]
+        clauses += [f"TARGET.RequestCpus <= {shape.cpus}", f"TARGET.RequestMemory <= {shape.memory_mb}",
+                    f"(TARGET.RequestGPUs ?: 0) <= {shape.gpus}"]
         if shape.disk_kb:
             clauses.append(f"TARGET.RequestDisk <= {shape.disk_kb}")
     for name, value in group.extra:
@@ -56,8 +64,9 @@ def start_expression(group: Group, settings: ProvisionSettings) -> str:
 
 
 def environment_string(pairs: Sequence[Tuple[str, str]]) -> str:
-    """HTCondor's submit ``environment`` syntax: values in single quotes, quotes doubled."""
-    quoted = (name + "='" + value.replace("'", "''").replace('"', '""') + "'" for name, value in pairs)
+    """HTCondor's submit ``environment`` syntax: values in single quotes, quotes doubled, ``$`` as
+    ``$(DOLLAR)`` (the value is not a macro)."""
+    quoted = (name + "='" + submit_text(value.replace("'", "''").replace('"', '""')) + "'" for name, value in pairs)
     return '"' + " ".join(quoted) + '"'
 
 
@@ -82,8 +91,8 @@ def submit_description(group: Group, settings: ProvisionSettings, directory: str
     shape = group.shape
     description = {
         "universe": "vanilla",
-        "executable": settings.pilot_executable,
-        "initialdir": directory,
+        "executable": submit_text(settings.pilot_executable),
+        "initialdir": submit_text(directory),
         "output": "pilot-$(ClusterId).$(ProcId).out",
         "error": "pilot-$(ClusterId).$(ProcId).err",
         "request_cpus": str(shape.cpus),
@@ -102,7 +111,7 @@ def submit_description(group: Group, settings: ProvisionSettings, directory: str
     if settings.pilot_queue:
         description["+queue"] = classad_literal(settings.pilot_queue)
     if settings.pilot_token_file:
-        description["transfer_input_files"] = settings.pilot_token_file
+        description["transfer_input_files"] = submit_text(settings.pilot_token_file)
     return description
 
 

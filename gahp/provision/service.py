@@ -52,8 +52,10 @@ class Provisioner:
         decision = decide(demand.groups, pilots, caps(settings), self.clock())
         for row in decision.rows:
             row.waiting = demand.waiting.get(row.group, 0) if row.group is not None else 0
-        log.info("demand: %d idle jobs in %d groups (%d unusable%s); pilots: %d idle, %d running",
+        log.info("demand: %d idle jobs in %d groups (%d unusable%s%s); pilots: %d idle, %d running",
                  demand.jobs, len(demand.groups), demand.unusable,
+                 f"; {demand.deferred_groups} more groups of {demand.deferred} jobs wait for a later cycle "
+                 f"(at most {settings.max_groups} groups)" if demand.deferred_groups else "",
                  f"; schedds not answering: {', '.join(failed)}" if failed else "",
                  sum(r.idle for r in decision.rows), sum(r.running for r in decision.rows))
         for row in decision.rows:

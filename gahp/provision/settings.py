@@ -21,6 +21,10 @@ KINDS = ("shaped", "partitionable")
 #: What a job ad may name in GROUP_BY beyond the shape: attribute names only.
 ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+#: A collector's address as pilots are told it (CONDOR_HOST): host[:port] or a sinful string, with
+#: nothing a configuration or a shell would read as more than a name (no blank, quote, backslash, $).
+ADDRESS = re.compile(r"[^\s$\"'\\]+")
+
 #: The shape attributes: always part of a group.
 SHAPE_ATTRIBUTES = ("RequestCpus", "RequestMemory", "RequestGPUs", "RequestDisk")
 
@@ -39,6 +43,9 @@ class ProvisionSettings:
     """``PODGAHP_PROVISION_GROUP_BY``: job attributes that split groups beyond the shape."""
     max_jobs_read: int
     """``PODGAHP_PROVISION_MAX_JOBS_READ``: most idle jobs read per schedd and cycle."""
+    max_groups: int
+    """``PODGAHP_PROVISION_MAX_GROUPS``: most groups served in a cycle (those with most jobs waiting);
+    the jobs of the others wait for a later cycle."""
     ce_schedd: Optional[str]
     """``PODGAHP_PROVISION_CE_SCHEDD``: the CE's schedd (name), default the local schedd."""
     ce_pool: Optional[str]
@@ -76,18 +83,25 @@ class ProvisionSettings:
         if queue is not None and not ATTRIBUTE.fullmatch(queue):
             raise ConfigError(f"{PREFIX}PILOT_QUEUE = {queue!r} is not a queue name")
         environment = knobs.string(PREFIX + "PILOT_ENVIRONMENT", "")
-        if any(c in environment for c in "\"'\n") or not all(
+        if any(c in environment for c in "\"'\n$") or not all(
                 ATTRIBUTE.fullmatch(item.partition("=")[0]) and "=" in item for item in environment.split()):
-            raise ConfigError(f"{PREFIX}PILOT_ENVIRONMENT: NAME=value pairs separated by blanks, without quotes")
+            raise ConfigError(f"{PREFIX}PILOT_ENVIRONMENT: NAME=value pairs separated by blanks, without quotes or $")
+        job_filter = knobs.string(PREFIX + "JOB_FILTER", "true")
+        _check_expression(PREFIX + "JOB_FILTER", job_filter)
+        pool = knobs.optional(PREFIX + "POOL")
+        if pool is not None and not ADDRESS.fullmatch(pool):
+            raise ConfigError(f"{PREFIX}POOL = {pool!r} is not a collector address "
+                              "(host[:port] or <sinful>, without blanks, quotes or $)")
         # As the GAHP's log: $(USER_LOG) (an HTCondor-CE's $(LOG)/user, mode 1777) is where the account
         # that owns the pilots can write; $(LOG) belongs to condor there.
         log_dir = knobs.raw("USER_LOG") or knobs.raw("LOG") or "/tmp"
         return cls(
             name=knobs.string(PREFIX + "NAME", f"podgahp@{socket.getfqdn()}"),
-            pool=knobs.optional(PREFIX + "POOL"),
-            job_filter=knobs.string(PREFIX + "JOB_FILTER", "true"),
+            pool=pool,
+            job_filter=job_filter,
             group_by=group_by,
             max_jobs_read=knobs.integer(PREFIX + "MAX_JOBS_READ", 100_000, minimum=1),
+            max_groups=knobs.integer(PREFIX + "MAX_GROUPS", 200, minimum=1),
             ce_schedd=knobs.optional(PREFIX + "CE_SCHEDD"),
             ce_pool=knobs.optional(PREFIX + "CE_POOL"),
             ce_owner=knobs.string(PREFIX + "CE_OWNER", user_name()),
@@ -110,6 +124,19 @@ class ProvisionSettings:
             pilot_token_file=knobs.optional(PREFIX + "PILOT_TOKEN_FILE"),
             log_file=knobs.string(PREFIX + "LOG", os.path.join(log_dir, f"PodgahpProvisionLog.{user_name()}")),
         )
+
+
+def _check_expression(knob: str, text: str) -> None:
+    """A ClassAd expression an admin wrote, checked once: it parses, and holds no ``$`` (it becomes part
+    of each pilot's START, which a startd's configuration would expand; write ``\\044`` in a string)."""
+    import classad2
+
+    if "$" in text or "\n" in text:
+        raise ConfigError(f"{knob} = {text!r}: one line without $ (write \\044 for a $ in a string)")
+    try:
+        classad2.ExprTree(text)
+    except Exception as e:  # noqa: BLE001 - the bindings raise plain exceptions on parse errors
+        raise ConfigError(f"{knob} = {text!r} is not a ClassAd expression: {e}") from None
 
 
 def _shipped_pilot() -> str:

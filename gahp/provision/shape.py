@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple, Union
+from urllib.parse import quote
 
 
 #: Disk is rounded up to whole GiB (in KiB, as RequestDisk): jobs' disk requests are rarely round,
@@ -24,6 +25,22 @@ MAX_DISK_KB = 1024 ** 3  # 1 TiB
 MAX_VALUE_CHARS = 128
 
 Scalar = Union[str, int, float, bool]
+
+
+class Invalid:
+    """A job attribute that is there but unusable: it evaluates to ``error`` (or, for a request, to
+    ``undefined``), or to a list or an ad. Such a job is no demand."""
+
+    def __repr__(self) -> str:
+        return "INVALID"
+
+
+INVALID = Invalid()
+
+#: Characters of a GROUP_BY value kept as they are in a group's label; every other one is
+#: percent-encoded, so that the label holds no quote, backslash, ``$`` or separator: it travels through
+#: a submit description, a pilot's environment and a startd's configuration as plain text.
+LABEL_SAFE = "-_.:/@+~ "
 
 
 @dataclass(frozen=True, order=True)
@@ -51,7 +68,20 @@ class Group:
     """Values of the GROUP_BY attributes (None: undefined in the job ad)."""
 
     def __str__(self) -> str:
-        return str(self.shape) + "".join(f",{k}={'undefined' if v is None else v}" for k, v in self.extra)
+        return str(self.shape) + "".join(f",{k}={_label(v)}" for k, v in self.extra)
+
+
+def _label(value: Optional[Scalar]) -> str:
+    """A GROUP_BY value in a group's label: strings single-quoted and percent-encoded (so no two values
+    share a label and no label holds a character any later reader interprets), others as ClassAd
+    writes them."""
+    if value is None:
+        return "undefined"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + quote(value, safe=LABEL_SAFE) + "'"
+    return repr(value)
 
 
 def _whole(value: object, minimum: int, maximum: int) -> Optional[int]:
@@ -61,13 +91,19 @@ def _whole(value: object, minimum: int, maximum: int) -> Optional[int]:
     return number if minimum <= number <= maximum else None
 
 
+def _given(job: Mapping[str, object], name: str, default: int) -> object:
+    value = job.get(name)
+    return default if value is None else value
+
+
 def shape_of(job: Mapping[str, object]) -> Optional[Shape]:
-    """The shape of a job (evaluated RequestCpus, RequestMemory, RequestGPUs, RequestDisk); None when
-    one is unusable. Missing GPUs and disk count as none."""
-    cpus = _whole(job.get("RequestCpus", 1), 1, MAX_CPUS)
+    """The shape of a job (evaluated RequestCpus, RequestMemory, RequestGPUs, RequestDisk, each rounded
+    up); None when one is unusable (:data:`INVALID`, not a number, out of range). Missing cores count
+    as one, missing GPUs and disk as none; missing memory is unusable."""
+    cpus = _whole(_given(job, "RequestCpus", 1), 1, MAX_CPUS)
     memory = _whole(job.get("RequestMemory"), 1, MAX_MEMORY_MB)
-    gpus = _whole(job.get("RequestGPUs") or 0, 0, MAX_GPUS)
-    disk = _whole(job.get("RequestDisk") or 0, 0, MAX_DISK_KB)
+    gpus = _whole(_given(job, "RequestGPUs", 0), 0, MAX_GPUS)
+    disk = _whole(_given(job, "RequestDisk", 0), 0, MAX_DISK_KB)
     if cpus is None or memory is None or gpus is None or disk is None:
         return None
     return Shape(cpus, memory, gpus, -(-disk // DISK_STEP_KB) * DISK_STEP_KB)

@@ -53,7 +53,7 @@ def test_a_pilot_carries_its_shape_where_the_routes_read_it() -> None:
     assert description["+maxMemory"] == description["request_memory"] == "8192"
     assert description["request_gpus"] == "1" and description["request_disk"] == str(2 * 1024 * 1024)
     assert description["+queue"] == '"lancium"' and description["+PodgahpProvisioner"] == '"prov-1"'
-    assert description["+PodgahpGroup"] == '"4c/8192MiB/1gpu/2GiB,Project=a\\"b"'
+    assert description["+PodgahpGroup"] == '"4c/8192MiB/1gpu/2GiB,Project=\'a%22b\'"'
     env = description["environment"]
     assert env.startswith('"CONDOR_HOST=\'pool.example:9618\' NUM_CPUS=\'4\' MEMORY=\'8192\' NUM_GPUS=\'1\'')
     assert 'TARGET.Project =?= ""a\\""b""' in env  # double quotes doubled inside the environment
@@ -62,8 +62,8 @@ def test_a_pilot_carries_its_shape_where_the_routes_read_it() -> None:
 def test_start_expression_of_each_kind() -> None:
     group = Group(Shape(4, 8192))
     shaped = start_expression(group, settings(JOB_FILTER="Owner =!= \"bob\""))
-    assert shaped == '(Owner =!= "bob") && TARGET.RequestCpus == 4 && TARGET.RequestMemory == 8192 && ' \
-                     '(TARGET.RequestGPUs ?: 0) == 0'
+    assert shaped == '(Owner =!= "bob") && TARGET.RequestCpus <= 4 && TARGET.RequestMemory <= 8192 && ' \
+                     '(TARGET.RequestGPUs ?: 0) <= 0'
     assert start_expression(group, settings(PILOT_KIND="partitionable")) == "(true)"
     extra = Group(Shape(1, 100), (("Project", None), ("Site", "a\\b")))
     assert start_expression(extra, settings(PILOT_KIND="partitionable")) == \

@@ -49,7 +49,7 @@ def test_the_provisioners_environment_makes_a_startd_configuration(kind: str, tm
     assert values["CONDOR_HOST"] == "pool.example:9618" and values["NUM_CPUS"] == "4" and values["MEMORY"] == "8192"
     assert env["PODGAHP_PILOT_START"] in values["START"] and 'Owner =!= "bob"' in values["START"]
     assert values["SLOT_TYPE_1_PARTITIONABLE"] == ("True" if kind == "partitionable" else "False")
-    assert values["PodgahpGroup"] == '"4c/8192MiB,Project=astro"'
+    assert values["PodgahpGroup"] == '"4c/8192MiB,Project=\'astro\'"'
     assert values["STARTD_NOCLAIM_SHUTDOWN"] == str(20 * 60)
 
 

@@ -30,7 +30,7 @@ def test_shape_of(job: Dict[str, object], shape: Optional[Shape]) -> None:
 def test_groups_split_by_extra_attributes_and_refuse_odd_values() -> None:
     job = {"RequestCpus": 1, "RequestMemory": 100, "Project": "astro"}
     assert group_of(job, ("Project",)) == Group(Shape(1, 100), (("Project", "astro"),))
-    assert str(group_of(job, ("Project",))) == "1c/100MiB,Project=astro"
+    assert str(group_of(job, ("Project",))) == "1c/100MiB,Project='astro'"
     assert group_of({**job, "Project": "x" * 1000}, ("Project",)) is None
     assert group_of({**job, "Project": ["a"]}, ("Project",)) is None
     assert group_of({**job, "Project": "a\nSTART = true"}, ("Project",)) is None
