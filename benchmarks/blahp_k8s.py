@@ -8,8 +8,8 @@ its shipped ``blah.config`` at once), with the machine's ``kubectl`` against the
 podgahp gets the same pilots through its protocol, as the gridmanager sends them. Reported: wall
 time and CPU seconds (the scripts with every ``kubectl`` they start; the GAHP process once it has
 started and answered the gridmanager's first ``BLAH_PING``: a GAHP serves for as long as the
-gridmanager runs) of submitting N pilots and asking each one's status once; for podgahp, the run
-of median wall time of ``--repeat`` (the scripts take about 40 s and run once).
+gridmanager runs) of submitting N pilots and asking each one's status once: the medians of
+``--repeat`` runs of each, taking turns, and the median ratio of the pairs.
 
     .venv/bin/python benchmarks/blahp_k8s.py --pilots 200
 """
@@ -34,9 +34,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 
 from harness.rootfs import build_rootfs  # noqa: E402
-from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
+from bench import SimProcess, alternate, cpu_s, load, medians, ratio  # noqa: E402
+from podgahp_sim.k8s import SimConfig, SimNode  # noqa: E402
 from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
-from k8s_gahp import _cpu_s, submit_ad  # noqa: E402
+from k8s_gahp import submit_ad  # noqa: E402
 
 NAMESPACE = "bench"
 IMAGE = "registry.example.org/osg/pilot:1"
@@ -65,7 +66,7 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_blahp(sim: KubeSim, tmp: str, pilots: int) -> Dict[str, float]:
+def run_blahp(sim: SimProcess, tmp: str, pilots: int) -> Dict[str, float]:
     where, config, threads = _blahp_dir(tmp)
     kubeconfig = os.path.join(tmp, "kubeconfig-blahp")
     sim.write_kubeconfig(kubeconfig, namespace=NAMESPACE)
@@ -96,12 +97,12 @@ def run_blahp(sim: KubeSim, tmp: str, pilots: int) -> Dict[str, float]:
     result = {"wall_s": time.monotonic() - started, "cpu_s": _children_cpu_s() - cpu}
     for leftover in set(Path("/tmp").glob("k8s_sub.*")) - before:  # the submit script keeps a copy there
         leftover.unlink(missing_ok=True)
-    created = [r for r in sim.requests("POST", f"/namespaces/{NAMESPACE}/pods$") if r.status == 201]
-    assert len(created) == pilots, len(created)
+    created = sim.count("POST", f"/namespaces/{NAMESPACE}/pods$", status=201)
+    assert created == pilots, created
     return result
 
 
-def run_podgahp(sim: KubeSim, tmp: str, pilots: int) -> Dict[str, float]:
+def run_podgahp(sim: SimProcess, tmp: str, pilots: int) -> Dict[str, float]:
     kubeconfig = os.path.join(tmp, "kubeconfig-podgahp")
     sim.write_kubeconfig(kubeconfig, namespace=NAMESPACE)
     env = gahp_env(tmp, PODGAHP_K8S_KUBECONFIG=kubeconfig, PODGAHP_K8S_IMAGE=IMAGE, PODGAHP_K8S_CE_NAME="bench",
@@ -114,7 +115,7 @@ def run_podgahp(sim: KubeSim, tmp: str, pilots: int) -> Dict[str, float]:
         assert gahp.command("BLAH_PING", "1", "k8s") == ["S"]
         assert gahp.wait_results(["1"], timeout=60)["1"][0] == "0"
         startup_s = time.monotonic() - started
-        cpu, started = _cpu_s(gahp.proc.pid), time.monotonic()
+        cpu, started = cpu_s(gahp.proc.pid), time.monotonic()
         ids = [str(i + 2) for i in range(pilots)]
         for rid in ids:
             assert gahp.command("BLAH_JOB_SUBMIT", rid, submit_ad(tmp, int(rid))) == ["S"]
@@ -126,7 +127,7 @@ def run_podgahp(sim: KubeSim, tmp: str, pilots: int) -> Dict[str, float]:
             assert gahp.command("BLAH_JOB_STATUS", rid, job_id) == ["S"]
         answers = gahp.wait_results(status_ids, timeout=600)
         assert all(a[0] == "0" for a in answers.values()), list(answers.values())[:3]
-        result = {"wall_s": time.monotonic() - started, "cpu_s": _cpu_s(gahp.proc.pid) - cpu, "startup_s": startup_s}
+        result = {"wall_s": time.monotonic() - started, "cpu_s": cpu_s(gahp.proc.pid) - cpu, "startup_s": startup_s}
         gahp.command("QUIT")
     return result
 
@@ -135,27 +136,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pilots", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of podgahp (a second or less each); the one of median wall time counts")
+                        help="runs of each, taking turns; the medians and the median ratio of the pairs count")
     args = parser.parse_args()
     if shutil.which("kubectl") is None:
         sys.exit("kubectl is not on PATH (make system-deps installs Debian's kubernetes-client)")
     node = SimNode("big", cpu="100000", memory="100000Gi", pods=100000)
-    results = {}
-    for name, runner, runs in (("blahp kubernetes_*.sh + kubectl", run_blahp, 1),
-                               ("podgahp k8s_gahp", run_podgahp, args.repeat)):
-        measured = []
-        for _ in range(runs):
-            with KubeSim(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE))) as sim, \
-                    tempfile.TemporaryDirectory() as tmp:
-                measured.append(runner(sim, tmp, args.pilots))
-        results[name] = sorted(measured, key=lambda r: r["wall_s"])[(len(measured) - 1) // 2]  # the median run
-    blahp, ours = results["blahp kubernetes_*.sh + kubectl"], results["podgahp k8s_gahp"]
+    runners = {"blahp": run_blahp, "podgahp": run_podgahp}
+
+    def run(name: str) -> Dict[str, float]:
+        with SimProcess(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE))) as sim, \
+                tempfile.TemporaryDirectory() as tmp:
+            return runners[name](sim, tmp, args.pilots)
+
+    print(f"`benchmarks/blahp_k8s.py`, median of {args.repeat} runs of each taking turns; {load()} at the start")
+    print()
+    runs = alternate(list(runners), args.repeat, run)
+    blahp, ours = medians(runs["blahp"]), medians(runs["podgahp"])
     print(f"| submit + status of {args.pilots} pilots | wall s | CPU s |")
     print("|---|---:|---:|")
-    for name, r in results.items():
-        print(f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} |")
-    print(f"| podgahp faster by | {blahp['wall_s'] / ours['wall_s']:.0f}x | {blahp['cpu_s'] / ours['cpu_s']:.0f}x |")
-    print(f"(podgahp's start-up and first ping, once per gridmanager: {ours['startup_s']:.1f} s)")
+    print(f"| blahp `kubernetes_*.sh` + kubectl | {blahp['wall_s']:.1f} | {blahp['cpu_s']:.1f} |")
+    print(f"| podgahp `k8s_gahp` | {ours['wall_s']:.2f} | {ours['cpu_s']:.2f} |")
+    print(f"| podgahp faster by | {ratio(runs['blahp'], runs['podgahp'], 'wall_s'):.0f}× "
+          f"| {ratio(runs['blahp'], runs['podgahp'], 'cpu_s'):.0f}× |")
+    print()
+    print(f"podgahp's start-up and first ping, once per gridmanager: {ours['startup_s']:.1f} s; {load()} at the end")
 
 
 if __name__ == "__main__":

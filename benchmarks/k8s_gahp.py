@@ -1,12 +1,15 @@
-"""Benchmark: k8s_gahp driven over its protocol against the simulated cluster.
+"""Benchmark: k8s_gahp driven over its protocol against the simulated cluster, and the zero-cost
+memory backend in the same run.
 
 Submits N pilots through the real GAHP process (as the gridmanager would, in async mode), then polls
 the status of every pilot several rounds, and reports: how long the GAHP takes to accept requests
 (every line must be answered within the gridmanager's 20 s response timeout), submit and status
-throughput, and how many Kubernetes API requests the status rounds cost (they come from one watch
-per namespace, so the count must not grow with N).
+throughput and CPU, and how many Kubernetes API requests the status rounds cost (they come from one
+watch per namespace, so the count must not grow with N). The simulated cluster runs in a process of
+its own (its CPU per submit is reported apart). Each figure is the median of ``--repeat`` runs, the
+two backends taking turns, with the median ratio of the pairs.
 
-    .venv/bin/python benchmarks/k8s_gahp.py --pilots 10 100 1000
+    .venv/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
+from bench import SimProcess, alternate, cpu_s, load, medians, memory_mb, ratio  # noqa: E402
+from podgahp_sim.k8s import SimConfig, SimNode  # noqa: E402
 from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
 
 
@@ -38,7 +43,7 @@ def submit_ad(iwd: str, i: int) -> str:
 
 def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
     node = SimNode("big", cpu="100000", memory="100000Gi", pods=100000)
-    with KubeSim(SimConfig(nodes=(node,), namespaces=("default", "bench"))) as sim, \
+    with SimProcess(SimConfig(nodes=(node,), namespaces=("default", "bench"))) as sim, \
             tempfile.TemporaryDirectory() as tmp:
         kubeconfig = os.path.join(tmp, "kubeconfig")
         sim.write_kubeconfig(kubeconfig, namespace="bench")
@@ -50,7 +55,7 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
             gahp.start()
             gahp.command("ASYNC_MODE_ON")
             sim.clear_requests()
-            cpu = _cpu_s(gahp.proc.pid)
+            cpu, sim_cpu = cpu_s(gahp.proc.pid), cpu_s(sim.pid)
             started = time.monotonic()
             slowest_ack = 0.0
             results: Dict[str, List[str]] = {}
@@ -62,14 +67,16 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
                     slowest_ack = max(slowest_ack, time.monotonic() - t)
                 results.update(gahp.wait_results([str(i + 2) for i in batch], timeout=600))
             submit_s = time.monotonic() - started
-            cpu_ms = (_cpu_s(gahp.proc.pid) - cpu) * 1000 / pilots
-            writes = len([r for r in sim.requests() if r.method in ("POST", "PUT", "PATCH", "DELETE")]) / pilots
+            cpu_ms = (cpu_s(gahp.proc.pid) - cpu) * 1000 / pilots
+            sim_ms = (cpu_s(sim.pid) - sim_cpu) * 1000 / pilots
+            writes = sum(sim.count(method) for method in ("POST", "PUT", "PATCH", "DELETE")) / pilots
             job_ids: List[str] = [r[2] for r in results.values() if r[0] == "0"]
             assert len(job_ids) == pilots, [r for r in results.values() if r[0] != "0"][:3]
             # one status round first, so the watch is running before we count
             request = 100000
             gahp.wait_results([_status(gahp, (request := request + 1), j) for j in job_ids], timeout=600)
             sim.clear_requests()
+            cpu = cpu_s(gahp.proc.pid)
             started = time.monotonic()
             for _ in range(rounds):
                 ids = []
@@ -78,6 +85,7 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
                     ids.append(_status(gahp, request, job_id))
                 gahp.wait_results(ids, timeout=600)
             status_s = time.monotonic() - started
+            status_us = (cpu_s(gahp.proc.pid) - cpu) * 1e6 / (pilots * rounds)
             # The GAHP's own capacity: every status line written at once (the gridmanager waits for each
             # "S", so its rate is also bounded by the pipe's round trip).
             started = time.monotonic()
@@ -90,26 +98,14 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
                     assert gahp.read(timeout=60) == ["S"]
                 gahp.wait_results(ids, timeout=600)
             pipelined_s = time.monotonic() - started
-            api_requests = len(sim.requests())
-            rss_mb, peak_mb = _memory_mb(gahp.proc.pid)
+            api_requests = sim.count()
+            rss_mb, peak_mb = memory_mb(gahp.proc.pid)
             gahp.command("QUIT")
-    return {"backend": backend, "pilots": pilots, "submit_s": submit_s, "submits_per_s": pilots / submit_s,
-            "cpu_ms": cpu_ms, "writes": writes if backend == "k8s" else 0.0,
+    return {"pilots": pilots, "submit_s": submit_s, "submits_per_s": pilots / submit_s,
+            "cpu_ms": cpu_ms, "sim_cpu_ms": sim_ms, "writes": writes if backend == "k8s" else 0.0,
             "slowest_ack_ms": slowest_ack * 1000, "status_per_s": pilots * rounds / status_s,
-            "pipelined_status_per_s": pilots / pipelined_s, "rss_mb": rss_mb, "peak_rss_mb": peak_mb,
-            "api_requests_during_status": api_requests}
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _memory_mb(pid: int) -> Tuple[float, float]:
-    """The GAHP's resident memory now and at its peak (VmRSS, VmHWM), in MB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+            "status_us": status_us, "pipelined_status_per_s": pilots / pipelined_s, "rss_mb": rss_mb,
+            "peak_rss_mb": peak_mb, "api_requests_during_status": api_requests}
 
 
 def _status(gahp: GahpProcess, request: int, job_id: str) -> str:
@@ -119,20 +115,33 @@ def _status(gahp: GahpProcess, request: int, job_id: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pilots", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--pilots", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--rounds", type=int, default=3, help="status rounds over every pilot")
-    parser.add_argument("--backends", nargs="+", default=["k8s", "memory"],
-                        help="k8s, and the zero-cost memory backend for comparison in the same run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each backend, taking turns (medians)")
     args = parser.parse_args()
-    print(f"| backend | pilots | submits/s | GAHP CPU ms/submit | API writes/submit | slowest S ms | status/s line by line "
-          f"| status/s pipelined | RSS MB (peak) | API requests in {args.rounds} status rounds |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"`benchmarks/k8s_gahp.py`, median of {args.repeat} runs of each backend taking turns; "
+          f"{load()} at the start")
+    print()
+    print(f"| backend | pilots | submits/s | GAHP CPU ms/submit | simulator CPU ms/submit | API writes/submit "
+          f"| slowest S ms | status/s line by line | GAHP CPU µs/status | status/s pipelined | RSS MB (peak) "
+          f"| API requests in {args.rounds} status rounds |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ratios = []
     for n in args.pilots:
-        for backend in args.backends:
-            r = run(n, args.rounds, backend)
-            print(f"| {backend} | {r['pilots']} | {r['submits_per_s']:.0f} | {r['cpu_ms']:.1f} | {r['writes']:.1f} "
-                  f"| {r['slowest_ack_ms']:.0f} | {r['status_per_s']:.0f} | {r['pipelined_status_per_s']:.0f} "
-                  f"| {r['rss_mb']:.0f} ({r['peak_rss_mb']:.0f}) | {r['api_requests_during_status']} |", flush=True)
+        runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(n, args.rounds, backend))
+        for backend, rows in runs.items():
+            r = medians(rows)
+            print(f"| {backend} | {n:,} | {r['submits_per_s']:.0f} | {r['cpu_ms']:.2f} | "
+                  f"{r['sim_cpu_ms']:.2f} | {r['writes']:.1f} "
+                  f"| {r['slowest_ack_ms']:.0f} | {r['status_per_s']:,.0f} | {r['status_us']:.0f} "
+                  f"| {r['pipelined_status_per_s']:,.0f} "
+                  f"| {r['rss_mb']:.0f} ({r['peak_rss_mb']:.0f}) | {r['api_requests_during_status']:.0f} |", flush=True)
+        ratios.append((n, ratio(runs["k8s"], runs["memory"], "status_us"),
+                       ratio(runs["k8s"], runs["memory"], "cpu_ms")))
+    print()
+    for n, status, submit in ratios:
+        print(f"{n:,} pilots: GAHP CPU per status k8s / memory {status:.2f}; per submit {submit:.1f}")
+    print(f"{load()} at the end")
 
 
 if __name__ == "__main__":
