@@ -68,7 +68,14 @@ class JobState:
         return BLAHP_STATUS[self.phase]
 
     def status_ad(self) -> str:
-        """The one-line ClassAd the gridmanager copies into the job (``JobStatus`` and friends)."""
+        """The one-line ClassAd the gridmanager copies into the job (``JobStatus`` and friends); built
+        once per object (it is immutable), so an answer handed out again costs nothing more."""
+        built = self.__dict__.get("_status_ad")
+        if built is None:
+            built = self.__dict__["_status_ad"] = self._build_status_ad()
+        return str(built)
+
+    def _build_status_ad(self) -> str:
         ad = classad2.ClassAd()
         ad["JobStatus"] = self.blahp_status
         values: List[Tuple[str, object]] = [

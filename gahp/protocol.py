@@ -18,14 +18,15 @@ NULL = "NULL"
 #: Printed unprompted at start-up; the gridmanager reads at most 150 bytes of it.
 BANNER = f"$GahpVersion: {__version__} {RELEASE_DATE} podgahp $"
 
-_ESCAPES = str.maketrans({c: "\\" + c for c in (" ", "\\", "\r", "\n")})
-
-
 def escape(value: str) -> str:
-    """Escape one field: a backslash before space, backslash, CR and LF; empty becomes ``NULL``."""
+    """Escape one field: a backslash before space, backslash, CR and LF; empty becomes ``NULL``.
+    (Four passes of ``str.replace`` run at C speed; ``str.translate`` with a table of strings looks
+    up each character in a Python dict, several times slower on a status ad.)"""
     if value == "":
         return NULL
-    return value.translate(_ESCAPES)
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    return value.replace(" ", "\\ ").replace("\r", "\\\r").replace("\n", "\\\n")
 
 
 def split(line: str) -> List[str]:

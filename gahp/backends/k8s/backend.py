@@ -73,6 +73,12 @@ class KubernetesBackend(Backend):
         self._lock = threading.Lock()
         self._apis: Dict[ClusterKey, KubeApi] = {}
         self._caches: Dict[Tuple[ClusterKey, str], PodCache] = {}
+        self._namespaces: Dict[str, Tuple[PodCache, ...]] = {}
+        """Namespace -> its watch copies (one per cluster serving it); replaced whole, read without the lock."""
+        self._queues_by_label: Dict[str, QueueSettings] = {}
+        """A pod's queue label -> its queue (the first queue of that label, as they are listed)."""
+        for queue in reversed(list(settings.queues.values())):
+            self._queues_by_label[label_value(queue.name.lower())] = queue
         self.reports = Reports()
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
@@ -120,6 +126,8 @@ class KubernetesBackend(Backend):
                     watch_timeout_s=self.settings.watch_timeout_s, backoff_s=max(self.settings.backoff_s, 0.1),
                     backoff_max_s=self.settings.backoff_max_s, index_label=LABEL_SANDBOX,
                     labels=LABELS_READ, annotations=ANNOTATIONS_READ)
+                self._namespaces = dict(self._namespaces,
+                                        **{namespace: self._namespaces.get(namespace, ()) + (cache,)})
             start_reaper = self._reaper is None and self.settings.reap_interval_s > 0
             if start_reaper:
                 self._reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
@@ -154,11 +162,7 @@ class KubernetesBackend(Backend):
         return apis
 
     def _queue_of(self, pod: JsonObj) -> QueueSettings:
-        label = PodView(pod).label(LABEL_QUEUE)
-        for queue in self.settings.queues.values():
-            if label_value(queue.name.lower()) == label:
-                return queue
-        return self.settings.queue(None)
+        return self._queues_by_label.get(PodView(pod).label(LABEL_QUEUE)) or self.settings.queue(None)
 
     def _find(self, jid: str) -> Tuple[Optional[JsonObj], Optional[KubeApi], Optional[PodCache]]:
         """The pod of a job id from the watch copies; on a miss, or while a copy is still being listed,
@@ -329,24 +333,22 @@ class KubernetesBackend(Backend):
                 state = self._finish(api, pod, state, job_id)
             elif state.phase is Phase.HELD and PodView(pod).finished:
                 self._mark_reported(api, pod, job_id)
-            return self.reports.answer(job_id, state, started=started)
+            return self.reports.answer(job_id, state, started=started,
+                                       source=pod if classified.key in ("Pending", "Running") else None)
 
     def status_now(self, job_id: str) -> Optional[JobState]:
         """From the watch copy, without I/O: a final answer given before, or a pod that is pending or
-        running (a pod that ended needs its outputs written: that is :meth:`status`'s, on a worker)."""
-        final = self.reports.final(job_id)
-        if final is not None:
-            return final
+        running (a pod that ended needs its outputs written: that is :meth:`status`'s, on a worker).
+        A pod unchanged since the last poll gets the answer derived from it then (:meth:`Reports.again`)."""
         parts = job_id.split("/")
         if len(parts) != 3 or parts[0] != "k8s":
-            return None
-        with self._lock:
-            caches = [c for (_, namespace), c in self._caches.items() if namespace == parts[1]]
-        if len(caches) != 1 or not caches[0].synced:
-            return None
-        pod = caches[0].get(parts[2])
-        if pod is None:
-            return None
+            return self.reports.final(job_id)
+        caches = self._namespaces.get(parts[1], ())
+        cache = caches[0] if len(caches) == 1 and caches[0].synced else None
+        pod = cache.get(parts[2]) if cache is not None else None
+        known = self.reports.again(job_id, pod)
+        if known is not None or pod is None:
+            return known
         queue = self._queue_of(pod)
         classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
                               disruption_action=queue.disruption_action)
@@ -356,7 +358,9 @@ class KubernetesBackend(Backend):
         if not lock.acquire(blocking=False):  # a worker is busy with this job: never wait here
             return None
         try:
-            return self.reports.answer(job_id, job_state(pod, classified, job_id))
+            # The same pod gives the same answer, except an unschedulable one (it times out).
+            return self.reports.answer(job_id, job_state(pod, classified, job_id),
+                                       source=pod if classified.key in ("Pending", "Running") else None)
         finally:
             lock.release()
 

@@ -22,6 +22,7 @@ from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
 
 from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, knobs_for, make_job, wait_state
+from polling import wait_until
 
 
 USER = getpass.getuser()
@@ -131,6 +132,27 @@ def test_expired_watch_as_http_410_relists(backend: KubernetesBackend, sim: Kube
     lists = cache.lists
     sim.fail_next(1, status=410, method="GET", path="/pods$")
     sim.wait_for(lambda: sim.drop_watches() or cache.lists > lists, 5, "a relist after HTTP 410")
+
+
+def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: KubernetesBackend, sim: KubeSim,
+                                                         tmp_path: Path) -> None:
+    """The answer (and its status ad) is built once per change of the pod, not per poll."""
+    job_id = backend.submit(make_job(tmp_path, cpus=1, env=[("PODGAHP_SIM_RUN_SECONDS", "3600")]))
+    running = wait_until(lambda: backend.status_now(job_id), "the pod running in the watch copy", 15,
+                         done=lambda state: state is not None and state.phase is Phase.RUNNING)
+    assert backend.status_now(job_id) is running and backend.status(job_id) is running
+    _, namespace, name = job_id.split("/")
+    copy = backend._namespaces[namespace][0]
+    seen = copy.get(name)
+    request = urllib.request.Request(f"{sim.url}/api/v1/namespaces/{namespace}/pods/{name}", method="PATCH",
+                                     data=json.dumps({"metadata": {"annotations": {"x": "y"}}}).encode(),
+                                     headers={"Authorization": f"Bearer {sim.token}",
+                                              "Content-Type": "application/merge-patch+json"})
+    with urllib.request.urlopen(request, context=sim.client_context()) as response:
+        assert response.status == 200
+    wait_until(lambda: copy.get(name) is not seen, "the changed pod in the watch copy", 15)
+    # derived anew from the changed pod: an equal answer, handed out as the same object
+    assert backend.status_now(job_id) is running
 
 
 def test_status_keeps_answering_from_the_cache_while_the_api_fails(backend: KubernetesBackend, sim: KubeSim,
