@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
+import msgspec
 import urllib3
 
 # The client is typed in some releases and not in others (30.1 has no stubs, 37 ships py.typed
@@ -40,6 +41,9 @@ JsonObj = Dict[str, Any]
 
 #: Longest API message carried into an error (and so into a hold reason or a log line).
 MESSAGE_MAX = 256
+
+#: The JSON parser of answers (msgspec: several times faster than the json module, same values).
+_JSON = msgspec.json.Decoder()
 
 #: HTTP statuses worth another attempt.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -267,13 +271,15 @@ class KubeApi:
 
     def call(self, what: str, method: str, *args: Any, job_id: Optional[str] = None,
              stream: bool = False, retry: bool = True, read_timeout: Optional[float] = None,
-             group: Optional[str] = None, answer: bool = True, **kwargs: Any) -> Any:
+             group: Optional[str] = None, answer: bool = True,
+             decode: Optional[Callable[[bytes], Any]] = None, **kwargs: Any) -> Any:
         """Call ``CoreV1Api.<method>`` with bounded retries; returns parsed JSON (or the raw stream).
 
         ``what`` names the operation in errors and logs (``create pod ns/name``); ``group`` picks an
         API group other than the core one (``authorization``); ``answer=False``: the caller does not
         read the object the server sends back (a created Secret repeats every input file): {} is
-        returned without parsing it. Transient failures
+        returned without parsing it; ``decode`` parses the answer (default: the whole JSON document;
+        :func:`gahp.backends.k8s.view.decode_pod` keeps of a pod only what podgahp reads). Transient failures
         (429, 5xx, timeouts, connection errors) are retried with exponential back-off honouring
         ``Retry-After``; everything else is translated at once.
         """
@@ -306,7 +312,7 @@ class KubeApi:
                     response.release_conn()
                 if not data or not answer:
                     return {}
-                return json.loads(data)
+                return (decode or _JSON.decode)(data)
             except Exception as e:  # noqa: BLE001 - the choke point: every client failure is translated here
                 self.errors += 1
                 if attempt < attempts and _is_transient(e):

@@ -33,7 +33,7 @@ from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
 from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import SUB_OUTPUT, Classified, classify, job_state
-from gahp.backends.k8s.view import PodView
+from gahp.backends.k8s.view import PodView, decode_pod
 from gahp.blackhole import Guard, verdict
 from gahp.health import Stats, scope_of
 from gahp.backends.k8s.watch import PodCache
@@ -266,7 +266,7 @@ class KubernetesBackend(Backend):
                              staged=staged)
             try:
                 created = api.call(f"create pod {namespace}/{name}", "create_namespaced_pod", namespace, body,
-                                   job_id=jid)
+                                   job_id=jid, decode=decode_pod)
             except Conflict as e:
                 if e.reason != "AlreadyExists":
                     raise
@@ -293,7 +293,7 @@ class KubernetesBackend(Backend):
         that is not this user's is refused."""
         try:
             pod: JsonObj = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace,
-                                    job_id=jid)
+                                    job_id=jid, decode=decode_pod)
         except NotFound:
             return None
         why = refusal(pod, self.settings.ce_name, self.user)
@@ -392,7 +392,7 @@ class KubernetesBackend(Backend):
             patch = {"metadata": {"annotations": {ANN_REPORTED: _rfc3339(_now())}}}
             try:
                 patched = api.call(f"annotate pod {view.namespace}/{view.name}", "patch_namespaced_pod",
-                                   view.name, view.namespace, patch, job_id=jid)
+                                   view.name, view.namespace, patch, job_id=jid, decode=decode_pod)
                 self._cache(api, view.namespace).put(patched)
             except GahpError as e:
                 log.warning("[%s] pod cannot be marked reported (it will be cleaned up later): %s", jid, e)
@@ -428,7 +428,7 @@ class KubernetesBackend(Backend):
         try:
             deleted = api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace,
                                job_id=jid, body={"preconditions": {"uid": meta.get("uid")}},
-                               propagation_policy="Background", **extra)
+                               propagation_policy="Background", decode=decode_pod, **extra)
             log.info("[%s] deleted pod (grace %s s)", jid, grace if grace is not None else "default")
             if PodView(deleted).name == name and PodView(deleted).metadata.get("uid") == meta.get("uid"):
                 # Terminating (a graceful delete answers with the pod): a submit right after must see it.

@@ -13,8 +13,10 @@ already shared stay shared.
 
 from __future__ import annotations
 
-import json
+import msgspec
 from typing import Any, Dict, Hashable, TypeVar
+
+_encode = msgspec.json.Encoder().encode
 
 #: Distinct values remembered at most.
 LIMIT = 16384
@@ -28,7 +30,7 @@ def _key(value: Any) -> Hashable:
     ``"1"``, or two dicts with their keys in different orders, never share)."""
     if type(value) is str:
         return value
-    return (type(value).__name__, json.dumps(value, separators=(",", ":")))
+    return (type(value).__name__, _encode(value))
 
 
 class Canon:

@@ -7,7 +7,9 @@ webhook or another client may have put anything in it): a field of the wrong typ
 
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, List, Mapping, Optional
+from typing import Any, Collection, Dict, List, Mapping, Optional, TypedDict
+
+import msgspec
 
 from gahp.backends.k8s.sharing import Canon
 
@@ -233,3 +235,108 @@ def _container_status(status: JsonObj) -> JsonObj:
 
 def _same(value: Any) -> Any:
     return value
+
+
+# -- decoding ---------------------------------------------------------------------------------
+# The API's JSON of a pod is parsed into only what compact() keeps (labels and annotations whole; a
+# container's name, image and resources...): the rest (managedFields, the container's environment
+# and command, tolerations...) is skipped by the parser, never built as Python objects. Values are
+# Any: a field of an unexpected type is kept as it is and read as absent by PodView; a pod whose
+# shape the schema refuses (a list where an object must be) is parsed whole and compacted the same.
+
+
+class _Meta(TypedDict, total=False):
+    name: Any
+    namespace: Any
+    uid: Any
+    resourceVersion: Any
+    labels: Any
+    annotations: Any
+    deletionTimestamp: Any
+    creationTimestamp: Any
+    ownerReferences: Any
+
+
+class _Container(TypedDict, total=False):
+    name: Any
+    image: Any
+    resources: Any
+
+
+class _Volume(TypedDict, total=False):
+    name: Any
+    secret: Any
+
+
+class _Spec(TypedDict, total=False):
+    containers: List[_Container]
+    nodeName: Any
+    volumes: List[_Volume]
+
+
+class _Status(TypedDict, total=False):
+    phase: Any
+    reason: Any
+    message: Any
+    startTime: Any
+    conditions: Any
+    containerStatuses: Any
+
+
+class _Pod(TypedDict, total=False):
+    metadata: _Meta
+    spec: _Spec
+    status: _Status
+
+
+class _PodList(TypedDict, total=False):
+    metadata: Any
+    items: List[_Pod]
+
+
+class _Event(TypedDict, total=False):
+    type: Any
+    object: msgspec.Raw
+
+
+_POD = msgspec.json.Decoder(_Pod)
+_POD_LIST = msgspec.json.Decoder(_PodList)
+_EVENT = msgspec.json.Decoder(_Event)
+_ANY = msgspec.json.Decoder()
+#: Watch event types whose object is a pod (else a Status, or a bookmark: parsed whole).
+_POD_EVENTS = ("ADDED", "MODIFIED", "DELETED")
+
+
+def decode(data: bytes) -> Any:
+    """Any JSON document (ValueError if it is not JSON)."""
+    return _ANY.decode(data)
+
+
+def decode_pod(data: bytes) -> JsonObj:
+    """A pod from the API's JSON, with what :func:`compact` keeps (ValueError if it is not JSON)."""
+    try:
+        return _POD.decode(data)  # type: ignore[return-value]
+    except msgspec.ValidationError:
+        return _obj(_ANY.decode(data))
+
+
+def decode_pod_list(data: bytes) -> JsonObj:
+    """A page of a pod LIST (``items``, ``metadata``), each pod as :func:`decode_pod` gives it."""
+    try:
+        return _POD_LIST.decode(data)  # type: ignore[return-value]
+    except msgspec.ValidationError:
+        return _obj(_ANY.decode(data))
+
+
+def decode_event(line: bytes) -> JsonObj:
+    """One line of a pod WATCH: ``type`` and ``object`` (a pod as :func:`decode_pod` gives it, else the
+    ``Status`` of an ERROR or the bookmark, whole)."""
+    try:
+        event = _EVENT.decode(line)
+    except msgspec.ValidationError:
+        return _obj(_ANY.decode(line))
+    raw = event.get("object")
+    if raw is None:
+        return dict(event)
+    kind = event.get("type")
+    return {"type": kind, "object": decode_pod(raw) if kind in _POD_EVENTS else _ANY.decode(raw)}

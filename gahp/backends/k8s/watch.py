@@ -10,7 +10,6 @@ the fields podgahp reads (:func:`~gahp.backends.k8s.view.compact`), so memory st
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -18,7 +17,7 @@ from typing import Any, Collection, Dict, List, Optional, Tuple
 
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
-from gahp.backends.k8s.view import PodView, compact
+from gahp.backends.k8s.view import PodView, compact, decode_event, decode_pod_list
 from gahp.errors import Expired, GahpError, TransientError
 from gahp.retry import Backoff
 
@@ -204,7 +203,7 @@ class PodCache:
             extra: Dict[str, Any] = {"_continue": token} if token else {}
             try:
                 body = self.api.call(f"list pods in {self.namespace}", "list_namespaced_pod", self.namespace,
-                                     label_selector=self.selector, limit=PAGE, **extra)
+                                     label_selector=self.selector, limit=PAGE, decode=decode_pod_list, **extra)
             except Expired:
                 if token is None:
                     raise
@@ -286,12 +285,15 @@ class PodCache:
                 if self._stop.is_set():
                     return
                 buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                if b"\n" not in chunk:
+                    continue
+                lines = buffer.split(b"\n")
+                buffer = lines.pop()
+                for line in lines:
                     if line.strip():
-                        self._apply(json.loads(line))
+                        self._apply(decode_event(line))
             if buffer.strip():
-                self._apply(json.loads(buffer))
+                self._apply(decode_event(buffer))
         except GahpError:
             raise
         except Exception as e:  # noqa: BLE001 - stream read failures are translated like any call

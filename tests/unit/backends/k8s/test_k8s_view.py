@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any, Dict
 
 import pytest
 
 from gahp.backends.k8s.identity import refusal
 from gahp.backends.k8s.state import classify
-from gahp.backends.k8s.view import PodView, container_state
+from gahp.backends.k8s.view import PodView, compact, container_state, decode_event, decode_pod
 
 POD: Dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "1"}, "annotations": {"b": "2"},
@@ -128,3 +129,35 @@ def test_a_running_pod_keeps_only_what_its_state_needs_and_a_finished_one_keeps_
         classify(running, now=now, unschedulable_timeout_s=0, disruption_action="hold")
     finished = dict(running, status=dict(running["status"], phase="Succeeded"))
     assert compact(finished)["status"]["conditions"] == conditions
+
+
+def test_a_pod_is_parsed_into_what_the_watch_copy_keeps() -> None:
+    pod = {"kind": "Pod", "metadata": {"name": "p", "uid": "u", "labels": {"a": "b"}, "managedFields": [{"x": 1}]},
+           "spec": {"nodeName": "n", "containers": [{"name": "pilot", "image": "i", "env": [{"name": "X"}],
+                                                     "resources": {"requests": {"cpu": "1"}}}],
+                    "tolerations": [{"key": "k"}]},
+           "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}
+    parsed = decode_pod(json.dumps(pod).encode())
+    assert parsed == {"metadata": {"name": "p", "uid": "u", "labels": {"a": "b"}},
+                      "spec": {"nodeName": "n", "containers": [{"name": "pilot", "image": "i",
+                                                               "resources": {"requests": {"cpu": "1"}}}]},
+                      "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert compact(parsed) == compact(pod)
+    # a shape the schema refuses is parsed whole and read the usual way (a wrong field reads as absent)
+    odd = dict(pod, spec={"containers": "none", "nodeName": "n"})
+    assert PodView(decode_pod(json.dumps(odd).encode())).containers == [] and compact(decode_pod(
+        json.dumps(odd).encode())) == compact(odd)
+    with pytest.raises(ValueError):
+        decode_pod(b"{not json")
+
+
+@pytest.mark.parametrize("line, kind, obj", [
+    (b'{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"x","managedFields":[]}}}', "ADDED",
+     {"metadata": {"name": "x"}}),
+    (b'{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}', "ERROR",
+     {"kind": "Status", "code": 410, "reason": "Expired"}),
+    (b'{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"12"}}}', "BOOKMARK",
+     {"kind": "Pod", "metadata": {"resourceVersion": "12"}}),
+], ids=["pod", "error-status", "bookmark"])
+def test_watch_events_are_parsed_by_their_kind(line: bytes, kind: str, obj: dict) -> None:
+    assert decode_event(line) == {"type": kind, "object": obj}
