@@ -19,7 +19,6 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import msgspec
 import urllib3
 
 # The client is typed in some releases and not in others (30.1 has no stubs, 37 ships py.typed
@@ -41,9 +40,6 @@ JsonObj = Dict[str, Any]
 
 #: Longest API message carried into an error (and so into a hold reason or a log line).
 MESSAGE_MAX = 256
-
-#: The JSON parser of answers (msgspec: several times faster than the json module, same values).
-_JSON = msgspec.json.Decoder()
 
 #: HTTP statuses worth another attempt.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -312,7 +308,7 @@ class KubeApi:
                     response.release_conn()
                 if not data or not answer:
                     return {}
-                return (decode or _JSON.decode)(data)
+                return (decode or json.loads)(data)
             except Exception as e:  # noqa: BLE001 - the choke point: every client failure is translated here
                 self.errors += 1
                 if attempt < attempts and _is_transient(e):

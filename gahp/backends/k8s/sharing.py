@@ -13,10 +13,15 @@ already shared stay shared.
 
 from __future__ import annotations
 
-import msgspec
-from typing import Any, Dict, Hashable, TypeVar
+import functools
+import json
+from typing import Any, Callable, Dict, Hashable, TypeVar
 
-_encode = msgspec.json.Encoder().encode
+try:
+    from msgspec.json import Encoder
+    _encode: Callable[[Any], Any] = Encoder().encode
+except ImportError:  # pragma: no cover - an installation without msgspec
+    _encode = functools.partial(json.dumps, separators=(",", ":"))
 
 #: Distinct values remembered at most.
 LIMIT = 16384

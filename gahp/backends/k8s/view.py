@@ -7,11 +7,15 @@ webhook or another client may have put anything in it): a field of the wrong typ
 
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, List, Mapping, Optional, TypedDict
-
-import msgspec
+import json
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, TypedDict
 
 from gahp.backends.k8s.sharing import Canon
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - an installation without it (a distribution's python) parses whole
+    msgspec = None  # type: ignore[assignment]
 
 JsonObj = Dict[str, Any]
 
@@ -238,11 +242,13 @@ def _same(value: Any) -> Any:
 
 
 # -- decoding ---------------------------------------------------------------------------------
-# The API's JSON of a pod is parsed into only what compact() keeps (labels and annotations whole; a
-# container's name, image and resources...): the rest (managedFields, the container's environment
-# and command, tolerations...) is skipped by the parser, never built as Python objects. Values are
-# Any: a field of an unexpected type is kept as it is and read as absent by PodView; a pod whose
-# shape the schema refuses (a list where an object must be) is parsed whole and compacted the same.
+# With msgspec installed, the API's JSON of a pod is parsed into only what compact() keeps (labels
+# and annotations whole; a container's name, image and resources...): the rest (managedFields, the
+# container's environment and command, tolerations...) is skipped by the parser, never built as
+# Python objects. Values are Any: a field of an unexpected type is kept as it is and read as absent
+# by PodView; a pod whose shape the schema refuses (a list where an object must be) is parsed whole
+# and compacted the same. Without msgspec, the json module parses everything (the same result once
+# compacted, several times slower).
 
 
 class _Meta(TypedDict, total=False):
@@ -296,47 +302,49 @@ class _PodList(TypedDict, total=False):
 
 class _Event(TypedDict, total=False):
     type: Any
-    object: msgspec.Raw
+    object: "msgspec.Raw"
 
 
-_POD = msgspec.json.Decoder(_Pod)
-_POD_LIST = msgspec.json.Decoder(_PodList)
-_EVENT = msgspec.json.Decoder(_Event)
-_ANY = msgspec.json.Decoder()
 #: Watch event types whose object is a pod (else a Status, or a bookmark: parsed whole).
 _POD_EVENTS = ("ADDED", "MODIFIED", "DELETED")
 
 
-def decode(data: bytes) -> Any:
-    """Any JSON document (ValueError if it is not JSON)."""
-    return _ANY.decode(data)
+def _parser(schema: Any) -> Callable[[bytes], Any]:
+    """A parser of ``schema`` falling back to a whole parse for a shape it refuses; ``json.loads``
+    without msgspec."""
+    if msgspec is None:  # pragma: no cover - see the import
+        return json.loads
+    typed, whole = msgspec.json.Decoder(schema).decode, msgspec.json.Decoder().decode
+
+    def parse(data: bytes) -> Any:
+        try:
+            return typed(data)
+        except msgspec.ValidationError:
+            return whole(data)
+    return parse
+
+
+decode: Callable[[bytes], Any] = _parser(Any)
+"""Any JSON document (ValueError if it is not JSON)."""
+_pod, _pod_list, _event = _parser(_Pod), _parser(_PodList), _parser(_Event)
 
 
 def decode_pod(data: bytes) -> JsonObj:
     """A pod from the API's JSON, with what :func:`compact` keeps (ValueError if it is not JSON)."""
-    try:
-        return _POD.decode(data)  # type: ignore[return-value]
-    except msgspec.ValidationError:
-        return _obj(_ANY.decode(data))
+    return _obj(_pod(data))
 
 
 def decode_pod_list(data: bytes) -> JsonObj:
     """A page of a pod LIST (``items``, ``metadata``), each pod as :func:`decode_pod` gives it."""
-    try:
-        return _POD_LIST.decode(data)  # type: ignore[return-value]
-    except msgspec.ValidationError:
-        return _obj(_ANY.decode(data))
+    return _obj(_pod_list(data))
 
 
 def decode_event(line: bytes) -> JsonObj:
     """One line of a pod WATCH: ``type`` and ``object`` (a pod as :func:`decode_pod` gives it, else the
     ``Status`` of an ERROR or the bookmark, whole)."""
-    try:
-        event = _EVENT.decode(line)
-    except msgspec.ValidationError:
-        return _obj(_ANY.decode(line))
+    event = _obj(_event(line))
     raw = event.get("object")
-    if raw is None:
-        return dict(event)
+    if msgspec is None or not isinstance(raw, msgspec.Raw):
+        return event
     kind = event.get("type")
-    return {"type": kind, "object": decode_pod(raw) if kind in _POD_EVENTS else _ANY.decode(raw)}
+    return {"type": kind, "object": decode_pod(raw) if kind in _POD_EVENTS else decode(raw)}

@@ -161,3 +161,12 @@ def test_a_pod_is_parsed_into_what_the_watch_copy_keeps() -> None:
 ], ids=["pod", "error-status", "bookmark"])
 def test_watch_events_are_parsed_by_their_kind(line: bytes, kind: str, obj: dict) -> None:
     assert decode_event(line) == {"type": kind, "object": obj}
+
+
+def test_without_msgspec_the_json_module_parses_whole_to_the_same_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gahp.backends.k8s import view
+
+    pod = {"metadata": {"name": "p", "managedFields": [{}]}, "spec": {"containers": [{"name": "c", "env": []}]}}
+    monkeypatch.setattr(view, "msgspec", None)
+    whole = view._parser(view._Pod)(json.dumps(pod).encode())
+    assert whole == pod and compact(whole) == compact(decode_pod(json.dumps(pod).encode()))
