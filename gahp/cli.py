@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 import click
 
@@ -253,11 +253,17 @@ def provision(once: bool) -> None:
 
 
 @main.command("health")
-@click.option("--prometheus", is_flag=True, help="Prometheus text exposition format instead of ClassAd attributes.")
-def health_cmd(prometheus: bool) -> None:
+@click.option("--prometheus", is_flag=True, help="Prometheus text exposition format (0.0.4, as textfile "
+              "collectors read it) instead of ClassAd attributes.")
+@click.option("--openmetrics", is_flag=True, help="OpenMetrics text format instead of ClassAd attributes.")
+@click.option("--listen", metavar="[ADDRESS:]PORT",
+              help="Serve /metrics for a Prometheus scrape until stopped (fresh figures at each scrape, in the "
+              "format the scraper asks for), instead of printing once; default address 127.0.0.1.")
+def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> None:
     """This CE's health figures: the GAHPs' counters, pods per queue and phase, black-hole queues.
 
-    What the schedd cron job (podgahp reap) publishes, without its clean-up; one LIST per namespace."""
+    What the schedd cron job (podgahp reap) publishes, without its clean-up; one LIST per namespace
+    (per scrape with --listen). Every configured queue has its series, 0 while it has no pods."""
     from gahp import health
     from gahp.backends.k8s.census import ce_pods
     from gahp.backends.k8s.settings import KubernetesSettings
@@ -267,21 +273,62 @@ def health_cmd(prometheus: bool) -> None:
 
     source = _ce_config()
     knobs = Knobs()
-    try:
-        with ce_pods(KubernetesSettings.from_knobs(knobs)) as census:
+
+    def figures() -> "Tuple[health.CeHealth, List[str], str]":
+        settings = KubernetesSettings.from_knobs(knobs)
+        with ce_pods(settings) as census:
             by_queue, errors = census.by_queue(), census.errors
-        figures = ce_health(knobs, by_queue)
+        return ce_health(knobs, by_queue), errors, settings.ce_name
+
+    if listen:
+        address, _, port_text = listen.rpartition(":")
+        if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+            raise click.BadParameter(f"{listen!r}: not [ADDRESS:]PORT", param_hint="--listen")
+
+        def families() -> List[object]:
+            try:
+                found, errors, ce_name = figures()
+            except GahpError as e:
+                click.echo(f"podgahp health: {e}", err=True)
+                return []
+            for error in errors:
+                click.echo(f"podgahp health: {error}", err=True)
+            return health.metric_families(found, ce_name)
+
+        _serve_until_stopped(lambda: health.serve_metrics(families, address or "127.0.0.1", int(port_text)),
+                             source)
+        return
+    try:
+        found, errors, ce_name = figures()
     except GahpError as e:
         raise _failed(e, source) from None
-    if prometheus:
-        click.echo(health.prometheus_text(figures, KubernetesSettings.from_knobs(knobs).ce_name), nl=False)
+    if prometheus or openmetrics:
+        click.echo(health.prometheus_text(found, ce_name, openmetrics=openmetrics), nl=False)
     else:
-        click.echo("\n".join(health.classad_lines(figures)))
+        click.echo("\n".join(health.classad_lines(found)))
     for error in errors:
         click.echo(f"podgahp health: {error}", err=True)
     if errors:
         click.echo(f"  (read {source.describe()})", err=True)
         sys.exit(1)
+
+
+def _serve_until_stopped(start: "Callable[[], Any]", source: ConfigSource) -> None:
+    import signal
+    import threading
+
+    try:
+        server = start()
+    except OSError as e:
+        raise click.ClickException(f"cannot listen: {e}") from None
+    host, port = server.server_address[:2]
+    click.echo(f"podgahp health: serving http://{host}:{port}/metrics ({source.describe()})", err=True)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(1):
+        pass
+    server.shutdown()
 
 
 @main.command("q")
@@ -317,6 +364,67 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
         click.echo(f"podgahp q: {error}", err=True)
     if errors:
         click.echo(f"  (read {source.describe()})", err=True)
+        sys.exit(1)
+
+
+@main.command("trace")
+@click.argument("job_id", required=False)
+@click.option("--queue", help="The test pilot's +queue (which route takes it); default: none, as most pilots.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 86400), default=300, show_default=True,
+              help="Seconds without reaching the end after which the pilot counts as stalled.")
+@click.option("--interval", "interval_s", type=click.FloatRange(0.2, 600), default=2, show_default=True,
+              help="Seconds between looks.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end instead of lines.")
+def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, interval_s: float, as_json: bool) -> None:
+    """Follow a pilot hop by hop, as condor_ce_trace does: submitted, routed (which route), grid job,
+    GAHP request, pod created, scheduled (which node), running, completed, output back.
+
+    Without JOB_ID, submits a small test pilot to the CE (as the user running it) and follows it; with
+    JOB_ID (a job a factory submitted, e.g. 1234.0), follows that one. On a stall, says where and why:
+    the hold reason, the state table's reason, the pod's Events, what the GAHP's ping finds wrong.
+    Exits 0 when the pilot went through, 1 when it failed or stalled."""
+    import json
+    import re
+
+    from gahp import trace as tracing
+    from gahp.config import Knobs, user_name
+    from gahp.errors import GahpError
+    from gahp.reaper import ReapSettings
+
+    source = _ce_config()
+    knobs = Knobs()
+    if job_id is not None and not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?", job_id):
+        raise click.UsageError(f"{job_id!r} is not a job id (CLUSTER or CLUSTER.PROC)")
+    try:
+        settings = ReapSettings.from_knobs(knobs)
+        ce = tracing.Ce(knobs, settings.schedd_name, settings.schedd_pool)
+        try:
+            if job_id is None:
+                description, directory = tracing.test_pilot(queue)
+                job_id = ce.submit(description)
+                if not as_json:
+                    click.echo(f"submitted test pilot {job_id} (directory {directory})")
+            elif "." not in job_id:
+                job_id += ".0"
+            printed: Set[Tuple[str, str, str]] = set()
+
+            def shown(look: tracing.Trace, elapsed: float) -> None:
+                if not as_json:
+                    for line in tracing.text_lines(look, elapsed, printed):
+                        click.echo(line)
+
+            last, outcome, elapsed = tracing.follow(ce, job_id, user_name(), timeout_s, interval_s, shown)
+        finally:
+            ce.close()
+    except GahpError as e:
+        raise _failed(e, source) from None
+    if as_json:
+        click.echo(json.dumps(last.as_dict(elapsed, outcome), indent=2))
+    else:
+        click.echo(tracing.verdict(last, outcome, elapsed))
+    if outcome != "completed":
+        if not as_json:
+            click.echo(f"  (read {source.describe()})", err=True)
         sys.exit(1)
 
 

@@ -241,31 +241,84 @@ def classad_lines(health: CeHealth) -> List[str]:
     return lines
 
 
-def _label(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+def metric_families(health: CeHealth, ce_name: str, extra: Iterable[Tuple[str, str, float]] = ()) -> List[Any]:
+    """The figures as Prometheus metric families (prometheus_client's), a sample for every series:
+    every counter, and every queue known (configured, with pods, or with a black-hole state) with
+    each pod phase, 0 when there is none; ``extra``: (gauge name, help, value)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-
-def prometheus_text(health: CeHealth, ce_name: str, extra: Iterable[Tuple[str, str, float]] = ()) -> str:
-    """The figures in Prometheus text exposition format (version 0.0.4); ``extra``: (metric, help, value)."""
-    ce = f'ce="{_label(ce_name)}"'
-    out: List[str] = []
-
-    def metric(name: str, kind: str, text: str, samples: Iterable[Tuple[str, float]]) -> None:
-        out.append(f"# HELP {name} {text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(f"{name}{{{labels}}} {value:g}" for labels, value in samples)
-
-    metric("podgahp_gahps", "gauge", "GAHP processes whose counters are counted", [(ce, health.gahps)])
+    families: List[Any] = []
+    gahps = GaugeMetricFamily("podgahp_gahps", "GAHP processes whose counters are counted", labels=["ce"])
+    gahps.add_metric([ce_name], health.gahps)
+    families.append(gahps)
     for key, _, name, text in COUNTERS:
-        metric(name, "counter", text, [(ce, health.counters.get(key, 0))])
+        counter = CounterMetricFamily(name, text, labels=["ce"])  # the library names the sample <family>_total
+        counter.add_metric([ce_name], health.counters.get(key, 0))
+        families.append(counter)
     queues = sorted(set(health.pods) | set(health.blackholes))
-    metric("podgahp_pods", "gauge", "Pods of this CE by queue and phase",
-           [(f'{ce},queue="{_label(q)}",phase="{phase}"', health.pods.get(q, {}).get(phase, 0))
-            for q in queues for phase in ("Pending", "Running", "Succeeded", "Failed")])
-    metric("podgahp_queue_blackhole", "gauge", "1 while the queue is closed as a black hole",
-           [(f'{ce},queue="{_label(q)}"', 1 if health.blackholes.get(q, {}).get("closed") else 0) for q in queues])
-    metric("podgahp_queue_blackhole_closures_total", "counter", "Times the queue was closed as a black hole",
-           [(f'{ce},queue="{_label(q)}"', health.blackholes.get(q, {}).get("closures", 0)) for q in queues])
+    pods = GaugeMetricFamily("podgahp_pods", "Pods of this CE by queue and phase", labels=["ce", "queue", "phase"])
+    closed = GaugeMetricFamily("podgahp_queue_blackhole", "1 while the queue is closed as a black hole",
+                               labels=["ce", "queue"])
+    closures = CounterMetricFamily("podgahp_queue_blackhole_closures", "Times the queue was closed as a black hole",
+                                   labels=["ce", "queue"])
+    for q in queues:
+        for phase in ("Pending", "Running", "Succeeded", "Failed"):
+            pods.add_metric([ce_name, q, phase], health.pods.get(q, {}).get(phase, 0))
+        closed.add_metric([ce_name, q], 1 if health.blackholes.get(q, {}).get("closed") else 0)
+        closures.add_metric([ce_name, q], health.blackholes.get(q, {}).get("closures", 0))
+    families += [pods, closed, closures]
     for name, text, value in extra:
-        metric(name, "gauge", text, [(ce, value)])
-    return "\n".join(out) + "\n"
+        gauge = GaugeMetricFamily(name, text, labels=["ce"])
+        gauge.add_metric([ce_name], value)
+        families.append(gauge)
+    return families
+
+
+class FiguresCollector:
+    """A prometheus_client collector whose every scrape calls ``figures`` for fresh families."""
+
+    def __init__(self, figures: Callable[[], List[Any]]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterable[Any]:
+        return self.figures()
+
+
+def exposition(families: Callable[[], List[Any]], openmetrics: bool = False) -> str:
+    """The families in the classic text format (0.0.4, what textfile collectors read) or in OpenMetrics."""
+    from prometheus_client import CollectorRegistry
+
+    registry: Any = CollectorRegistry(auto_describe=False)  # Any: older releases have no type hints
+    registry.register(FiguresCollector(families))
+    generate: Any
+    if openmetrics:
+        from prometheus_client.openmetrics.exposition import generate_latest as generate
+    else:
+        from prometheus_client import generate_latest as generate
+    return str(generate(registry).decode("utf-8"))
+
+
+def prometheus_text(health: CeHealth, ce_name: str, extra: Iterable[Tuple[str, str, float]] = (),
+                    openmetrics: bool = False) -> str:
+    """The figures in the Prometheus text exposition format (or OpenMetrics); ``extra``: (gauge, help, value)."""
+    figures = metric_families(health, ce_name, list(extra))
+    return exposition(lambda: figures, openmetrics)
+
+
+def serve_metrics(families: Callable[[], List[Any]], address: str, port: int) -> Any:
+    """An HTTP server answering ``/metrics`` with fresh figures at each scrape, in the format the
+    scraper asks for (OpenMetrics or the classic text), in a thread of its own; returns the server
+    (``server_address`` says the port, ``shutdown()`` stops it)."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client import CollectorRegistry, make_wsgi_app
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            log.debug("metrics: " + format, *args)
+
+    registry: Any = CollectorRegistry(auto_describe=False)
+    registry.register(FiguresCollector(families))
+    server = make_server(address, port, make_wsgi_app(registry), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

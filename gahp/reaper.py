@@ -19,18 +19,13 @@ from gahp.backends.k8s.census import ce_pods
 from gahp.backends.k8s.reaper import ReapResult, reap_orphans
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
-from gahp.schedd import ScheddUnavailable, grid_job_ids, query
+from gahp.schedd import SCHEDD_KNOBS, ScheddUnavailable, grid_job_ids, query
 
 if TYPE_CHECKING:
     from gahp.backends.k8s.overview import PilotRow
     from gahp.health import CeHealth
 
 log = logging.getLogger(__name__)
-
-
-#: Where an error about the schedd sends the admin.
-SCHEDD_KNOBS = ("(the schedd holding the routed jobs is PODGAHP_REAP_SCHEDD_NAME / PODGAHP_REAP_SCHEDD_POOL, "
-                "default JOB_ROUTER_SCHEDD2_NAME / _POOL, else the local schedd of that configuration)")
 
 
 @dataclass(frozen=True)
@@ -93,8 +88,13 @@ def ce_health(knobs: Knobs, by_queue: Dict[str, Dict[str, int]]) -> "CeHealth":
     """The GAHPs' counters and black-hole states of this CE, with the pods per queue just listed."""
     from gahp.health import gather
 
+    from gahp.backends.k8s.settings import label_value
+
     backend_settings = KubernetesSettings.from_knobs(knobs)
-    return gather(backend_settings.blackhole.state_dir, backend_settings.ce_name, "k8s", by_queue)
+    # Every configured queue has its series, 0 while it has no pods (as the pods' queue label names it).
+    pods: Dict[str, Dict[str, int]] = {label_value(name.lower()): {} for name in backend_settings.queues}
+    pods.update({q: dict(phases) for q, phases in by_queue.items()})
+    return gather(backend_settings.blackhole.state_dir, backend_settings.ce_name, "k8s", pods)
 
 
 def publish_prometheus(knobs: Knobs, health: "CeHealth", result: ReapResult) -> None:

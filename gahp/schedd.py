@@ -8,9 +8,14 @@ schedd (``PODGAHP_REAP_SCHEDD_NAME`` / ``PODGAHP_REAP_SCHEDD_POOL`` override).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional, Set
 
 from gahp.errors import GahpError
+
+
+#: Which knobs choose the schedd podgahp reap, q and trace read, for their errors.
+SCHEDD_KNOBS = ("(the schedd holding the routed jobs is PODGAHP_REAP_SCHEDD_NAME / PODGAHP_REAP_SCHEDD_POOL, "
+                "default JOB_ROUTER_SCHEDD2_NAME / _POOL, else the local schedd of that configuration)")
 
 
 class ScheddUnavailable(GahpError):
@@ -20,18 +25,22 @@ class ScheddUnavailable(GahpError):
 def query(constraint: str, projection: List[str], name: Optional[str] = None,
           pool: Optional[str] = None) -> List[Dict[str, object]]:
     """Job ads of the local schedd (or schedd ``name`` of ``pool``) matching ``constraint``, as dicts."""
-    import htcondor2
-
     try:
-        if name:
-            collector = htcondor2.Collector(pool) if pool else htcondor2.Collector()
-            schedd = htcondor2.Schedd(collector.locate(htcondor2.DaemonType.Schedd, name))
-        else:
-            schedd = htcondor2.Schedd()
-        ads = schedd.query(constraint=constraint, projection=projection)
+        ads = locate(name, pool).query(constraint=constraint, projection=projection)
     except Exception as e:  # noqa: BLE001 - the bindings raise several kinds; any means "unknown"
         raise ScheddUnavailable(f"{describe(name, pool)} cannot be queried: {e}") from e
     return [{key: ad.get(key) for key in projection} for ad in ads]
+
+
+def locate(name: Optional[str] = None, pool: Optional[str] = None) -> Any:
+    """The local schedd, or schedd ``name`` as ``pool``'s collector (default the local one) knows it;
+    raises what the bindings raise."""
+    import htcondor2
+
+    if not name:
+        return htcondor2.Schedd()
+    collector = htcondor2.Collector(pool) if pool else htcondor2.Collector()
+    return htcondor2.Schedd(collector.locate(htcondor2.DaemonType.Schedd, name))
 
 
 def describe(name: Optional[str], pool: Optional[str]) -> str:

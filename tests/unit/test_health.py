@@ -7,9 +7,9 @@ import os
 import pwd
 import stat
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Iterable, List, Tuple
 
-from gahp.health import STALE_S, Stats, classad_lines, gather, prometheus_text
+from gahp.health import COUNTERS, STALE_S, Stats, classad_lines, gather, prometheus_text
 
 NOW = 1_800_000_000.0
 NOBODY = pwd.getpwnam("nobody")
@@ -62,8 +62,80 @@ def test_the_ce_sums_its_gahps_and_skips_stale_and_foreign_files(tmp_path: Path)
 
     text = prometheus_text(health, "ce", [("podgahp_reap_pods", "pods seen", 5)])
     assert 'podgahp_gahp_api_requests_total{ce="ce"} 15' in text
-    assert 'podgahp_pods{ce="ce",queue="cpu",phase="Running"} 4' in text
+    assert 'podgahp_pods{ce="ce",phase="Running",queue="cpu"} 4' in text
     assert 'podgahp_queue_blackhole{ce="ce",queue="cpu"} 1' in text
     assert 'podgahp_reap_pods{ce="ce"} 5' in text
     for line in text.splitlines():  # every line is a comment or "name{labels} value"
         assert line.startswith("# ") or (line.count("{") == 1 and float(line.rsplit(" ", 1)[1]) >= 0), line
+
+
+def _samples(families: Iterable[Any]) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+
+def test_metrics_parse_as_classic_text_and_as_openmetrics(tmp_path: Path) -> None:
+    """Both formats read back by prometheus_client's own parsers, with the same samples, hostile
+    label values included (a queue or CE name is the admin's text)."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as parse_classic
+
+    health = gather(str(tmp_path), 'ce "x"\\', "k8s", {"cpu": {"Running": 4}, 'q"\nz': {"Pending": 1}}, now=NOW)
+    classic = prometheus_text(health, 'ce "x"\\', [("podgahp_reap_pods", "pods seen", 5)])
+    openmetrics = prometheus_text(health, 'ce "x"\\', [("podgahp_reap_pods", "pods seen", 5)], openmetrics=True)
+    assert openmetrics.endswith("# EOF\n") and "# EOF" not in classic
+    parsed_classic = _samples(parse_classic(classic))
+    parsed_openmetrics = _samples(parse_openmetrics(openmetrics))
+    assert parsed_classic == parsed_openmetrics
+    ce = ("ce", 'ce "x"\\')
+    assert parsed_classic[("podgahp_gahp_api_requests_total", (ce,))] == 0
+    assert parsed_classic[("podgahp_pods", (ce, ("phase", "Running"), ("queue", "cpu")))] == 4
+    assert parsed_classic[("podgahp_pods", (ce, ("phase", "Pending"), ("queue", 'q"\nz')))] == 1
+    types = {f.name: f.type for f in parse_openmetrics(openmetrics)}
+    assert types["podgahp_gahp_api_requests"] == "counter" and types["podgahp_pods"] == "gauge"
+
+
+def test_every_configured_queue_and_series_has_a_sample(tmp_path: Path) -> None:
+    from gahp.config import Knobs
+    from gahp.reaper import ce_health
+    from prometheus_client.parser import text_string_to_metric_families as parse_classic
+
+    knobs = Knobs({"PODGAHP_K8S_QUEUES": "cpu GPU idle", "PODGAHP_K8S_IMAGE": "x/y:1", "PODGAHP_K8S_CE_NAME": "ce",
+                   "PODGAHP_STATE_DIR": str(tmp_path), "LOG": str(tmp_path)})
+    health = ce_health(knobs, {"cpu": {"Running": 2}})
+    samples = _samples(parse_classic(prometheus_text(health, "ce")))
+    for queue in ("cpu", "gpu", "idle"):
+        for phase in ("Pending", "Running", "Succeeded", "Failed"):
+            expected = 2 if (queue, phase) == ("cpu", "Running") else 0
+            assert samples[("podgahp_pods", (("ce", "ce"), ("phase", phase), ("queue", queue)))] == expected
+        assert samples[("podgahp_queue_blackhole", (("ce", "ce"), ("queue", queue)))] == 0
+    names = {name for name, _ in samples}
+    assert {name for _, _, name, _ in COUNTERS} <= names and "podgahp_gahps" in names
+
+
+def test_metrics_endpoint_answers_each_scrape_in_the_format_asked() -> None:
+    import requests
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as parse_classic
+
+    from gahp.health import CeHealth, metric_families, serve_metrics
+
+    scrapes: List[int] = []
+
+    def families() -> List[Any]:
+        scrapes.append(1)
+        return metric_families(CeHealth(pods={"cpu": {"Running": len(scrapes)}}), "ce")
+
+    server = serve_metrics(families, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        plain = requests.get(url, timeout=10)
+        assert plain.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        first = _samples(parse_classic(plain.text))
+        assert first[("podgahp_pods", (("ce", "ce"), ("phase", "Running"), ("queue", "cpu")))] == 1
+        om = requests.get(url, headers={"Accept": "application/openmetrics-text; version=1.0.0"}, timeout=10)
+        assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+        second = _samples(parse_openmetrics(om.text))
+        assert second[("podgahp_pods", (("ce", "ce"), ("phase", "Running"), ("queue", "cpu")))] == 2
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -34,6 +34,12 @@ JsonObj = Dict[str, Any]
 
 LABEL_QUEUE = f"{DOMAIN}/queue"
 LABEL_GENERATION = f"{DOMAIN}/generation"
+LABEL_JOB = f"{DOMAIN}/job"
+"""The HTCondor job (``<cluster>.<proc>`` of the grid job) as its sandbox name says it, for people:
+``kubectl get pods -l podgahp.htcondor.org/job=1234.0``. The sandbox is the job's to choose, so this
+label only helps find a pod; podgahp never reads it."""
+#: The gridmanager names a sandbox ``<host>_<port>_<schedd>_<cluster>.<proc>_<qdate>``.
+_SANDBOX_JOB = re.compile(r"_([0-9]{1,9}\.[0-9]{1,9})_[0-9]{1,12}$")
 ANN_SANDBOX_ID = f"{DOMAIN}/sandbox-id"
 ANN_IWD = f"{DOMAIN}/iwd"
 ANN_OUT = f"{DOMAIN}/out"
@@ -371,6 +377,9 @@ def _metadata(meta: JsonObj, job: PilotJob, queue: QueueSettings, *, name: str, 
         LABEL_SANDBOX: sandbox_key(ce_name, user, job.sandbox_id),
         LABEL_GENERATION: str(generation),
     })
+    named = _SANDBOX_JOB.search(job.sandbox_id)
+    if named:
+        labels[LABEL_JOB] = named.group(1)
     annotations = dict(meta.get("annotations") or {})
     annotations.update({ANN_SANDBOX_ID: job.sandbox_id, ANN_IWD: job.iwd, ANN_USER: user, ANN_CMD: job.executable})
     if job.stdout:

@@ -222,3 +222,16 @@ def test_disk_limit_never_below_the_floor(tmp_path: Path, disk_kb: int, floor_mb
     resources = _pilot(_build(tmp_path, knobs, disk_kb=disk_kb))["resources"]
     assert resources["requests"]["ephemeral-storage"] == f"{disk_kb}Ki"
     assert resources["limits"]["ephemeral-storage"] == limit
+
+
+@pytest.mark.parametrize("sandbox, label", [
+    ("ce.example_9619_ce.example#12.0#1795684261_1234.0_1795684261", "1234.0"),
+    ("127.0.0.1_0_vm_2.0_1795684261", "2.0"),
+    ("home_bl_made-up", None),
+    ("x_1234.0_99_", None),
+], ids=["ce-sandbox", "local-sandbox", "not-a-job", "trailing"])
+def test_a_pod_is_labelled_with_the_job_its_sandbox_names(tmp_path: Path, sandbox: str, label: Optional[str]) -> None:
+    from gahp.backends.k8s.pod import LABEL_JOB
+
+    pod = _build(tmp_path, sandbox_id=sandbox)
+    assert pod["metadata"]["labels"].get(LABEL_JOB) == label

@@ -1,0 +1,354 @@
+"""``podgahp trace``: one pilot followed hop by hop through the CE to its pod and back, as HTCondor-CE's
+``condor_ce_trace`` follows a test job: submitted, routed (by which route), grid job, GAHP request
+(the job id podgahp gave it), pod created, scheduled (on which node), running, completed, output back.
+
+Each look reads the CE's schedd (the source job, its routed copy; the history once they left the
+queue) and the pod (:mod:`gahp.backends.k8s.podtrace`). The hops are a pure function of those reads
+(:func:`schedd_hops`), so a stall is always named by the first hop not done, with why: the hold reason,
+the state table's reason, the pod's conditions and Events, or what the GAHP's ping finds wrong.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+
+from gahp.errors import GahpError
+
+DONE, WAITING, FAILED = "done", "waiting", "failed"
+
+#: Every hop, in order.
+HOPS = ("submitted", "routed", "grid job", "GAHP request", "pod created", "scheduled", "running", "completed",
+        "output back")
+
+#: The job attributes a trace reads.
+ATTRIBUTES = ["ClusterId", "ProcId", "Owner", "JobStatus", "HoldReason", "HoldReasonCode", "HoldReasonSubCode",
+              "RoutedToJobId", "RoutedFromJobId", "RouteName", "GridResource", "GridJobId", "BatchQueue",
+              "Iwd", "Out", "Err", "ExitCode", "GridResourceUnavailableTime", "LastRemoteStatusUpdate"]
+
+JOB_STATUS = {1: "Idle", 2: "Running", 3: "Removed", 4: "Completed", 5: "Held", 6: "Transferring output",
+              7: "Suspended"}
+HELD, COMPLETED, REMOVED = 5, 4, 3
+
+
+class TraceError(GahpError):
+    """The trace cannot start (no such job, the schedd cannot be asked)."""
+
+
+@dataclass(frozen=True)
+class Hop:
+    name: str
+    state: str
+    """``done``, ``waiting`` or ``failed``."""
+    detail: str
+    events: List[str] = field(default_factory=list)
+    """The pod's latest Events, on a hop that waits or failed."""
+
+
+@dataclass
+class Trace:
+    """What is known of one pilot at one look."""
+
+    job: str
+    hops: List[Hop]
+    problems: List[str] = field(default_factory=list)
+    """What the GAHP's ping finds wrong, when the trace stops before a pod exists."""
+
+    @property
+    def stop(self) -> Optional[Hop]:
+        """The first hop not done (None when the pilot went all the way)."""
+        stop = next((h for h in self.hops if h.state != DONE), None)
+        if stop is None and len(self.hops) < len(HOPS):
+            return Hop(HOPS[len(self.hops)], WAITING, "not reached yet")
+        return stop
+
+    @property
+    def failed(self) -> bool:
+        return any(h.state == FAILED for h in self.hops)
+
+    def as_dict(self, elapsed_s: float, outcome: str) -> Dict[str, Any]:
+        stop = self.stop
+        return {"job": self.job, "outcome": outcome, "elapsed_s": round(elapsed_s, 1),
+                "hops": [asdict(h) for h in self.hops],
+                "stalled_at": stop.name if stop and outcome != "completed" else None,
+                "why": why(self) if stop and outcome != "completed" else None,
+                "setup_problems": self.problems}
+
+
+def why(trace: Trace) -> str:
+    stop = trace.stop
+    if stop is None:
+        return ""
+    parts = [stop.detail] + [f"event: {e}" for e in stop.events] + [f"ping: {p}" for p in trace.problems]
+    return "; ".join(parts)
+
+
+def _job_id(ad: Mapping[str, Any]) -> str:
+    return f"{ad.get('ClusterId')}.{ad.get('ProcId')}"
+
+
+def _status(ad: Mapping[str, Any]) -> str:
+    status = ad.get("JobStatus")
+    return JOB_STATUS.get(status if isinstance(status, int) else 0, f"status {status}")
+
+
+def _held(ad: Mapping[str, Any]) -> str:
+    return (f"held: {ad.get('HoldReason')} (HoldReasonCode {ad.get('HoldReasonCode')}, "
+            f"HoldReasonSubCode {ad.get('HoldReasonSubCode')})")
+
+
+def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[str, Any]],
+                job: str) -> Tuple[List[Hop], bool]:
+    """The hops the schedd tells: submitted, routed, grid job, GAHP request; and whether the pod's
+    hops come next (the GAHP gave the pilot a job id)."""
+    if source is None:
+        return [Hop("submitted", FAILED, f"job {job} is neither in the queue nor in the history of this schedd")], False
+    hops = [Hop("submitted", DONE, f"job {job} of {source.get('Owner')}: {_status(source)}")]
+    if routed is None:
+        if source.get("JobStatus") == HELD:
+            hops.append(Hop("routed", FAILED, _held(source)))
+        elif source.get("JobStatus") == REMOVED:
+            hops.append(Hop("routed", FAILED, "the job was removed before it was routed"))
+        elif source.get("GridResource") or source.get("RoutedFromJobId"):
+            hops.append(Hop("routed", FAILED, f"job {job} is itself a grid job (GridResource "
+                            f"{source.get('GridResource')!r}): give the job id a factory submitted"))
+        else:
+            hops.append(Hop("routed", WAITING, "no route has taken it yet: check that a route matches it "
+                            "(condor_ce_job_router_info -match-jobs, podgahp routes check) and is below its "
+                            "MaxJobs/MaxIdleJobs, and that the JobRouter runs (condor_ce_router_q)"))
+        return hops, False
+    hops.append(Hop("routed", DONE, f"route {routed.get('RouteName') or '?'} made job {_job_id(routed)}"))
+    grid_resource = str(routed.get("GridResource") or "")
+    if grid_resource != "batch k8s":
+        hops.append(Hop("grid job", FAILED, f"job {_job_id(routed)} has GridResource {grid_resource!r}, not "
+                        "\"batch k8s\": the route does not send it to podgahp's Kubernetes GAHP"))
+        return hops, False
+    hops.append(Hop("grid job", DONE, f"job {_job_id(routed)}: GridResource \"batch k8s\", queue "
+                    f"{routed.get('BatchQueue') or '(default)'}, {_status(routed)}"))
+    grid_job_id = str(routed.get("GridJobId") or "")
+    if routed.get("JobStatus") == HELD:
+        hops.append(Hop("GAHP request", FAILED, _held(routed) if not grid_job_id else
+                        f"pilot {grid_job_id.split()[-1]} {_held(routed)}"))
+        return hops, bool(grid_job_id)
+    if not grid_job_id:
+        unavailable = routed.get("GridResourceUnavailableTime")
+        detail = ("the gridmanager has no job id from the GAHP yet" +
+                  (": it finds the resource unavailable (the GAHP's BLAH_PING fails; see PODGAHP_LOG)"
+                   if unavailable else ": it starts K8S_GAHP and submits at its next pass (GridmanagerLog, "
+                   "PODGAHP_LOG)"))
+        hops.append(Hop("GAHP request", WAITING, detail))
+        return hops, False
+    if len(grid_job_id.split()) < 4:
+        hops.append(Hop("GAHP request", WAITING, f"the gridmanager sent BLAH_JOB_SUBMIT (sandbox "
+                        f"{grid_job_id.split()[-1]}); no answer from the GAHP yet (PODGAHP_LOG)"))
+        return hops, False
+    hops.append(Hop("GAHP request", DONE, f"podgahp made pilot {grid_job_id.split()[-1]}"))
+    return hops, True
+
+
+def output_hop(source: Mapping[str, Any]) -> Hop:
+    """Output back: the source job completed and its Out is in its directory."""
+    out = str(source.get("Out") or "")
+    path = out if os.path.isabs(out) else os.path.join(str(source.get("Iwd") or ""), out)
+    if source.get("JobStatus") != COMPLETED:
+        return Hop("output back", WAITING,
+                   f"job {_job_id(source)} is {_status(source)}: the gridmanager writes Out/Err back, then the "
+                   "JobRouter completes the job")
+    if out in ("", "/dev/null"):
+        return Hop("output back", DONE, f"job {_job_id(source)} completed (no Out file)")
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return Hop("output back", DONE, f"job {_job_id(source)} completed; Out {path} is not readable from here")
+    return Hop("output back", DONE, f"job {_job_id(source)} completed; Out {path} ({size} bytes)")
+
+
+# ------------------------------------------------------------------------------------------------
+# reading the CE
+
+
+class Ce:
+    """The CE's schedd and cluster as a trace reads them (the htcondor bindings and the k8s backend)."""
+
+    def __init__(self, knobs: Any, schedd_name: Optional[str], schedd_pool: Optional[str]) -> None:
+        self.knobs = knobs
+        self.name = schedd_name
+        self.pool = schedd_pool
+        self._look: Any = None
+        self._k8s: Any = None
+
+    def schedd(self) -> Any:
+        from gahp.schedd import SCHEDD_KNOBS, describe, locate
+
+        try:
+            return locate(self.name, self.pool)
+        except Exception as e:  # noqa: BLE001 - the bindings raise several kinds
+            raise TraceError(f"{describe(self.name, self.pool)} cannot be found: {e} {SCHEDD_KNOBS}") from e
+
+    def ad(self, constraint: str) -> Optional[Dict[str, Any]]:
+        """The first job matching ``constraint``, in the queue or else in the history."""
+        from gahp.schedd import SCHEDD_KNOBS
+
+        schedd = self.schedd()
+        try:
+            ads = list(schedd.query(constraint=constraint, projection=ATTRIBUTES, limit=1))
+            if not ads:
+                ads = list(schedd.history(constraint, ATTRIBUTES, match=1))
+        except Exception as e:  # noqa: BLE001
+            raise TraceError(f"the CE's schedd cannot be queried: {e} {SCHEDD_KNOBS}") from e
+        return {k: ads[0].get(k) for k in ATTRIBUTES} if ads else None
+
+    def submit(self, description: Dict[str, str]) -> str:
+        import htcondor2
+
+        try:
+            result = self.schedd().submit(htcondor2.Submit(description))
+        except TraceError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise TraceError(f"the CE's schedd refused the test pilot: {e}") from e
+        return f"{result.cluster()}.0"
+
+    def pod(self, grid_job_id: str, queue: Optional[str], user: str, ping: bool) -> Tuple[List[Hop], List[str]]:
+        """The pod's hops (and the ping's findings when ``ping``)."""
+        from gahp.backends.k8s.podtrace import PodLook, pod_hops, pod_of
+        from gahp.backends.k8s.settings import KubernetesSettings
+
+        if self._k8s is None:
+            self._k8s = KubernetesSettings.from_knobs(self.knobs)
+        if self._look is None:
+            self._look = PodLook(self._k8s, queue)
+        problems = self._look.setup_problems(user) if ping else []
+        where = pod_of(grid_job_id)
+        if where is None:
+            return [], problems
+        try:
+            pod = self._look.pod(*where)
+            events = self._look.events(*where) if pod is None or not _succeeded(pod) else []
+        except GahpError as e:
+            return [Hop("pod created", WAITING, f"the cluster cannot be asked: {e}")], problems
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return pod_hops(pod, where, events, self._k8s, self._look.queue, now), problems
+
+    def close(self) -> None:
+        if self._look is not None:
+            self._look.close()
+
+
+def _succeeded(pod: Mapping[str, Any]) -> bool:
+    return str((pod.get("status") or {}).get("phase") or "") == "Succeeded"
+
+
+def look(ce: Ce, job: str, user: str) -> Trace:
+    """One look at the pilot whose source job is ``job``."""
+    source = ce.ad(f"ClusterId == {job.split('.')[0]} && ProcId == {job.split('.')[1]}")
+    routed = None
+    if source is not None:
+        routed = ce.ad(f'RoutedFromJobId == "{job}"')
+    hops, has_pod = schedd_hops(source, routed, job)
+    problems: List[str] = []
+    gahp_stall = any(h.name == "GAHP request" and h.state != DONE for h in hops)
+    if routed is not None and str(routed.get("GridResource") or "") == "batch k8s" and (has_pod or gahp_stall):
+        pod_hops_, problems = ce.pod(str(routed.get("GridJobId") or ""), _text(routed.get("BatchQueue")), user,
+                                     ping=gahp_stall)
+        if has_pod and routed.get("JobStatus") == COMPLETED and pod_hops_[:1] and pod_hops_[0].state != DONE:
+            # podgahp deletes a pod once its outcome is reported: the grid job's end stands for it.
+            pod_hops_ = [Hop(name, DONE, f"the pod is cleaned up; grid job {_job_id(routed)} completed with "
+                             f"ExitCode {routed.get('ExitCode')}") for name in HOPS[4:8]]
+        if has_pod:
+            hops += pod_hops_
+    if source is not None and hops[-1].name == "completed" and hops[-1].state == DONE:
+        hops.append(output_hop(source))
+    return Trace(job, hops, problems)
+
+
+def _text(value: Any) -> Optional[str]:
+    return str(value) if isinstance(value, str) and value else None
+
+
+def follow(ce: Ce, job: str, user: str, timeout_s: float, interval_s: float,
+           shown: Callable[[Trace, float], None], clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> Tuple[Trace, str, float]:
+    """Look until the pilot is done, a hop failed, or ``timeout_s`` passed; ``shown`` gets each look
+    that differs from the one before. Returns the last look, the outcome (``completed``, ``failed``,
+    ``stalled``) and the seconds it took."""
+    started = clock()
+    last: Optional[List[Tuple[str, str, str]]] = None
+    while True:
+        trace = look(ce, job, user)
+        elapsed = clock() - started
+        summary = [(h.name, h.state, h.detail) for h in trace.hops]
+        if summary != last:
+            shown(trace, elapsed)
+            last = summary
+        if trace.stop is None:
+            return trace, "completed", elapsed
+        if trace.failed:
+            return trace, "failed", elapsed
+        if elapsed >= timeout_s:
+            return trace, "stalled", elapsed
+        sleep(interval_s)
+
+
+# ------------------------------------------------------------------------------------------------
+# the test pilot
+
+TEST_PILOT = """#!/bin/sh
+# podgahp trace's test pilot: says where it ran, then exits.
+echo "podgahp trace test pilot on $(hostname 2>/dev/null || echo unknown host) at $(date -u 2>/dev/null)"
+"""
+
+
+def test_pilot(queue: Optional[str], directory: Optional[str] = None) -> Tuple[Dict[str, str], str]:
+    """A submit description of a small test pilot (1 core, 512 MB, 10 minutes) and its directory."""
+    directory = directory or tempfile.mkdtemp(prefix="podgahp-trace-")
+    script = os.path.join(directory, "test-pilot.sh")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(TEST_PILOT)
+    os.chmod(script, 0o755)
+    description = {
+        "universe": "vanilla", "executable": script, "initialdir": directory,
+        "output": "test-pilot.out", "error": "test-pilot.err", "log": "test-pilot.log",
+        "request_cpus": "1", "request_memory": "512", "+maxWallTime": "10", "+PodgahpTrace": "true",
+        "should_transfer_files": "YES", "when_to_transfer_output": "ON_EXIT",
+    }
+    if queue:
+        description["+queue"] = json.dumps(queue)
+    return description, directory
+
+
+# ------------------------------------------------------------------------------------------------
+# what is printed
+
+MARK = {DONE: "ok", WAITING: "..", FAILED: "!!"}
+
+
+def text_lines(trace: Trace, elapsed_s: float, printed: Set[Tuple[str, str, str]]) -> List[str]:
+    """The hops of one look not printed before (each hop once per state and detail), events under
+    the hop that waits."""
+    lines = []
+    for hop in trace.hops:
+        key = (hop.name, hop.state, hop.detail)
+        if key not in printed:
+            printed.add(key)
+            lines.append(f"{elapsed_s:6.1f}s {MARK[hop.state]} {hop.name:<13} {hop.detail}")
+            lines += [f"{'':8}   event: {e}" for e in hop.events]
+        if hop.state != DONE:
+            break
+    return lines
+
+
+def verdict(trace: Trace, outcome: str, elapsed_s: float) -> str:
+    stop = trace.stop
+    if outcome == "completed" or stop is None:
+        return f"pilot {trace.job} went through every hop in {elapsed_s:.0f} s"
+    lines = [f"pilot {trace.job} {'failed' if outcome == 'failed' else 'stalled'} at \"{stop.name}\" after "
+             f"{elapsed_s:.0f} s: {stop.detail}"]
+    lines += [f"  event: {e}" for e in stop.events]
+    lines += [f"  the GAHP's ping finds: {p}" for p in trace.problems]
+    return "\n".join(lines)

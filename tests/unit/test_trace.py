@@ -1,0 +1,127 @@
+"""``podgahp trace``'s hops from what the schedd and the cluster say: one row per place a pilot can
+stop, each naming why."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from gahp.backends.k8s.podtrace import pod_hops, pod_of
+from gahp.backends.k8s.settings import KubernetesSettings
+from gahp.config import Knobs
+from gahp.trace import DONE, FAILED, WAITING, Ce, Hop, Trace, follow, schedd_hops, text_lines, verdict
+
+SOURCE = {"ClusterId": 12, "ProcId": 0, "Owner": "pilot", "JobStatus": 1}
+ROUTED = {"ClusterId": 13, "ProcId": 0, "JobStatus": 1, "RouteName": "K8s_Cpu", "GridResource": "batch k8s",
+          "BatchQueue": "cpu", "RoutedFromJobId": "12.0"}
+GRID_JOB_ID = "batch k8s home_bl_x k8s/pilots/pilot-0123456789abcdef0123-1"
+
+
+@pytest.mark.parametrize("source, routed, last, state, words, pod_next", [
+    (None, None, "submitted", FAILED, "neither in the queue nor in the history", False),
+    (SOURCE, None, "routed", WAITING, "condor_ce_job_router_info -match-jobs", False),
+    ({**SOURCE, "JobStatus": 5, "HoldReason": "no route"}, None, "routed", FAILED, "held: no route", False),
+    ({**SOURCE, "GridResource": "batch k8s"}, None, "routed", FAILED, "is itself a grid job", False),
+    (SOURCE, {**ROUTED, "GridResource": "batch slurm"}, "grid job", FAILED, "not \"batch k8s\"", False),
+    (SOURCE, ROUTED, "GAHP request", WAITING, "no job id from the GAHP yet", False),
+    (SOURCE, {**ROUTED, "GridResourceUnavailableTime": 1}, "GAHP request", WAITING, "BLAH_PING fails", False),
+    (SOURCE, {**ROUTED, "JobStatus": 5, "HoldReason": "forbidden", "HoldReasonCode": 0}, "GAHP request", FAILED,
+     "held: forbidden", False),
+    (SOURCE, {**ROUTED, "GridJobId": "batch k8s home_bl_x"}, "GAHP request", WAITING, "no answer from the GAHP",
+     False),
+    (SOURCE, {**ROUTED, "GridJobId": GRID_JOB_ID}, "GAHP request", DONE, "pilot-0123456789abcdef0123-1", True),
+], ids=["no-job", "not-routed", "source-held", "grid-job-given", "other-batch", "no-gahp-answer", "resource-down",
+        "held-by-gahp", "sent-no-answer", "pod-next"])
+def test_schedd_hops_stop_where_the_schedd_says(source: Optional[Dict[str, Any]], routed: Optional[Dict[str, Any]],
+                                               last: str, state: str, words: str, pod_next: bool) -> None:
+    hops, has_pod = schedd_hops(source, routed, "12.0")
+    assert (hops[-1].name, hops[-1].state) == (last, state) and words in hops[-1].detail, hops
+    assert all(h.state == DONE for h in hops[:-1]) and has_pod is pod_next
+
+
+def _settings() -> KubernetesSettings:
+    return KubernetesSettings.from_knobs(Knobs({"PODGAHP_K8S_QUEUES": "cpu", "PODGAHP_K8S_IMAGE": "x/y:1"}))
+
+
+def _pod(phase: str, node: str = "", conditions: Optional[List[Dict[str, Any]]] = None,
+         container: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": {"name": "pilot-0123456789abcdef0123-1", "namespace": "pilots", "creationTimestamp": now},
+            "spec": {"nodeName": node} if node else {},
+            "status": {"phase": phase, "conditions": conditions or [],
+                       "containerStatuses": [{"name": "pilot", "state": container}] if container else []}}
+
+
+UNSCHEDULABLE = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                  "message": "0/3 nodes are available: 3 Insufficient cpu."}]
+
+
+@pytest.mark.parametrize("pod, last, state, words", [
+    (None, "pod created", WAITING, "no pod pilots/pilot-0123456789abcdef0123-1"),
+    (_pod("Pending", conditions=UNSCHEDULABLE), "scheduled", WAITING, "3 Insufficient cpu"),
+    (_pod("Pending", "node-a", container={"waiting": {"reason": "ContainerCreating"}}), "running", WAITING,
+     "ContainerCreating"),
+    (_pod("Pending", "node-a", container={"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}),
+     "running", FAILED, "ImagePullBackOff: not found (state table: Pending/ImagePullBackOff"),
+    (_pod("Running", "node-a", container={"running": {}}), "completed", WAITING, "still Running"),
+    (_pod("Failed", "node-a", container={"terminated": {"exitCode": 3, "reason": "Error"}}), "completed", FAILED,
+     "Failed"),
+    (_pod("Succeeded", "node-a", container={"terminated": {"exitCode": 0, "reason": "Completed"}}), "completed",
+     DONE, "Succeeded"),
+], ids=["no-pod", "unschedulable", "creating", "image-pull", "running", "failed", "succeeded"])
+def test_pod_hops_name_the_reason_of_a_stall(pod: Optional[Dict[str, Any]], last: str, state: str, words: str) -> None:
+    settings = _settings()
+    hops = pod_hops(pod, ("pilots", "pilot-0123456789abcdef0123-1"), ["Warning FailedScheduling: x"], settings,
+                    settings.queue(None), datetime.datetime.now(datetime.timezone.utc))
+    assert (hops[-1].name, hops[-1].state) == (last, state) and words in hops[-1].detail, hops
+    assert all(h.state == DONE for h in hops[:-1])
+    assert (hops[-1].events != []) is (state != DONE and last != "completed" or state == FAILED)
+
+
+def test_pod_of_takes_only_podgahps_job_ids() -> None:
+    assert pod_of(GRID_JOB_ID) == ("pilots", "pilot-0123456789abcdef0123-1")
+    assert pod_of("batch k8s x k8s/pilots/../secrets") is None
+    assert pod_of("batch lancium x lancium/1") is None
+
+
+class FakeCe(Ce):
+    """A CE whose schedd answers from a script of looks (the pod part is not reached)."""
+
+    def __init__(self, looks: List[Dict[str, Optional[Dict[str, Any]]]]) -> None:
+        super().__init__(Knobs({}), None, None)
+        self.looks = looks
+        self.index = 0
+
+    def ad(self, constraint: str) -> Optional[Dict[str, Any]]:
+        current = self.looks[min(self.index, len(self.looks) - 1)]
+        return current["routed"] if constraint.startswith("RoutedFromJobId") else current["source"]
+
+
+def test_follow_prints_each_change_once_and_stalls_at_the_timeout() -> None:
+    ce = FakeCe([{"source": SOURCE, "routed": None}])
+    clock = iter(float(t) for t in range(100))
+    seen: List[Trace] = []
+    last, outcome, elapsed = follow(ce, "12.0", "pilot", 5, 1, lambda t, _: seen.append(t),
+                                    clock=lambda: next(clock), sleep=lambda _: None)
+    assert outcome == "stalled" and len(seen) == 1 and last.stop is not None and last.stop.name == "routed"
+    printed: set = set()
+    assert len(text_lines(last, elapsed, printed)) == 2 and text_lines(last, elapsed, printed) == []
+    assert 'stalled at "routed"' in verdict(last, outcome, elapsed)
+    assert last.as_dict(elapsed, outcome)["stalled_at"] == "routed"
+
+
+def test_follow_stops_at_once_on_a_failed_hop() -> None:
+    ce = FakeCe([{"source": {**SOURCE, "JobStatus": 5, "HoldReason": "x"}, "routed": None}])
+    _, outcome, _ = follow(ce, "12.0", "pilot", 100, 1, lambda *_: None, sleep=lambda _: None)
+    assert outcome == "failed"
+
+
+def test_a_trace_is_complete_only_with_every_hop_done() -> None:
+    from gahp.trace import HOPS
+
+    short = Trace("12.0", [Hop(name, DONE, "") for name in ("submitted", "routed")])
+    assert short.stop is not None and short.stop.name == "grid job"
+    trace = Trace("12.0", [Hop(name, DONE, "") for name in HOPS])
+    assert trace.stop is None and trace.as_dict(1.0, "completed")["why"] is None
