@@ -192,6 +192,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="run the pods on this real cluster instead of the simulated one")
     parser.add_argument("--timeout", type=float, default=300, help="give up after this many seconds")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--keep", action="store_true",
+                        help="after the summary, keep the CE and the cluster running (and the outputs in place "
+                             "afterwards) and print what to try next; Ctrl-C or SIGTERM stops them")
     args = parser.parse_args(argv)
     series = args.series or ("native" if native_condor_version() else "trixie")
     rng = random.Random(args.seed)
@@ -209,6 +212,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     sim = None
     files = {f"pod-template-{q}.yaml": text for q, text in POD_TEMPLATES.items()}
+    admin = Path(args.kubeconfig).resolve() if args.kubeconfig else Path("demo-run").resolve() / "kubeconfig"
     if args.kubeconfig:
         files["kubeconfig"] = Path(args.kubeconfig).read_text()
         print(f"pods go to the cluster of {args.kubeconfig}", flush=True)
@@ -220,7 +224,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                          taints=(Taint("nvidia.com/gpu", "", "NoSchedule"),)))
         sim = KubeSim(SimConfig(nodes=nodes, namespaces=("default", NAMESPACE))).start()
         sim.add_priority_class("podgahp-opportunistic", -100)  # set by the route
-        admin = Path("demo-run").resolve() / "kubeconfig"
         admin.parent.mkdir(exist_ok=True)
         sim.write_kubeconfig(str(admin), namespace=NAMESPACE)
         admin.chmod(0o600)
@@ -231,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     routes = routes_file()
     try:
-        with Pool(installation, name="demo", files=files, extra_config=pool_config(
+        with Pool(installation, name="demo", files=files, keep=args.keep or None, extra_config=pool_config(
                 installation, routes, "$(LOCAL_DIR)/kubeconfig", bool(args.kubeconfig))) as pool:
             print(f"local CE up ({installation.name}, HTCondor {installation.condor_version}); "
                   f"routes from routes/{routes.name}", flush=True)
@@ -258,7 +261,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if done or time.monotonic() - started > args.timeout:
                     break
                 time.sleep(1)
-            return summary(sources, labels, pool, iwd, done, time.monotonic() - started)
+            status = summary(sources, labels, pool, iwd, done, time.monotonic() - started)
+            if args.keep:
+                keep_running(pool, iwd, admin)
+            return status
     finally:
         if sim is not None:
             sim.stop()
@@ -283,6 +289,44 @@ def summary(sources: List[Dict], labels: Dict[int, str], pool: Pool, iwd: str, d
         print("  not every pilot finished before the timeout")
         return 1
     return 0
+
+
+def next_steps(pool: Pool, iwd: str, kubeconfig: Path, pid: int) -> List[str]:
+    """What to try on the kept CE and cluster: commands to paste, with absolute paths."""
+    inst = pool.installation
+    enter = f"chroot {inst.root} " if inst.chroot else ""
+    as_pilot = f"chroot --userspec=pilot {inst.root} " if inst.chroot else "runuser -u pilot -- "
+    env = f"env CONDOR_CONFIG={pool.condor_config}"
+    podgahp = inst.bin("podgahp")
+    return [
+        "next (the CE and the cluster stay up until you stop them):",
+        f"  the pods:        KUBECONFIG={kubeconfig} kubectl get pods -o wide -L podgahp.htcondor.org/job",
+        f"  one pod:         KUBECONFIG={kubeconfig} kubectl describe pod -l podgahp.htcondor.org/job=<routed job id>",
+        f"  the CE's queue:  {enter}{env} condor_q -allusers      (condor_ce_q on an HTCondor-CE)",
+        f"  routed jobs:     {enter}{env} condor_router_q -S",
+        f"  pilots and pods: {enter}{env} {podgahp} q",
+        f"  trace a pilot:   {as_pilot}{env} HOME=/tmp TMPDIR=/tmp {podgahp} trace",
+        f"  health figures:  {enter}{env} {podgahp} health --openmetrics",
+        f"  outputs:         {pool.path(iwd)}",
+        f"  logs:            {pool.path(pool.log_dir)}",
+        f"  stop:            Ctrl-C here, or kill -TERM {pid} (the outputs and logs stay)",
+    ]
+
+
+def keep_running(pool: Pool, iwd: str, kubeconfig: Path) -> None:
+    """Print the next steps and wait for Ctrl-C or SIGTERM (then the caller stops everything)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print("\n".join(next_steps(pool, iwd, kubeconfig, os.getpid())), flush=True)
+    try:
+        while not stop.wait(1) and pool.master_running:
+            pass
+    except KeyboardInterrupt:
+        pass
+    print("stopping the CE and the cluster", flush=True)
 
 
 if __name__ == "__main__":

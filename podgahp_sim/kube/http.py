@@ -13,6 +13,7 @@ import base64
 import binascii
 import bisect
 import json
+import re
 import logging
 import select
 import socket
@@ -39,6 +40,8 @@ from .tls import peer_user
 log = logging.getLogger(__name__)
 
 KINDS = {"pods": "Pod", "secrets": "Secret", "events": "Event"}
+_NAMESPACE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
 #: kube-apiserver's message for a continue token older than its watch cache.
 CONTINUE_EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start "
                     "a new list without the continue parameter, or use the continue token in this response to "
@@ -239,6 +242,18 @@ class Api:
         parts = path.strip("/").split("/")
         if path == "/version":
             return Reply(200, self.version())
+        if path in ("/healthz", "/readyz", "/livez"):
+            # As kube-apiserver: "ok" as text (with ?verbose, the checks one per line).
+            if method != "GET":
+                raise method_not_allowed()
+            if "verbose" in query:
+                return Reply(200, "[+]ping ok\n[+]etcd ok\n%s check passed\n" % path.strip("/"),
+                             {"Content-Type": "text/plain; charset=utf-8"})
+            return Reply(200, "ok", {"Content-Type": "text/plain; charset=utf-8"})
+        if parts[:4] == ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] and len(parts) == 4:
+            if method != "POST":
+                raise method_not_allowed()
+            return self.whoami()
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             if method != "GET":
                 raise method_not_allowed()
@@ -262,6 +277,8 @@ class Api:
         plain = self._plain(parts)
         if plain is not None:
             kind, namespace, name = plain
+            if namespace not in self.namespaces:  # as a real server: nothing is stored in no namespace
+                raise not_found("namespaces", namespace)
             verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
                     "DELETE": "delete"}.get(method, "")
             self.authorize(verb, kind.plural, namespace, name or "")
@@ -279,7 +296,10 @@ class Api:
         if rest[0] != "namespaces":
             raise no_route()
         if len(rest) == 1:
-            self.authorize("list" if method == "GET" else method.lower(), "namespaces", None, "")
+            self.authorize("list" if method == "GET" else "create" if method == "POST" else method.lower(),
+                           "namespaces", None, "")
+            if method == "POST":
+                return self.create_namespace(body)
             if method != "GET":
                 raise method_not_allowed()
             return Reply(200, {"kind": "NamespaceList", "apiVersion": "v1",
@@ -482,6 +502,29 @@ class Api:
             if node["metadata"]["name"] == name:
                 return Reply(200, dict({"kind": "Node", "apiVersion": "v1"}, **node))
         raise not_found("nodes", name)
+
+    def create_namespace(self, body: bytes) -> Reply:
+        """``kubectl create namespace``: a new, Active namespace (no finalizers run here)."""
+        obj = self._decode(body)
+        name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
+        if not isinstance(name, str) or not _NAMESPACE_NAME.fullmatch(name):
+            raise invalid("Namespace", str(name), [FieldError(
+                "invalid", "metadata.name",
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'", name)])
+        with self.store.lock:
+            if name in self.namespaces:
+                raise already_exists("namespaces", name)
+            self.add_namespace(name)
+            return Reply(201, json_copy(self.namespaces[name]))
+
+    def whoami(self) -> Reply:
+        """``kubectl auth whoami``: the identity the request authenticated as."""
+        user = getattr(self._caller, "user", None) or self.config.user
+        groups = ["system:serviceaccounts", "system:authenticated"] if user.startswith("system:serviceaccount:") \
+            else ["system:masters", "system:authenticated"]
+        return Reply(201, {"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+                           "metadata": {"creationTimestamp": None},
+                           "status": {"userInfo": {"username": user, "groups": groups}}})
 
     def access_review(self, body: bytes) -> Reply:
         review = self._decode(body)

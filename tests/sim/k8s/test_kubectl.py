@@ -183,3 +183,42 @@ def test_client_certificate_and_wrong_ca(sim: KubeSim, tmp_path: Path) -> None:
     stranger.write_text(text.replace(ca_line, wrong_ca))
     refused = Kubectl(str(stranger), tmp_path).run("get", "pods", check=False)
     assert refused.returncode != 0 and "certificate" in refused.stderr
+
+
+def test_health_endpoints_answer_ok(kubectl: Kubectl) -> None:
+    for path in ("/healthz", "/readyz", "/livez"):
+        assert kubectl.out("get", "--raw", path) == "ok"
+    assert "readyz check passed" in kubectl.out("get", "--raw", "/readyz?verbose")
+
+
+def test_auth_whoami_names_the_identity(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
+    rows = kubectl.table("auth", "whoami")
+    assert rows[0] == {"ATTRIBUTE": "Username", "VALUE": sim.config.user}
+    token = sim.service_account_token("pilots", "podgahp")
+    account = Kubectl(sim.write_kubeconfig(str(tmp_path / "sa"), namespace="pilots", token=token), tmp_path)
+    assert account.table("auth", "whoami")[0]["VALUE"] == "system:serviceaccount:pilots:podgahp"
+
+
+RBAC = """\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: podgahp, namespace: {namespace}}}
+rules:
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list]
+"""
+
+
+def test_create_namespace_then_rbac_objects_are_stored_only_in_a_namespace_that_exists(
+        kubectl: Kubectl, tmp_path: Path) -> None:
+    path = tmp_path / "role.yaml"
+    path.write_text(RBAC.format(namespace="later"))
+    refused = kubectl.run("apply", "-f", str(path), check=False)
+    assert refused.returncode != 0 and 'namespaces "later" not found' in refused.stderr
+    assert "namespace/later created" in kubectl.out("create", "namespace", "later")
+    again = kubectl.run("create", "namespace", "later", check=False)
+    assert again.returncode != 0 and "AlreadyExists" in again.stderr
+    assert "later" in [row["NAME"] for row in kubectl.table("get", "namespaces")]
+    assert "role.rbac.authorization.k8s.io/podgahp created" in kubectl.out("apply", "-f", str(path))
+    assert [row["NAME"] for row in kubectl.table("get", "roles", "-n", "later")] == ["podgahp"]
