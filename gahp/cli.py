@@ -285,7 +285,7 @@ def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> No
         if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
             raise click.BadParameter(f"{listen!r}: not [ADDRESS:]PORT", param_hint="--listen")
 
-        def families() -> List[object]:
+        def families() -> "List[health.Family]":
             try:
                 found, errors, ce_name = figures()
             except GahpError as e:

@@ -241,84 +241,104 @@ def classad_lines(health: CeHealth) -> List[str]:
     return lines
 
 
-def metric_families(health: CeHealth, ce_name: str, extra: Iterable[Tuple[str, str, float]] = ()) -> List[Any]:
-    """The figures as Prometheus metric families (prometheus_client's), a sample for every series:
-    every counter, and every queue known (configured, with pods, or with a black-hole state) with
-    each pod phase, 0 when there is none; ``extra``: (gauge name, help, value)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+@dataclass(frozen=True)
+class Family:
+    """One metric family: its name (a counter's without ``_total``), type, help and samples."""
 
-    families: List[Any] = []
-    gahps = GaugeMetricFamily("podgahp_gahps", "GAHP processes whose counters are counted", labels=["ce"])
-    gahps.add_metric([ce_name], health.gahps)
-    families.append(gahps)
+    name: str
+    kind: str
+    """``counter`` or ``gauge``."""
+    text: str
+    samples: Tuple[Tuple[Tuple[Tuple[str, str], ...], float], ...]
+    """(labels as (name, value) pairs, value)."""
+
+
+def metric_families(health: CeHealth, ce_name: str, extra: Iterable[Tuple[str, str, float]] = ()) -> List[Family]:
+    """The figures as metric families, a sample for every series: every counter, and every queue known
+    (configured, with pods, or with a black-hole state) with each pod phase, 0 when there is none;
+    ``extra``: (gauge name, help, value)."""
+    ce = (("ce", ce_name),)
+    families = [Family("podgahp_gahps", "gauge", "GAHP processes whose counters are counted", ((ce, health.gahps),))]
     for key, _, name, text in COUNTERS:
-        counter = CounterMetricFamily(name, text, labels=["ce"])  # the library names the sample <family>_total
-        counter.add_metric([ce_name], health.counters.get(key, 0))
-        families.append(counter)
+        families.append(Family(name[:-len("_total")], "counter", text, ((ce, health.counters.get(key, 0)),)))
     queues = sorted(set(health.pods) | set(health.blackholes))
-    pods = GaugeMetricFamily("podgahp_pods", "Pods of this CE by queue and phase", labels=["ce", "queue", "phase"])
-    closed = GaugeMetricFamily("podgahp_queue_blackhole", "1 while the queue is closed as a black hole",
-                               labels=["ce", "queue"])
-    closures = CounterMetricFamily("podgahp_queue_blackhole_closures", "Times the queue was closed as a black hole",
-                                   labels=["ce", "queue"])
-    for q in queues:
-        for phase in ("Pending", "Running", "Succeeded", "Failed"):
-            pods.add_metric([ce_name, q, phase], health.pods.get(q, {}).get(phase, 0))
-        closed.add_metric([ce_name, q], 1 if health.blackholes.get(q, {}).get("closed") else 0)
-        closures.add_metric([ce_name, q], health.blackholes.get(q, {}).get("closures", 0))
-    families += [pods, closed, closures]
-    for name, text, value in extra:
-        gauge = GaugeMetricFamily(name, text, labels=["ce"])
-        gauge.add_metric([ce_name], value)
-        families.append(gauge)
+    families.append(Family("podgahp_pods", "gauge", "Pods of this CE by queue and phase", tuple(
+        (ce + (("queue", q), ("phase", phase)), health.pods.get(q, {}).get(phase, 0))
+        for q in queues for phase in ("Pending", "Running", "Succeeded", "Failed"))))
+    families.append(Family("podgahp_queue_blackhole", "gauge", "1 while the queue is closed as a black hole", tuple(
+        (ce + (("queue", q),), 1 if health.blackholes.get(q, {}).get("closed") else 0) for q in queues)))
+    families.append(Family("podgahp_queue_blackhole_closures", "counter", "Times the queue was closed as a black hole",
+                           tuple((ce + (("queue", q),), health.blackholes.get(q, {}).get("closures", 0))
+                                 for q in queues)))
+    families += [Family(name, "gauge", text, ((ce, value),)) for name, text, value in extra]
     return families
 
 
-class FiguresCollector:
-    """A prometheus_client collector whose every scrape calls ``figures`` for fresh families."""
-
-    def __init__(self, figures: Callable[[], List[Any]]) -> None:
-        self.figures = figures
-
-    def collect(self) -> Iterable[Any]:
-        return self.figures()
+def _escape(text: str, quote: bool) -> str:
+    text = text.replace("\\", "\\\\").replace("\n", "\\n")
+    return text.replace('"', '\\"') if quote else text
 
 
-def exposition(families: Callable[[], List[Any]], openmetrics: bool = False) -> str:
-    """The families in the classic text format (0.0.4, what textfile collectors read) or in OpenMetrics."""
-    from prometheus_client import CollectorRegistry
+def _number(value: float) -> str:
+    if isinstance(value, bool) or (isinstance(value, int)):
+        return str(int(value))
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        return str(int(value))
+    return repr(float(value))
 
-    registry: Any = CollectorRegistry(auto_describe=False)  # Any: older releases have no type hints
-    registry.register(FiguresCollector(families))
-    generate: Any
+
+def exposition(families: Iterable[Family], openmetrics: bool = False) -> str:
+    """The families in the classic text format (0.0.4, what textfile collectors read: a counter's
+    HELP and TYPE name its ``_total`` series) or in OpenMetrics 1.0 (they name the family; ``# EOF``)."""
+    out: List[str] = []
+    for family in families:
+        sample_name = family.name + ("_total" if family.kind == "counter" else "")
+        named = family.name if openmetrics else sample_name
+        out.append(f"# HELP {named} {_escape(family.text, False)}")
+        out.append(f"# TYPE {named} {family.kind}")
+        for labels, value in family.samples:
+            text = ",".join(f'{k}="{_escape(v, True)}"' for k, v in labels)
+            out.append(f"{sample_name}{{{text}}} {_number(value)}")
     if openmetrics:
-        from prometheus_client.openmetrics.exposition import generate_latest as generate
-    else:
-        from prometheus_client import generate_latest as generate
-    return str(generate(registry).decode("utf-8"))
+        out.append("# EOF")
+    return "\n".join(out) + "\n"
 
 
 def prometheus_text(health: CeHealth, ce_name: str, extra: Iterable[Tuple[str, str, float]] = (),
                     openmetrics: bool = False) -> str:
     """The figures in the Prometheus text exposition format (or OpenMetrics); ``extra``: (gauge, help, value)."""
-    figures = metric_families(health, ce_name, list(extra))
-    return exposition(lambda: figures, openmetrics)
+    return exposition(metric_families(health, ce_name, list(extra)), openmetrics)
 
 
-def serve_metrics(families: Callable[[], List[Any]], address: str, port: int) -> Any:
+#: What a scraper sends in ``Accept`` when it takes OpenMetrics, and the type of that answer.
+OPENMETRICS_TYPE = "application/openmetrics-text"
+OPENMETRICS_CONTENT = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+CLASSIC_CONTENT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def serve_metrics(families: Callable[[], List[Family]], address: str, port: int) -> Any:
     """An HTTP server answering ``/metrics`` with fresh figures at each scrape, in the format the
-    scraper asks for (OpenMetrics or the classic text), in a thread of its own; returns the server
-    (``server_address`` says the port, ``shutdown()`` stops it)."""
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
+    scraper asks for (OpenMetrics when its ``Accept`` names it, else the classic text), in a thread of
+    its own; returns the server (``server_address`` says the port, ``shutdown()`` stops it)."""
+    import http.server
 
-    from prometheus_client import CollectorRegistry, make_wsgi_app
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the base class's name
+            if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                self.send_error(404)
+                return
+            openmetrics = OPENMETRICS_TYPE in (self.headers.get("Accept") or "")
+            body = exposition(families(), openmetrics).encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", OPENMETRICS_CONTENT if openmetrics else CLASSIC_CONTENT)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    class Quiet(WSGIRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
             log.debug("metrics: " + format, *args)
 
-    registry: Any = CollectorRegistry(auto_describe=False)
-    registry.register(FiguresCollector(families))
-    server = make_server(address, port, make_wsgi_app(registry), handler_class=Quiet)
+    server = http.server.ThreadingHTTPServer((address, port), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server

@@ -62,7 +62,7 @@ def test_the_ce_sums_its_gahps_and_skips_stale_and_foreign_files(tmp_path: Path)
 
     text = prometheus_text(health, "ce", [("podgahp_reap_pods", "pods seen", 5)])
     assert 'podgahp_gahp_api_requests_total{ce="ce"} 15' in text
-    assert 'podgahp_pods{ce="ce",phase="Running",queue="cpu"} 4' in text
+    assert 'podgahp_pods{ce="ce",queue="cpu",phase="Running"} 4' in text
     assert 'podgahp_queue_blackhole{ce="ce",queue="cpu"} 1' in text
     assert 'podgahp_reap_pods{ce="ce"} 5' in text
     for line in text.splitlines():  # every line is a comment or "name{labels} value"
