@@ -96,8 +96,12 @@ def test_license_and_versioned_requires(rpms: Dict[str, Path]) -> None:
     assert "python3-kubernetes >= 30.1" in requires["podgahp-k8s"]
     assert "python3-requests >= 2.25" in requires["podgahp-lancium"]
     assert "python3-condor >= 23.9" in requires["podgahp"]
+    import re
+
+    spec = (Path(__file__).resolve().parents[2] / "rpm" / "podgahp.spec").read_text()
+    release = re.search(r"^Release:\s*(\d+)", spec, re.MULTILINE).group(1)  # type: ignore[union-attr]
     for name in ("podgahp-k8s", "podgahp-lancium", "podgahp-standalone"):
-        assert f"podgahp = {__version__}-1" in requires[name], name
+        assert f"podgahp = {__version__}-{release}" in requires[name], name
     assert "podgahp" not in requires["podgahp-sim"].replace("podgahp-sim", "")
 
 
