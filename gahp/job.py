@@ -16,6 +16,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 import classad2
 
 from gahp.errors import InvalidJob
+from gahp.outputs import inside
 
 Scalar = Union[str, int, float, bool]
 
@@ -271,6 +272,22 @@ def _resolve(iwd: str, path: Optional[str]) -> Optional[str]:
     return os.path.normpath(os.path.join(iwd, path))
 
 
+def _output(iwd: str, name: str, path: Optional[str]) -> Optional[str]:
+    """``Out``/``Err`` resolved in ``Iwd``; InvalidJob when it lies outside it (outputs are written only
+    inside the job's directory, :mod:`gahp.outputs`)."""
+    resolved = _resolve(iwd, path)
+    if resolved is None:
+        return None
+    try:
+        if "://" in resolved:
+            raise OSError(resolved)
+        inside(iwd, resolved)
+    except OSError:
+        raise InvalidJob(f"{name} = {path!r} is not inside the job's directory (Iwd = {iwd!r}): podgahp writes "
+                         f"a pilot's outputs only there") from None
+    return resolved
+
+
 #: Most operator characters outside string literals in a submit ad (real ones have a few hundred).
 MAX_AD_OPERATORS = 4096
 _OPERATOR_CHARS = frozenset("+-*/%&|^!<>=?:~")
@@ -324,8 +341,8 @@ def parse_submit_ad(text: str) -> PilotJob:
         arguments=tuple(arguments),
         environment=tuple(environment),
         stdin=_resolve(iwd, ad.string("In")),
-        stdout=_resolve(iwd, ad.string("Out")),
-        stderr=_resolve(iwd, ad.string("Err")),
+        stdout=_output(iwd, "Out", ad.string("Out")),
+        stderr=_output(iwd, "Err", ad.string("Err")),
         transfer_input=transfer_input,
         proxy=_resolve(iwd, proxy) if proxy else None,
         queue=ad.string("Queue") or None,

@@ -31,7 +31,7 @@ Sim-wide knobs are the fields of :class:`LanciumSimSettings` (token lifetime, ti
 delete seconds, total cores, number of 202 answers before an output is ready, terminate outcome,
 CPU:memory round-up, billing).
 
-Driver (:class:`LanciumSim`): ``url``, ``api_key``, ``settings``; ``jobs()``, ``job()``,
+Driver (:class:`LanciumSim`): ``url``, ``api_key``, ``new_api_key()``, ``settings``; ``jobs()``, ``job()``,
 ``input_files()``, ``input_bytes()``, ``outputs()``; ``inject()`` / ``clear_faults()``;
 ``never_start()``; ``advance()``; ``wait_for()``; ``request_log`` / ``count()`` / ``clear_log()``;
 ``mint_token()`` / ``revoke_tokens()``.  :func:`serve` runs one stand-alone until interrupted.
@@ -53,6 +53,8 @@ Sim choices where the published description is silent or contradicts itself:
   name as ``""`` (the list schema's ``name`` is not nullable).
 * Malformed requests to operations that declare no 400 (input-file fields, a missing
   ``Upload-Offset``, a chunk past the declared size) still answer 400 with an ``errors`` body.
+* One account: every API key (``new_api_key()`` makes more, as each user of an account makes their
+  own on the portal) sees and may change every job of the account.
 """
 
 from __future__ import annotations
@@ -619,11 +621,8 @@ class LanciumSim:
         self._secret = secrets.token_bytes(32)
         self._next_jti = 1
         self._revoked_through = 0
-        self.api_key = api_key if api_key is not None else make_jwt(
-            self._secret,
-            {"sub": "sim-user", "typ": "api_key", "iat": int(time.time()),
-             "exp": int(time.time()) + 365 * 86400},
-        )
+        self.api_key = api_key if api_key is not None else self._make_key("sim-user")
+        self._api_keys: List[str] = [self.api_key]
         self._address = (host, port)
         self._faults: List[Fault] = []
         self._chaos: Optional[Chaos] = None
@@ -709,8 +708,21 @@ class LanciumSim:
         with self.lock:
             self._revoked_through = self._next_jti - 1
 
+    def _make_key(self, subject: str) -> str:
+        return make_jwt(self._secret, {"sub": subject, "typ": "api_key", "iat": int(time.time()),
+                                       "exp": int(time.time()) + 365 * 86400})
+
+    def new_api_key(self, subject: str) -> str:
+        """Another API key to the same account (its jobs are the same jobs), for ``subject``."""
+        key = self._make_key(subject)
+        with self.lock:
+            self._api_keys.append(key)
+        return key
+
     def _exchange_key(self, credentials: Optional[str]) -> str:
-        if credentials is None or not hmac.compare_digest(credentials.encode(), self.api_key.encode()):
+        with self.lock:
+            keys = list(self._api_keys)
+        if credentials is None or not any(hmac.compare_digest(credentials.encode(), k.encode()) for k in keys):
             raise ApiError(401, ["Invalid API key"])
         return self.mint_token()
 

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List
 
-from gahp.backends.lancium.spec import sandbox_of
+from gahp.backends.lancium.identity import key_of_name
 from podgahp_sim.lancium import LanciumSim
 from gahp_driver import GahpProcess, gahp_env, script
 
@@ -98,7 +98,7 @@ def run(sim: LanciumSim, key_file: str, workdir: str, pilots: int, rate: float, 
     ran: Counter[str] = Counter()
     half_made = 0
     for job in sim.jobs().values():
-        sandbox = sandbox_of(job.get("name"))
+        sandbox = key_of_name(job.get("name"))  # the key of one sandbox
         if sandbox is None:
             continue
         if job["status"] == "created":

@@ -162,3 +162,25 @@ def test_blahp_status_codes(phase: Phase, code: int) -> None:
 def test_hostile_ads_are_refused_clearly(ad: str, message: str) -> None:
     with pytest.raises(InvalidJob, match=message):
         parse_submit_ad(ad)
+
+
+@pytest.mark.parametrize("out, resolved", [
+    ('"p.out"', "/home/pilot/p.out"),
+    ('"logs/p.out"', "/home/pilot/logs/p.out"),
+    ('"/home/pilot/p.out"', "/home/pilot/p.out"),
+    ('"./a/../p.out"', "/home/pilot/p.out"),
+    ('"/dev/null"', None),
+    ('""', None),
+], ids=["relative", "below", "absolute-inside", "dots-inside", "dev-null", "empty"])
+def test_outputs_inside_the_job_directory_are_taken(out: str, resolved: str) -> None:
+    job = parse_submit_ad(ad(Out=out, Err=out))
+    assert (job.stdout, job.stderr) == (resolved, resolved)
+
+
+@pytest.mark.parametrize("attr, value", [
+    ("Out", '"/home/other/.ssh/authorized_keys"'), ("Err", '"../other/p.err"'), ("Out", '"/home/pilot"'),
+    ("Out", '"/home/pilotx/p.out"'), ("Err", '"http://example.org/p.err"'),
+], ids=["absolute-elsewhere", "dot-dot", "the-directory-itself", "prefix-sibling", "url"])
+def test_outputs_outside_the_job_directory_are_refused(attr: str, value: str) -> None:
+    with pytest.raises(InvalidJob, match=f"{attr} = .* is not inside the job's directory"):
+        parse_submit_ad(ad(**{attr: value}))

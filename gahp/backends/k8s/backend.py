@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.base import Backend
 from gahp.backends.k8s.api import KubeApi, truncate
-from gahp.backends.k8s.cancel import CancelRetries
+from gahp.cancels import CancelRetries
 from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems

@@ -15,13 +15,13 @@ A CE serves many users from one namespace, and everything in a job ad is user in
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any, Dict, Optional, Tuple
 
 from gahp.backends.k8s.settings import label_value
 from gahp.backends.k8s.view import PodView
 from gahp.errors import InvalidJob
+from gahp.identity import KEY_LENGTH as KEY_LENGTH, sandbox_key as sandbox_key  # the GAHP-wide rule
 
 DOMAIN = "podgahp.htcondor.org"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -31,16 +31,9 @@ LABEL_OWNER = f"{DOMAIN}/owner"
 LABEL_SANDBOX = f"{DOMAIN}/sandbox"
 ANN_USER = f"{DOMAIN}/user"
 
-KEY_LENGTH = 20
 #: Namespace names (RFC 1123 labels) and the pod names podgahp makes.
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _POD = re.compile(r"^pilot-[0-9a-f]{%d}-[1-9][0-9]{0,8}$" % KEY_LENGTH)
-
-
-def sandbox_key(ce_name: str, user: str, sandbox_id: str) -> str:
-    """The part of a pod name fixed by (CE, user, sandbox)."""
-    digest = hashlib.sha256("\0".join((ce_name, user, sandbox_id)).encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()[:KEY_LENGTH]
 
 
 def pod_name(key: str, generation: int) -> str:
@@ -58,9 +51,9 @@ def parse_job_id(text: str) -> Tuple[str, str]:
     if len(parts) != 3 or parts[0] != "k8s":
         raise InvalidJob(f"job id {text[:200]!r} is not of the form k8s/<namespace>/<pod>")
     namespace, name = parts[1], parts[2]
-    if not _NAMESPACE.match(namespace):
+    if not _NAMESPACE.fullmatch(namespace):
         raise InvalidJob(f"job id {text[:200]!r}: {namespace[:80]!r} is not a namespace name")
-    if not _POD.match(name):
+    if not _POD.fullmatch(name):
         raise InvalidJob(f"job id {text[:200]!r}: {name[:80]!r} is not the name of a pod podgahp creates "
                          f"(pilot-<{KEY_LENGTH} hex digits>-<generation>)")
     return namespace, name

@@ -1,46 +1,50 @@
 """The ``batch lancium`` backend: pilots as Lancium Compute jobs (``lancium-api.md``).
 
 Owns the knobs ``PODGAHP_LANCIUM_*``, the job id ``lancium/<numeric id>``, idempotent submit per
-sandbox id (jobs are named ``podgahp:<sandbox id>``), the one table from Lancium job states to
-:class:`~gahp.jobstate.Phase`, hold codes, writing ``stdout.txt`` / ``stderr.txt`` back to ``Out`` /
-``Err`` before completion is reported, cancel, and the clean-up of finished jobs. The HTTP client
-is :mod:`gahp.backends.lancium.client`; what a pilot becomes on Lancium is
+sandbox id, the one table from Lancium job states to :class:`~gahp.jobstate.Phase`, hold codes,
+writing ``stdout.txt`` / ``stderr.txt`` back to ``Out`` / ``Err`` before completion is reported,
+cancel, and the clean-up of finished jobs. Which jobs are this GAHP's is
+:mod:`gahp.backends.lancium.identity`'s: it acts only on jobs it recorded making for its user on this
+CE (:mod:`gahp.records`), and anything else is an error result naming why, with no request sent. The
+HTTP client is :mod:`gahp.backends.lancium.client`; what a pilot becomes on Lancium is
 :mod:`gahp.backends.lancium.spec`.
 
 Status is served from one ``GET /jobs`` per cycle shared by every job (:class:`JobList`), plus a
 ``GET /jobs/{id}`` only when a job's Lancium state changed (or when a process meets the job for
-the first time). Everything needed later (``Out``, ``Err``, ``Iwd``) is in the Lancium job's
-``notes``, so a fresh process with only a job id can finish the job's business.
+the first time). What is needed later (``Out``, ``Err``, ``Iwd``) is in the job's record, never read
+from the Lancium job, so a fresh process with only a job id can finish the job's business.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import zlib
-from urllib.parse import urlsplit
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 from gahp.backends.base import Backend
 from gahp.backends.lancium.client import JobJSON, LanciumClient
 from gahp.backends.lancium.refusals import LanciumConflict, LanciumHTTPError, LanciumNotFound, truncate
-from gahp.backends.lancium.identity import job_id_of, lancium_id_of
+from gahp.backends.lancium.identity import job_id_of, key_of_name, lancium_id_of
 from gahp.backends.lancium.jobs import JobList, Snapshot
 from gahp.backends.lancium.settings import LanciumSettings, settings_from_knobs
-from gahp.backends.lancium.spec import Notes, sandbox_of
 from gahp.backends.lancium.state import (CLEANUP_STATES, GONE, HOLD_OUTPUT, HOLD_REMOTE_ERROR, HOLD_RUN_TIME,
                                          STATE_TABLE)
 from gahp.backends.lancium.submit import Submitter, delete_quietly
 from gahp.blackhole import Guard, verdict
+from gahp.cancels import CancelRetries
 from gahp.config import Knobs, user_name
 from gahp.health import scope_of
-from gahp.errors import GahpError, TransientError
+from gahp.errors import GahpError, InvalidJob, TransientError
 from gahp.job import PilotJob
 from gahp.jobstate import JobState, Phase
-from gahp.outputs import write_atomic
+from gahp.outputs import write_output
+from gahp.records import JobRecord, JobRecords
 from gahp.reports import RANK, Reports
+from gahp.statedir import state_directories
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +62,11 @@ class Tracked:
     """What this process knows of one Lancium job."""
 
     lancium_id: int
+    record: JobRecord
+    """What this GAHP recorded of the job when it made it."""
     lancium_status: Optional[str] = None
     """Lancium state the last reported state was computed from."""
     reported: Optional[JobState] = None
-    notes: Optional[Notes] = None
     submitted_at: float = 0.0
     """``time.time()`` when this process submitted it (0 if it did not)."""
     finished_seen: Optional[float] = None
@@ -74,24 +79,46 @@ class LanciumBackend(Backend):
 
     name = "lancium"
 
-    def __init__(self, settings: LanciumSettings, client: Optional[LanciumClient] = None) -> None:
+    def __init__(self, settings: LanciumSettings, client: Optional[LanciumClient] = None,
+                 user: Optional[str] = None) -> None:
         self.settings = settings
+        self.user = user or user_name()
         self.client = client or LanciumClient(settings.client)
         self.jobs = JobList(self.client, settings.list_max_age_s, settings.list_stale_s)
-        self.submitter = Submitter(self.client, self.jobs, settings)
-        service = urlsplit(settings.client.base_url).hostname or "lancium"
-        self.guard = Guard(settings.blackhole, scope_of(service, user_name(), "lancium"))
+        self.records = JobRecords(state_directories(settings.blackhole.state_dir, self.user), settings.ce_name,
+                                  "lancium")
+        self.submitter = Submitter(self.client, self.jobs, settings, self.records, self.user)
+        self.guard = Guard(settings.blackhole, scope_of(settings.ce_name, self.user, "lancium"))
+        self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.client.backoff_s,
+                                      settings.client.backoff_max_s, done=self._cancel_done)
         self._lock = threading.Lock()
         self._tracked: Dict[int, Tracked] = {}
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
         self._terminal_seen: Dict[int, float] = {}
+        self._not_ours: Set[int] = set()
+        """Finished jobs with podgahp's form of name that this GAHP has no record of (not cleaned up)."""
         self.reports = Reports()
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
         return cls(settings_from_knobs(knobs))
 
+    def start(self) -> None:
+        """Prune old job records and take up the cancels a GAHP of this user could not see through."""
+        threading.Thread(target=self._resume, name="records", daemon=True).start()
+
+    def _resume(self) -> None:
+        try:
+            self.records.prune()
+            for record in self.records.all():
+                if record.cancel == "pending":
+                    log.info("%s: taking up a cancel a GAHP could not see through", record.key)
+                    self._cancels.add(record.key, functools.partial(self._cancel_once, record.key))
+        except Exception:  # noqa: BLE001 - a background pass must not end the GAHP
+            log.exception("job records cannot be gone through")
+
     def close(self) -> None:
+        self._cancels.close()
         self.client.close()
 
     # -- ping ----------------------------------------------------------------------------------
@@ -107,12 +134,21 @@ class LanciumBackend(Backend):
         """Serialises submits of one sandbox in this process (a fixed pool: memory stays bounded)."""
         return self._sandbox_locks[zlib.crc32(sandbox_id.encode()) % _SANDBOX_LOCKS]
 
-    def _track(self, lancium_id: int) -> Tracked:
+    def _own(self, job_id: str) -> Tracked:
+        """What this process knows of a job this GAHP made; InvalidJob (nothing sent to Lancium) for
+        a job id it has no record of making, for this user, on this CE."""
+        lancium_id = lancium_id_of(job_id)
         with self._lock:
             tracked = self._tracked.get(lancium_id)
-            if tracked is None:
-                tracked = self._tracked[lancium_id] = Tracked(lancium_id)
+        if tracked is not None:
             return tracked
+        record = self.records.get(job_id)
+        if record is None:
+            raise InvalidJob(f"Lancium job {lancium_id} was not made by this CE ({self.settings.ce_name}) for "
+                             f"user {self.user}: podgahp has no record of making it, and acts only on the "
+                             f"jobs it made")
+        with self._lock:
+            return self._tracked.setdefault(lancium_id, Tracked(lancium_id, record))
 
     def submit(self, job: PilotJob) -> str:
         """Once per sandbox, whatever answers get lost (:mod:`gahp.backends.lancium.submit`); a job
@@ -121,22 +157,22 @@ class LanciumBackend(Backend):
         with self._sandbox_lock(job.sandbox_id):
             result = self.submitter.submit(job)
         job_id = job_id_of(result.lancium_id)
+        with self._lock:
+            tracked = self._tracked.setdefault(result.lancium_id, Tracked(result.lancium_id, result.record))
         if result.made is not None:
-            tracked = self._track(result.lancium_id)
             tracked.lancium_status = "submitted"
             tracked.submitted_at = time.time()
-            tracked.notes = Notes.decode(result.notes)
             tracked.reported = self.reports.answer(job_id, self._state(result.lancium_id, "submitted", result.made))
         return job_id
 
     # -- status --------------------------------------------------------------------------------
 
     def status(self, job_id: str) -> JobState:
-        lancium_id = lancium_id_of(job_id)
+        tracked = self._own(job_id)
+        lancium_id = tracked.lancium_id
         snapshot, fetched = self.jobs.get()
         if fetched:
             self._cleanup(snapshot)
-        tracked = self._track(lancium_id)
         with tracked.lock:
             summary = snapshot.jobs.get(lancium_id)
             if summary is None and tracked.submitted_at >= snapshot.fetched_at and tracked.reported:
@@ -159,8 +195,6 @@ class LanciumBackend(Backend):
                 raise
             log.warning("%s: cannot read the job's details now, reporting the last state: %s", job_id, e)
             return tracked.reported
-        if detail is not None and tracked.notes is None:
-            tracked.notes = Notes.decode(detail.get("notes"))
         if status not in STATE_TABLE:
             log.warning("%s: unknown Lancium state %r, reporting no change", job_id, status)
             return tracked.reported or self._state(tracked.lancium_id, "submitted", detail)
@@ -258,11 +292,8 @@ class LanciumBackend(Backend):
         A missing output (404) is written as an empty file, so the CE finds every file it expects.
         With ``best_effort`` (jobs in ``error``) nothing is awaited and failures are only logged.
         """
-        notes = tracked.notes
-        if notes is None:
-            log.warning("%s: the Lancium job has no podgahp notes, its outputs are not written back", job_id)
-            return True
-        targets = [(p, n) for p, n in ((notes.stdout, "stdout.txt"), (notes.stderr, "stderr.txt")) if p]
+        record = tracked.record
+        targets = [(p, n) for p, n in ((record.stdout, "stdout.txt"), (record.stderr, "stderr.txt")) if p]
         contents: Dict[str, bytes] = {}
         for path, remote in targets:
             try:
@@ -281,7 +312,7 @@ class LanciumBackend(Backend):
             contents[path] = contents.get(path, b"") + data  # Out == Err: both, in order
         for path, data in contents.items():
             try:
-                write_atomic(path, [data])
+                write_output(record.iwd, path, [data])
             except OSError as e:
                 if best_effort:
                     log.info("%s: cannot write %s: %s", job_id, path, e)
@@ -293,7 +324,22 @@ class LanciumBackend(Backend):
     # -- cancel --------------------------------------------------------------------------------
 
     def cancel(self, job_id: str) -> None:
-        """Terminate (if queued or running) and delete; unknown or already deleted is success."""
+        """Terminate (if queued or running) and delete; already deleted is success. A job this GAHP did
+        not make is refused (InvalidJob, nothing sent). When Lancium cannot be asked the cancel is
+        answered as failed, and it is kept in the job's record and retried in the background (and by the
+        next GAHP of this user), so the job goes even though the gridmanager may forget it."""
+        tracked = self._own(job_id)
+        if tracked.record.cancel != "pending":
+            self._set_cancel(tracked, "pending")
+        try:
+            self._cancel_once(job_id)
+        except TransientError as e:
+            self._cancels.add(job_id, lambda: self._cancel_once(job_id))
+            raise TransientError(f"Lancium job {tracked.lancium_id} could not be cancelled now ({e}); it is "
+                                 f"cancelled in the background as soon as Lancium answers") from e
+        self._cancel_done(job_id)
+
+    def _cancel_once(self, job_id: str) -> None:
         lancium_id = lancium_id_of(job_id)
         try:
             self.client.terminate_job(lancium_id)
@@ -307,43 +353,73 @@ class LanciumBackend(Backend):
             log.info("%s: already gone", job_id)
         except LanciumConflict as e:
             log.info("%s: delete refused as a conflict, taken as already deleting: %s", job_id, e)
+
+    def _cancel_done(self, job_id: str) -> None:
+        """The job is cancelled: its record says so (a repeated cancel is still answered)."""
+        lancium_id = lancium_id_of(job_id)
         with self._lock:
-            self._tracked.pop(lancium_id, None)
+            tracked = self._tracked.pop(lancium_id, None)
+        record = tracked.record if tracked is not None else self.records.get(job_id)
+        if record is not None and record.cancel != "done":
+            self._put_record(replace(record, cancel="done"))
         self.reports.forget(job_id)
+
+    def _set_cancel(self, tracked: Tracked, state: str) -> None:
+        tracked.record = replace(tracked.record, cancel=state)
+        self._put_record(tracked.record)
+
+    def _put_record(self, record: JobRecord) -> None:
+        try:
+            self.records.put(record)
+        except OSError as e:
+            log.warning("%s: the job's record cannot be updated: %s", record.key, e)
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         """Accepted without action: Lancium cannot replace a submitted job's input files."""
-        lancium_id_of(job_id)
+        self._own(job_id)
         log.info("%s: proxy refresh from %s not propagated (Lancium inputs are fixed at submit)",
                  job_id, proxy_path)
 
     # -- clean-up ------------------------------------------------------------------------------
 
     def _cleanup(self, snapshot: Snapshot) -> None:
-        """Delete our jobs that stayed finished/error/created for ``cleanup_after_s`` (bounded)."""
+        """Delete this GAHP's jobs (those it has records of) that stayed finished/error/created for
+        ``cleanup_after_s`` (bounded per cycle); other users' jobs are theirs to clean up."""
         s = self.settings
         if s.cleanup_after_s <= 0 or s.cleanup_per_cycle <= 0:
             return
         now = time.monotonic()
-        due: List[int] = []
+        candidates: List[int] = []
         with self._lock:
             for lancium_id in list(self._terminal_seen):
                 summary = snapshot.jobs.get(lancium_id)
                 if summary is None or summary["status"] not in CLEANUP_STATES:
                     del self._terminal_seen[lancium_id]
+                    self._not_ours.discard(lancium_id)
             for lancium_id, summary in snapshot.jobs.items():
-                if summary["status"] not in CLEANUP_STATES or sandbox_of(summary["name"]) is None:
+                if (summary["status"] not in CLEANUP_STATES or key_of_name(summary["name"]) is None
+                        or lancium_id in self._not_ours):
                     continue
                 first = self._terminal_seen.setdefault(lancium_id, now)
                 tracked = self._tracked.get(lancium_id)
                 if tracked is not None and tracked.reported is not None and RANK[tracked.reported.phase] < 2:
                     continue  # this process has not reported the outcome yet
-                if now - first >= s.cleanup_after_s and len(due) < s.cleanup_per_cycle:
-                    due.append(lancium_id)
+                if now - first >= s.cleanup_after_s:
+                    candidates.append(lancium_id)
+        due: List[int] = []
+        for lancium_id in candidates:
+            if len(due) >= s.cleanup_per_cycle:
+                break
+            if self.records.get(job_id_of(lancium_id)) is None:
+                with self._lock:
+                    self._not_ours.add(lancium_id)
+                continue
+            due.append(lancium_id)
         for lancium_id in due:
             log.info("%s: cleaning up (%s for more than %.0f s)", job_id_of(lancium_id),
                      snapshot.jobs[lancium_id]["status"], s.cleanup_after_s)
-            delete_quietly(self.client, lancium_id)
+            if delete_quietly(self.client, lancium_id):
+                self.records.drop(job_id_of(lancium_id))
             with self._lock:
                 self._terminal_seen.pop(lancium_id, None)
                 self._tracked.pop(lancium_id, None)

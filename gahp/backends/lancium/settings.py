@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -23,6 +24,8 @@ class LanciumSettings:
     """HTTP: base URL, key file, timeouts, retries, back-off, token refresh margin, CA file."""
     spec: SpecDefaults
     """Job defaults: image, QOS, run time, GPU type, account."""
+    ce_name: str
+    """``PODGAHP_LANCIUM_CE_NAME``: this CE in its jobs' names and records; default ``$(FULL_HOSTNAME)``."""
     list_max_age_s: float = 30.0
     """``PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS``: a ``GET /jobs`` result is reused this long."""
     list_stale_s: float = 600.0
@@ -37,6 +40,9 @@ class LanciumSettings:
     """``PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS``: delete our finished/error/created jobs after this; 0 = never."""
     cleanup_per_cycle: int = 20
     """``PODGAHP_LANCIUM_CLEANUP_MAX_PER_CYCLE``: deletions per list refresh at most."""
+    cancel_retry_max_s: float = 3600.0
+    """``PODGAHP_LANCIUM_CANCEL_RETRY_MAX_SECONDS``: how long a cancel Lancium did not answer is retried
+    in the background by one GAHP (the next GAHP of the user takes it up again)."""
     blackhole: GuardSettings = field(default_factory=lambda: GuardSettings.from_knobs(Knobs({})))
     """``PODGAHP_BLACKHOLE_*``: when Lancium is closed as a black hole (gahp.blackhole); one queue, ``lancium``."""
 
@@ -85,9 +91,14 @@ def settings_from_knobs(knobs: Knobs) -> LanciumSettings:
         account=knobs.optional("PODGAHP_LANCIUM_ACCOUNT"),
     )
     max_age = knobs.number("PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS", 30.0, minimum=0, maximum=3600)
+    ce_name = knobs.string("PODGAHP_LANCIUM_CE_NAME", knobs.raw("FULL_HOSTNAME") or socket.getfqdn())
+    if not ce_name.strip() or not ce_name.isprintable() or len(ce_name) > 253:
+        raise ConfigError(f"PODGAHP_LANCIUM_CE_NAME = {ce_name[:100]!r} is not a CE name (expected e.g. the "
+                          f"CE's host name)")
     return LanciumSettings(
         client=client,
         spec=spec,
+        ce_name=ce_name.strip(),
         list_max_age_s=max_age,
         list_stale_s=knobs.number("PODGAHP_LANCIUM_LIST_STALE_SECONDS", 600.0, minimum=max_age),
         output_wait_s=knobs.number("PODGAHP_LANCIUM_OUTPUT_WAIT_SECONDS", 600.0, minimum=0),
@@ -96,6 +107,7 @@ def settings_from_knobs(knobs: Knobs) -> LanciumSettings:
                                          minimum=1024, maximum=1024 * 1024 * 1024),
         cleanup_after_s=knobs.number("PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS", 86400.0, minimum=0),
         cleanup_per_cycle=knobs.integer("PODGAHP_LANCIUM_CLEANUP_MAX_PER_CYCLE", 20, minimum=0),
+        cancel_retry_max_s=knobs.number("PODGAHP_LANCIUM_CANCEL_RETRY_MAX_SECONDS", 3600.0, minimum=0),
         blackhole=GuardSettings.from_knobs(knobs),
     )
 

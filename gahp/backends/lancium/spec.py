@@ -1,9 +1,10 @@
 """What a pilot becomes on Lancium: the job fields, the input files and the correlation record.
 
 Owns the CPU:memory rounding, the choice of image / QOS / run time from route settings and knobs,
-the small launcher script that starts the pilot's executable in the Lancium job, and the ``name``
-and ``notes`` a Lancium job carries so that any process can find it again from a sandbox id or
-act on it from a job id alone. Pure functions of a :class:`~gahp.job.PilotJob`: no HTTP here.
+the small launcher script that starts the pilot's executable in the Lancium job, and the ``notes`` a
+Lancium job carries for people reading the account (never read back: anyone with a key to the account
+can write them; the job's name is :mod:`gahp.backends.lancium.identity`'s). Pure functions of a
+:class:`~gahp.job.PilotJob`: no HTTP here.
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from gahp.errors import InvalidJob
 from gahp.files import read_input
 from gahp.job import PilotJob
 
-#: Prefix of every Lancium job name podgahp creates; the sandbox id follows it.
-NAME_PREFIX = "podgahp:"
-
-#: Version of the JSON record kept in a Lancium job's ``notes``.
-NOTES_VERSION = 1
+#: Version of the JSON kept in a Lancium job's ``notes`` (for people: podgahp never reads it).
+NOTES_VERSION = 2
 
 #: QOS values the API accepts (lancium-openapi.json ``job_fields.qos``).
 QOS_LEVELS = ("high", "medium", "low", "best-effort")
@@ -47,18 +45,6 @@ COMMAND_LINE = "/bin/sh " + LAUNCHER
 SETTING_IMAGE = "lancium_image"
 SETTING_QOS = "lancium_qos"
 SETTING_GPU = "lancium_gpu"
-
-
-def job_name(sandbox_id: str) -> str:
-    """The Lancium job name for a sandbox: ``podgahp:<sandbox id>`` (no spaces, no commas)."""
-    return NAME_PREFIX + sandbox_id
-
-
-def sandbox_of(name: Optional[str]) -> Optional[str]:
-    """The sandbox id in a job name made by :func:`job_name`; None for anyone else's job."""
-    if name and name.startswith(NAME_PREFIX) and len(name) > len(NAME_PREFIX):
-        return name[len(NAME_PREFIX):]
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,46 +79,11 @@ def run_time(wall_time_s: Optional[int], default_s: int) -> int:
     return max(MIN_RUN_TIME_S, min(MAX_RUN_TIME_S, value))
 
 
-# --------------------------------------------------------------------------------------------
-# Correlation record in ``notes``: what a fresh process needs to finish the job's business.
-
-
-@dataclass(frozen=True)
-class Notes:
-    """Kept as JSON in the Lancium job's ``notes`` (``{"podgahp": 1, ...}``)."""
-
-    sandbox_id: str
-    """The gridmanager's sandbox id (also in the name)."""
-    iwd: str
-    """``Iwd`` of the pilot on the GAHP's machine."""
-    stdout: Optional[str]
-    """Absolute ``Out`` path where ``stdout.txt`` is written back, if any."""
-    stderr: Optional[str]
-    """Absolute ``Err`` path where ``stderr.txt`` is written back, if any."""
-
-    def encode(self) -> str:
-        return json.dumps({"podgahp": NOTES_VERSION, "sandbox": self.sandbox_id, "iwd": self.iwd,
-                           "out": self.stdout, "err": self.stderr}, separators=(",", ":"))
-
-    @classmethod
-    def decode(cls, text: Optional[str]) -> Optional[Notes]:
-        """The record in ``text``; None if it is not one of ours (or unreadable)."""
-        if not text:
-            return None
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or data.get("podgahp") != NOTES_VERSION:
-            return None
-        sandbox, iwd, out, err = (data.get(k) for k in ("sandbox", "iwd", "out", "err"))
-        if not isinstance(sandbox, str) or not isinstance(iwd, str):
-            return None
-
-        def path(value: object) -> Optional[str]:
-            return value if isinstance(value, str) and os.path.isabs(value) else None
-
-        return cls(sandbox_id=sandbox, iwd=iwd, stdout=path(out), stderr=path(err))
+def notes_text(job: PilotJob, ce_name: str, user: str) -> str:
+    """The ``notes`` of a pilot's job: which CE, user and sandbox it serves, for people reading the
+    account. Never read back (see the module docstring)."""
+    return json.dumps({"podgahp": NOTES_VERSION, "ce": ce_name, "user": user, "sandbox": job.sandbox_id},
+                      separators=(",", ":"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,7 +192,7 @@ def _text_setting(job: PilotJob, name: str) -> Optional[str]:
     return value.strip()
 
 
-def job_fields(job: PilotJob, defaults: SpecDefaults) -> Dict[str, Any]:
+def job_fields(job: PilotJob, defaults: SpecDefaults, name: str, notes: str) -> Dict[str, Any]:
     """The ``job`` object of ``POST /jobs`` for ``job``; InvalidJob when it cannot be described."""
     image = _text_setting(job, SETTING_IMAGE) or defaults.image
     qos_setting = _text_setting(job, SETTING_QOS)
@@ -267,10 +218,9 @@ def job_fields(job: PilotJob, defaults: SpecDefaults) -> Dict[str, Any]:
         resources["scratch"] = scratch
     if job.whole_node:
         resources["node_exclusive"] = True
-    notes = Notes(sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout, stderr=job.stderr)
     fields: Dict[str, Any] = {
-        "name": job_name(job.sandbox_id),
-        "notes": notes.encode(),
+        "name": name,
+        "notes": notes,
         "qos": qos,
         "image": image,
         "command_line": COMMAND_LINE,

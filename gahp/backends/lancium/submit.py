@@ -1,12 +1,13 @@
 """A Lancium submit as a convergence, not a sequence: create, add inputs, submit — once per sandbox,
 whatever answers get lost.
 
-Each attempt starts from a fresh job list. A live job with the sandbox's name is the pilot (an
-earlier attempt, or an earlier GAHP, got further than its answer said) and is returned; a ``created``
-one was left half-made and is completed (its fields set again, its missing inputs added) rather than
-made anew. A transient failure anywhere starts another attempt (``PODGAHP_LANCIUM_RETRIES`` more, with
-back-off); any other failure deletes the job and fails the submit. The backend serialises submits of
-one sandbox around :meth:`Submitter.submit` and records what it returns.
+Each attempt starts from a fresh job list. A live job of the sandbox that this GAHP recorded making
+(:mod:`gahp.backends.lancium.identity`) is the pilot (an earlier attempt, or an earlier GAHP, got further
+than its answer said) and is returned; a ``created`` one was left half-made and is completed (its fields
+set again, its missing inputs added) rather than made anew. Jobs that merely carry the sandbox's name
+are left alone. A transient failure anywhere starts another attempt (``PODGAHP_LANCIUM_RETRIES`` more,
+with back-off); any other failure deletes the job and fails the submit. The backend serialises submits
+of one sandbox around :meth:`Submitter.submit`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.lancium.client import InputFileJSON, JobJSON, LanciumClient, inputs_by_name
 from gahp.backends.lancium.refusals import LanciumConflict, LanciumNotFound, ServiceUnavailable
-from gahp.backends.lancium.identity import job_id_of
+from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name, new_name, pending_key
 from gahp.backends.lancium.jobs import JobList
 from gahp.backends.lancium.settings import LanciumSettings
-from gahp.backends.lancium.spec import InputFile, input_files, job_fields, job_name
+from gahp.backends.lancium.spec import InputFile, input_files, job_fields, notes_text
 from gahp.backends.lancium.state import LIVE_STATES
 from gahp.errors import BackendError, GahpError, TransientError
 from gahp.job import PilotJob
+from gahp.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -35,58 +37,95 @@ class Submitted:
     of the sandbox was already there)."""
 
     lancium_id: int
+    record: JobRecord
+    """What this GAHP recorded of the job (where its outputs go)."""
     made: Optional[JobJSON] = None
-    notes: str = ""
-    """The ``notes`` field this submit sent (what a later process needs of the pilot)."""
 
 
 class Submitter:
-    """Submits pilots to Lancium through one client and the shared job list."""
+    """Submits pilots to Lancium through one client and the shared job list, recording what it makes."""
 
-    def __init__(self, client: LanciumClient, jobs: JobList, settings: LanciumSettings) -> None:
+    def __init__(self, client: LanciumClient, jobs: JobList, settings: LanciumSettings, records: JobRecords,
+                 user: str) -> None:
         self.client = client
         self.jobs = jobs
         self.settings = settings
+        self.records = records
+        self.user = user
 
     def submit(self, job: PilotJob) -> Submitted:
         """Converge on one submitted Lancium job for the pilot's sandbox (see the module docstring)."""
-        fields = job_fields(job, self.settings.spec)
+        key = key_of(self.settings.ce_name, self.user, job.sandbox_id)
+        pending = self._pending(job, key)
+        fields = job_fields(job, self.settings.spec, pending.name, notes_text(job, self.settings.ce_name, self.user))
         inputs = input_files(job, self.settings.max_input_bytes)
-        name = job_name(job.sandbox_id)
         attempts = self.settings.client.retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                live, half_made = self._existing(name, time.time())
+                live, half_made = self._existing(job, key, pending, time.time())
                 if live is not None:
                     log.info("%s: sandbox %s already has live Lancium job %s, not submitting again",
-                             job_id_of(live), job.sandbox_id, live)
-                    return Submitted(live)
-                return self._make(job, fields, inputs, half_made)
+                             job_id_of(live.lancium_id), job.sandbox_id, live.lancium_id)
+                    self.records.drop(pending.key)
+                    return live
+                return self._make(job, fields, inputs, half_made, pending)
             except TransientError as e:
                 if attempt == attempts:
-                    live = self._give_up(name)
+                    live = self._give_up(job, key, pending)
                     if live is None:
                         raise
-                    return Submitted(live)
+                    return live
                 delay = self.settings.client.delay(attempt)
                 log.info("submit of sandbox %s failed, attempt #%d/%d, retrying in %.1f s: %s",
                          job.sandbox_id, attempt, attempts, delay, e)
                 time.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
 
+    def _pending(self, job: PilotJob, key: str) -> JobRecord:
+        """The record of the name this submit creates its job under (that of an earlier submit of the
+        sandbox whose job was never recorded, so that a job its lost answer made is found again)."""
+        pending = self.records.get(pending_key(key))
+        if pending is not None and pending.sandbox_id == job.sandbox_id and key_of_name(pending.name) == key:
+            return pending
+        pending = JobRecord(key=pending_key(key), sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
+                            stderr=job.stderr, made_at=time.time(), name=new_name(key))
+        self._put(pending)
+        return pending
+
+    def _put(self, record: JobRecord) -> None:
+        try:
+            self.records.put(record)
+        except OSError as e:
+            raise BackendError(f"the Lancium job cannot be recorded, so it is not made: {e} "
+                               f"(PODGAHP_STATE_DIR must be a directory where job owners can write, "
+                               f"mode 1777 like $(USER_LOG))") from e
+
+    def _record(self, job: PilotJob, lancium_id: int, name: str) -> JobRecord:
+        """Record a job this GAHP made (before anything makes it runnable)."""
+        record = JobRecord(key=job_id_of(lancium_id), sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
+                           stderr=job.stderr, made_at=time.time(), name=name)
+        self._put(record)
+        return record
+
     def _make(self, job: PilotJob, fields: Dict[str, Any], inputs: List[InputFile],
-              half_made: Optional[int]) -> Submitted:
+              half_made: Optional[Submitted], pending: JobRecord) -> Submitted:
         """One attempt: create the job (or complete a half-made one), add its inputs, submit it."""
         if half_made is None:
             made = self.client.create_job(fields)
             lancium_id = made["id"]
+            try:
+                record = self._record(job, lancium_id, fields["name"])
+            except BackendError as e:
+                self._discard_created(lancium_id, job_id_of(lancium_id), e)
+                raise
             present: Dict[str, InputFileJSON] = {}
             how = "created"
         else:
-            lancium_id = half_made
-            made = self.client.update_job(lancium_id, fields)
+            lancium_id, record = half_made.lancium_id, half_made.record
+            made = self.client.update_job(lancium_id, dict(fields, name=record.name or fields["name"]))
             present = inputs_by_name(made)
             how = f"resumed ({len(present)} inputs already there)"
+        self.records.drop(pending.key)
         job_id = job_id_of(lancium_id)
         log.info("%s: %s for sandbox %s (%s cores, %s GB, qos %s, image %s)", job_id, how,
                  job.sandbox_id, fields["resources"]["core_count"], fields["resources"]["memory"],
@@ -103,7 +142,7 @@ class Submitter:
             self._discard_created(lancium_id, job_id, e)
             raise
         log.info("%s: submitted (%d input files)", job_id, len(inputs))
-        return Submitted(lancium_id, made, fields["notes"])
+        return Submitted(lancium_id, record, made)
 
     def _stage(self, lancium_id: int, item: InputFile, record: Optional[InputFileJSON]) -> None:
         """Make one input complete on the job; ``record`` is what the job already has of that name."""
@@ -127,43 +166,61 @@ class Submitter:
         if item.content is not None:
             self.client.upload(lancium_id, data_id, item.name, item.content, self.settings.upload_chunk_bytes)
 
-    def _give_up(self, name: str) -> Optional[int]:
-        """After the last attempt: a live job of this name if one exists; else delete half-made ones.
+    def _give_up(self, job: PilotJob, key: str, pending: JobRecord) -> Optional[Submitted]:
+        """After the last attempt: a live job of the sandbox if one exists; else delete half-made ones.
 
         Best effort: when even this fails, a half-made job stays until the sandbox is submitted
         again or the clean-up (``PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS``) deletes it.
         """
         try:
-            live, half_made = self._existing(name, time.time())
+            live, half_made = self._existing(job, key, pending, time.time())
             if live is None and half_made is not None:
-                log.info("%s: deleting the unsubmitted job of a failed submit", job_id_of(half_made))
-                self._delete_half_made(half_made)
+                log.info("%s: deleting the unsubmitted job of a failed submit", job_id_of(half_made.lancium_id))
+                self._delete_half_made(half_made.lancium_id)
         except GahpError as e:
-            log.warning("cannot clean up after the failed submit of %s: %s", name, e)
+            log.warning("cannot clean up after the failed submit of sandbox %s: %s", job.sandbox_id, e)
             return None
         return live
 
-    def _existing(self, name: str, not_before: float) -> Tuple[Optional[int], Optional[int]]:
-        """The newest live job with this name, and the newest half-made (``created``) one.
+    def _existing(self, job: PilotJob, key: str, pending: JobRecord,
+                  not_before: float) -> Tuple[Optional[Submitted], Optional[Submitted]]:
+        """The newest live job this GAHP made for the sandbox, and the newest half-made (``created``) one.
 
-        Older half-made ones are deleted. Needs a job list taken after ``not_before``
-        (concurrent submits share one).
+        A job is this GAHP's when it recorded making it for this sandbox, or when it is the oldest job
+        of the name a create was sent under before its answer was lost (it is recorded now). Older
+        half-made ones are deleted; jobs that only carry the sandbox's key are left alone. Needs a job
+        list taken after ``not_before`` (concurrent submits share one).
         """
         snapshot, _ = self.jobs.get(not_before=not_before)
-        live: List[int] = []
-        half_made: List[int] = []
+        live: List[Submitted] = []
+        half_made: List[Submitted] = []
+        lost_answer_seen = False
         for lancium_id, summary in sorted(snapshot.jobs.items()):
-            if summary["name"] == name and summary["status"] in LIVE_STATES:
-                live.append(lancium_id)
-            elif summary["name"] == name and summary["status"] == "created":
-                half_made.append(lancium_id)
+            if key_of_name(summary["name"]) != key:
+                continue
+            status = summary["status"]
+            record = self.records.get(job_id_of(lancium_id))
+            if summary["name"] == pending.name:
+                if record is None and status == "created" and not lost_answer_seen:
+                    log.info("%s: made by a create whose answer was lost; completing it", job_id_of(lancium_id))
+                    record = self._record(job, lancium_id, pending.name)
+                lost_answer_seen = True  # only the oldest: a copy made by someone who saw it comes later
+            if record is None or record.sandbox_id != job.sandbox_id or record.cancel:
+                if record is None:
+                    log.info("%s: carries the name of sandbox %s but was not made by this GAHP: left alone",
+                             job_id_of(lancium_id), job.sandbox_id)
+                continue
+            if status in LIVE_STATES:
+                live.append(Submitted(lancium_id, record))
+            elif status == "created":
+                half_made.append(Submitted(lancium_id, record))
         if live:
             half_made, keep = half_made, None
         else:
             half_made, keep = half_made[:-1], (half_made[-1] if half_made else None)
-        for lancium_id in half_made:
-            log.info("%s: deleting an unsubmitted job with the same name", job_id_of(lancium_id))
-            self._delete_half_made(lancium_id)
+        for older in half_made:
+            log.info("%s: deleting an unsubmitted job of the same sandbox", job_id_of(older.lancium_id))
+            self._delete_half_made(older.lancium_id)
         return (live[-1] if live else None), keep
 
     def _submit_created(self, lancium_id: int, job_id: str) -> None:
@@ -188,7 +245,8 @@ class Submitter:
 
     def _discard_created(self, lancium_id: int, job_id: str, error: BaseException) -> None:
         log.warning("%s: submit failed, deleting the unsubmitted job: %s", job_id, error)
-        delete_quietly(self.client, lancium_id)
+        if delete_quietly(self.client, lancium_id):
+            self.records.drop(job_id)
 
     def _delete_half_made(self, lancium_id: int) -> None:
         """Delete a job that was never submitted; a failure is transient (the submit must not go on)."""
@@ -196,13 +254,16 @@ class Submitter:
             self.client.delete_job(lancium_id)
         except LanciumNotFound:
             pass
+        self.records.drop(job_id_of(lancium_id))
 
 
-def delete_quietly(client: LanciumClient, lancium_id: int) -> None:
-    """Delete a job; a failure is logged, not raised (the clean-up tries again later)."""
+def delete_quietly(client: LanciumClient, lancium_id: int) -> bool:
+    """Delete a job; a failure is logged, not raised (the clean-up tries again later). Whether it is gone."""
     try:
         client.delete_job(lancium_id)
     except LanciumNotFound:
         pass
     except GahpError as e:
         log.warning("%s: delete failed: %s", job_id_of(lancium_id), e)
+        return False
+    return True

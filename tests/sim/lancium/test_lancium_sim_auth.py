@@ -140,3 +140,18 @@ def test_unknown_paths_are_404_with_headers(sim: LanciumSim, path: str) -> None:
     assert resp.status_code == 404
     assert isinstance(resp.json()["errors"], list)
     assert resp.headers["X-Current-API-Version"] == "1.5.0"
+
+
+def test_every_key_of_the_account_sees_and_changes_every_job(sim: LanciumSim, api: ApiClient) -> None:
+    """Lancium has one identity per account: a second user's own key reaches the first user's jobs."""
+    job = api.create({"name": "alice's"})
+    other = sim.new_api_key("mallory")
+    assert other != sim.api_key
+    with requests.Session() as s:
+        token = s.post(sim.url + "/access_tokens", headers={"Authorization": "Bearer " + other})
+        assert token.status_code == 201
+        headers = {"Authorization": token.headers["Authorization"]}
+        assert [j["id"] for j in s.get(sim.url + "/jobs", headers=headers).json()["jobs"]] == [job["id"]]
+        assert s.delete(f"{sim.url}/jobs/{job['id']}", headers=headers).status_code == 202
+        refused = s.post(sim.url + "/access_tokens", headers={"Authorization": "Bearer " + other + "x"})
+        assert refused.status_code == 401

@@ -20,7 +20,11 @@ def fast_settings() -> LanciumSimSettings:
 
 
 def knobs_for(sim: LanciumSim, key_file: Path, **extra: str) -> Knobs:
+    """Knobs for a backend of ``sim``; its state (job records) next to the key file, the test's own."""
+    state = key_file.parent / "state"
+    state.mkdir(exist_ok=True)
     values = {
+        "PODGAHP_STATE_DIR": str(state),
         "PODGAHP_LANCIUM_BASE_URL": sim.url,
         "PODGAHP_LANCIUM_API_KEY_FILE": str(key_file),
         "PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS": "0",
@@ -39,7 +43,7 @@ def make_pilot(tmp_path: Path, sandbox: str = "ce.example.org_ce_1.0_1700000000"
                env: Optional[Dict[str, str]] = None, **fields: object) -> PilotJob:
     """A pilot with an executable, a proxy and one input file in ``tmp_path/iwd``."""
     iwd = tmp_path / "iwd"
-    iwd.mkdir(exist_ok=True)
+    iwd.mkdir(parents=True, exist_ok=True)
     exe = iwd / "glidein_startup.sh"
     exe.write_text("#!/bin/sh\necho pilot\n")
     proxy = iwd / "x509up_u1000"

@@ -20,7 +20,9 @@ from gahp.backends.lancium.backend import (
     LanciumBackend,
     lancium_id_of,
 )
-from gahp.backends.lancium.spec import LAUNCHER, Notes, job_name
+from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name
+from gahp.backends.lancium.spec import LAUNCHER
+from gahp.records import JobRecord
 from gahp.errors import BackendError, InvalidJob, TransientError
 from gahp.jobstate import JobState, Phase
 from lancium_helpers import BackendFactory, make_pilot, wait_phase
@@ -38,15 +40,16 @@ def test_submit_describes_the_pilot(backend: LanciumBackend, sim: LanciumSim, tm
 
     assert job_id.startswith("lancium/") and " " not in job_id
     job = sim.job(lancium_id_of(job_id))
-    assert job["name"] == job_name(pilot.sandbox_id)
+    assert key_of_name(job["name"]) == key_of(backend.settings.ce_name, backend.user, pilot.sandbox_id)
     assert job["status"] in ("submitted", "queued")
     assert job["qos"] == "high" and job["image"] == "lancium/ubuntu"
     assert job["command_line"] == f"/bin/sh {LAUNCHER}"
     assert job["max_run_time"] == 600  # BatchRuntime 100 s raised to Lancium's minimum
     assert job["resources"]["core_count"] == 4 and job["resources"]["memory"] == 8
     assert {"variable": "GLIDEIN_X", "value": "y z"} in job["environment"]
-    notes = Notes.decode(job["notes"])
-    assert notes is not None and notes.stdout == pilot.stdout and notes.iwd == pilot.iwd
+    assert pilot.iwd not in job["notes"]  # where outputs go is kept on the CE, never on Lancium
+    record = backend.records.get(job_id)
+    assert record is not None and (record.stdout, record.iwd, record.name) == (pilot.stdout, pilot.iwd, job["name"])
 
     files = {f["name"]: f for f in sim.input_files(lancium_id_of(job_id))}
     assert set(files) == {LAUNCHER, "glidein_startup.sh", "x509up_u1000", "pilot.token"}
@@ -87,7 +90,7 @@ def test_submit_is_idempotent_per_sandbox(make_backend: BackendFactory, sim: Lan
     for t in threads:
         t.join()
     assert results == [first, first]
-    assert [j["name"] for j in sim.jobs().values()] == [job_name(pilot.sandbox_id)]
+    assert [j["id"] for j in sim.jobs().values()] == [lancium_id_of(first)]
 
 
 def test_resubmit_after_the_job_ended_creates_a_new_job(backend: LanciumBackend, sim: LanciumSim,
@@ -102,8 +105,12 @@ def test_resubmit_after_the_job_ended_creates_a_new_job(backend: LanciumBackend,
 def test_half_made_job_is_completed_not_made_again(backend: LanciumBackend, sim: LanciumSim,
                                                    tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path)
-    older = backend.client.create_job({"name": job_name(pilot.sandbox_id)})
-    newer = backend.client.create_job({"name": job_name(pilot.sandbox_id)})
+    # Two jobs an earlier GAHP of this user made and recorded, then a job someone else made with the name.
+    name = f"podgahp-{key_of(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
+    older, newer, foreign = (backend.client.create_job({"name": name}) for _ in range(3))
+    for made in (older, newer):
+        backend.records.put(JobRecord(job_id_of(made["id"]), pilot.sandbox_id, pilot.iwd, pilot.stdout,
+                                      pilot.stderr, time.time(), name))
     backend.client.create_input(newer["id"], LAUNCHER, size=3)  # an upload cut short
     job_id = backend.submit(pilot)
     assert lancium_id_of(job_id) == newer["id"]
@@ -112,8 +119,10 @@ def test_half_made_job_is_completed_not_made_again(backend: LanciumBackend, sim:
     names = sorted(i["name"] for i in job["input_files"])
     assert len(names) == len(set(names)) and LAUNCHER in names
     assert all(i["upload_complete"] for i in job["input_files"])
-    assert sim.count("POST", "/jobs") == 2  # only the two made above
+    assert sim.count("POST", "/jobs") == 3  # only the three made above
     assert sim.count("DELETE", f"/jobs/{older['id']}", 202) == 1
+    assert sim.job(foreign["id"])["status"] == "created"  # not this GAHP's: neither resumed nor deleted
+    assert [r for r in sim.request_log if f"/jobs/{foreign['id']}" in r.path] == []
 
 
 @pytest.mark.parametrize(
@@ -287,10 +296,11 @@ def test_error_at_max_run_time_is_a_run_time_hold(backend: LanciumBackend, sim: 
 def _job_in_state(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path, status: str) -> str:
     """A job of ours the simulator shows in ``status`` (or that has vanished, for ``gone``)."""
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1"})
-    if status == "created":
-        fields = {"name": job_name(pilot.sandbox_id), "notes": Notes(pilot.sandbox_id, pilot.iwd, None,
-                                                                      None).encode()}
-        return f"lancium/{backend.client.create_job(fields)['id']}"
+    if status == "created":  # made and recorded by a submit that went no further
+        name = f"podgahp-{key_of(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
+        job_id = job_id_of(backend.client.create_job({"name": name})["id"])
+        backend.records.put(JobRecord(job_id, pilot.sandbox_id, pilot.iwd, None, None, time.time(), name))
+        return job_id
     job_id = backend.submit(pilot)
     lancium_id = lancium_id_of(job_id)
     if status in ("delete pending", GONE):
@@ -408,18 +418,26 @@ def test_failed_detail_read_keeps_the_last_state(make_backend: BackendFactory, s
     assert backend.status(job_id).phase is Phase.RUNNING
 
 
-def test_status_without_any_list_is_transient(make_backend: BackendFactory, sim: LanciumSim) -> None:
-    backend = make_backend(PODGAHP_LANCIUM_RETRIES="0")
+def test_status_without_any_list_is_transient(make_backend: BackendFactory, sim: LanciumSim,
+                                             tmp_path: Path) -> None:
+    job_id = make_backend().submit(make_pilot(tmp_path))
+    backend = make_backend(PODGAHP_LANCIUM_RETRIES="0")  # a fresh process
     sim.inject(502, method="GET", path="/jobs", count=5)
     with pytest.raises(TransientError, match="cannot list Lancium jobs.*HTTP 502"):
-        backend.status("lancium/1234")
-
-
-@pytest.mark.parametrize("job_id", ["lancium/", "k8s/ns/pod", "lancium/12 3", "lancium/x"],
-                         ids=["empty", "other-backend", "space", "not-numeric"])
-def test_malformed_job_ids_are_refused(backend: LanciumBackend, job_id: str) -> None:
-    with pytest.raises(InvalidJob, match="not a Lancium job id"):
         backend.status(job_id)
+
+
+@pytest.mark.parametrize("job_id", ["lancium/", "k8s/ns/pod", "lancium/12 3", "lancium/x", "lancium/0",
+                                    "lancium/007", "lancium/1/", "lancium/1\n", "lancium/-1", "lancium/1e3",
+                                    "lancium/" + "9" * 19],
+                         ids=["empty", "other-backend", "space", "not-numeric", "zero", "leading-zeros", "slash",
+                              "newline", "negative", "exponent", "too-long"])
+def test_malformed_job_ids_are_refused_before_any_request(backend: LanciumBackend, sim: LanciumSim,
+                                                          job_id: str) -> None:
+    for act in (backend.status, backend.cancel, lambda j: backend.refresh_proxy(j, "/tmp/x509up")):
+        with pytest.raises(InvalidJob, match="not a Lancium job id"):
+            act(job_id)
+    assert sim.request_log == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,8 +456,9 @@ def test_cancel_terminates_and_deletes_idempotently(backend: LanciumBackend, sim
     backend.cancel(job_id)  # again: terminate 409, delete again
     sim.wait_for(lancium_id, "gone")
     backend.cancel(job_id)  # gone: 404s
-    backend.cancel("lancium/999999")  # never existed
     assert backend.status(job_id).phase is Phase.REMOVED
+    record = backend.records.get(job_id)
+    assert record is not None and record.cancel == "done"
 
 
 def test_cancel_of_finished_job(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
@@ -450,12 +469,38 @@ def test_cancel_of_finished_job(backend: LanciumBackend, sim: LanciumSim, tmp_pa
     assert sim.job(lancium_id_of(job_id))["status"] == "delete pending"
 
 
-def test_cancel_reports_unreachable_service(make_backend: BackendFactory, sim: LanciumSim) -> None:
+def test_cancel_lancium_refused_is_answered_failed_and_retried(make_backend: BackendFactory, sim: LanciumSim,
+                                                             tmp_path: Path) -> None:
+    """A cancel Lancium did not carry out is an error result (the gridmanager keeps a held job's id);
+    it is retried in the background until the job is gone."""
     backend = make_backend(PODGAHP_LANCIUM_RETRIES="1")
-    backend.ping()
-    sim.inject(500, method="DELETE", count=2)
-    with pytest.raises(TransientError, match="HTTP 500"):
-        backend.cancel("lancium/1000")
+    job_id = backend.submit(make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1"}))
+    sim.inject(500, method="DELETE", count=4)
+    with pytest.raises(TransientError, match="could not be cancelled now.*HTTP 500"):
+        backend.cancel(job_id)
+    record = backend.records.get(job_id)
+    assert record is not None and record.cancel == "pending"
+    wait_until(lambda: sim.job(lancium_id_of(job_id)).get("status"), "the job deleted by the background retry",
+               10, 0.05, done=lambda status: status in ("delete pending", None))
+    wait_until(lambda: backend.records.get(job_id), "the record saying the cancel is done", 10, 0.05,
+               done=lambda r: r is not None and r.cancel == "done")
+    backend.cancel(job_id)  # repeated: still answered
+
+
+def test_a_pending_cancel_outlives_the_gahp(make_backend: BackendFactory, sim: LanciumSim, tmp_path: Path) -> None:
+    """A GAHP that exits before Lancium answers leaves the cancel in the job's record; the next GAHP of
+    the user sees it through."""
+    first = make_backend(PODGAHP_LANCIUM_RETRIES="0", PODGAHP_LANCIUM_CANCEL_RETRY_MAX_SECONDS="0")
+    job_id = first.submit(make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1"}))
+    sim.inject(503, method="DELETE", count=1000)
+    with pytest.raises(TransientError):
+        first.cancel(job_id)
+    first.close()
+    sim.clear_faults()
+    assert sim.job(lancium_id_of(job_id))["status"] != "delete pending"
+    make_backend().start()
+    wait_until(lambda: sim.job(lancium_id_of(job_id)).get("status"), "the job deleted by the next GAHP", 10, 0.05,
+               done=lambda status: status in ("delete pending", None))
 
 
 def test_cleanup_deletes_old_finished_jobs_only_once_reported(
@@ -464,6 +509,9 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
     done = backend.submit(make_pilot(tmp_path, "done"))
     unreported = backend.submit(make_pilot(tmp_path, "unreported"))
     foreign = backend.client.create_job({"name": "someone else's job"})["id"]
+    # Named as this user's would be, but made by someone else (no record): not this GAHP's to delete.
+    name = f"podgahp-{key_of(backend.settings.ce_name, backend.user, 'x')}-0123456789ab"
+    lookalike = backend.client.create_job({"name": name})["id"]
     sim.advance(lancium_id_of(unreported), "finished")
     wait_phase(backend, done, (Phase.COMPLETED,))
     backend.status(unreported)  # not yet: outputs are awaited, so it is RUNNING at first
@@ -473,6 +521,7 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
 
     wait_until(cleaned, "the finished job cleaned up", 5, 0.05, done=lambda status: status == "delete pending")
     assert sim.job(foreign)["status"] == "created"  # not named by podgahp
+    assert sim.job(lookalike)["status"] == "created"
     assert sim.job(lancium_id_of(unreported))["status"] == "finished"  # outcome not reported yet
 
 
@@ -482,8 +531,10 @@ def test_ping_checks_key_and_list(backend: LanciumBackend, sim: LanciumSim) -> N
     assert sim.count("GET", "/jobs", 200) == 1
 
 
-def test_refresh_proxy_is_accepted(backend: LanciumBackend, sim: LanciumSim) -> None:
-    backend.refresh_proxy("lancium/1000", "/tmp/x509up")
+def test_refresh_proxy_is_accepted(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+    job_id = backend.submit(make_pilot(tmp_path))
+    sim.clear_log()
+    backend.refresh_proxy(job_id, "/tmp/x509up")
     assert sim.request_log == []
 
 

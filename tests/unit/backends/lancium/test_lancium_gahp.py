@@ -61,7 +61,9 @@ def test_gridmanager_conversation(start_gahp: Start, sim: LanciumSim, key_file: 
         assert gahp.command("BLAH_JOB_CANCEL", "500", job_id) == ["S"]
         assert gahp.command("BLAH_JOB_CANCEL", "501", "lancium/99999") == ["S"]
         results = gahp.wait_results(["500", "501"])
-        assert results["500"] == ["0", "NULL"] and results["501"] == ["0", "NULL"]
+        assert results["500"] == ["0", "NULL"]
+        # A job this GAHP never made: an error result saying why (the gridmanager keeps the job), no request.
+        assert results["501"][0] == "1" and "was not made by this CE" in results["501"][1]
     finally:
         gahp.close()
     assert sim.api_key.encode() not in b"".join(gahp.raw)

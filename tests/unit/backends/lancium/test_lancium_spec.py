@@ -9,17 +9,16 @@ from typing import Dict, Optional, Tuple
 import pytest
 
 from gahp.backends.lancium.backend import LanciumBackend, lancium_id_of, settings_from_knobs
+from gahp.backends.lancium.identity import key_of, key_of_name, new_name
 from gahp.backends.lancium.spec import (
     LAUNCHER,
-    Notes,
     SpecDefaults,
     input_files,
     job_fields,
-    job_name,
     lancium_shape,
     launcher,
+    notes_text,
     run_time,
-    sandbox_of,
 )
 from gahp.config import Knobs
 from gahp.errors import ConfigError, InvalidJob
@@ -66,24 +65,22 @@ def test_run_time(wall: Optional[int], expected: int) -> None:
     assert run_time(wall, 259200) == expected
 
 
-def test_names_and_notes_round_trip() -> None:
-    assert job_name("ce_1.0_17") == "podgahp:ce_1.0_17"
-    assert sandbox_of("podgahp:ce_1.0_17") == "ce_1.0_17"
-    assert sandbox_of("podgahp:") is None and sandbox_of("lancium-app:x") is None and sandbox_of(None) is None
-    notes = Notes("sb", "/home/u", "/home/u/p.out", None)
-    assert Notes.decode(notes.encode()) == notes
+def test_names_bind_ce_user_and_sandbox() -> None:
+    key = key_of("ce.example.org", "alice", "ce_1.0_17")
+    name = new_name(key)
+    assert key_of_name(name) == key and name != new_name(key)  # a fresh nonce for each submit
+    assert len({key, key_of("ce.example.org", "mallory", "ce_1.0_17"), key_of("ce2", "alice", "ce_1.0_17"),
+                key_of("ce.example.org", "alice", "ce_1.0_18")}) == 4
+    # Another user claiming the sandbox, or a sandbox id that shifts the separators, gets another key.
+    assert key_of("ce", "a", "b-c") != key_of("ce", "a-b", "c")
+    for foreign in (None, "", "podgahp:ce_1.0_17", f"podgahp-{key}", f"podgahp-{key}-x", f"podgahp-{key.upper()}-0123456789ab"):
+        assert key_of_name(foreign) is None
 
 
-@pytest.mark.parametrize("text", [None, "", "free text", "[1]", '{"podgahp": 2, "sandbox": "s", "iwd": "/"}',
-                                  '{"podgahp": 1, "iwd": "/"}'],
-                         ids=["none", "empty", "text", "list", "other-version", "no-sandbox"])
-def test_foreign_notes_are_ignored(text: Optional[str]) -> None:
-    assert Notes.decode(text) is None
-
-
-def test_relative_paths_in_notes_are_dropped() -> None:
-    notes = Notes.decode('{"podgahp": 1, "sandbox": "s", "iwd": "/x", "out": "rel.out", "err": "/x/e"}')
-    assert notes is not None and notes.stdout is None and notes.stderr == "/x/e"
+def test_notes_name_the_pilot_but_not_where_its_outputs_go(tmp_path: Path) -> None:
+    pilot = _pilot(tmp_path, stdout=str(tmp_path / "p.out"))
+    text = notes_text(pilot, "ce", "alice")
+    assert '"sandbox":"sb"' in text and '"user":"alice"' in text and str(tmp_path) not in text
 
 
 def test_launcher_quotes_everything() -> None:
@@ -132,18 +129,18 @@ def test_bad_inputs_are_refused(tmp_path: Path, make, message: str) -> None:  # 
 
 def test_job_fields_defaults(tmp_path: Path) -> None:
     defaults = SpecDefaults(image="img", qos="medium", max_run_time_s=7200, gpu_type="v100", account="acct")
-    fields = job_fields(_pilot(tmp_path, gpus=1, environment=(("A", "1"),)), defaults)
+    fields = job_fields(_pilot(tmp_path, gpus=1, environment=(("A", "1"),)), defaults, "podgahp-n", "notes")
     assert fields["image"] == "img" and fields["qos"] == "medium" and fields["max_run_time"] == 7200
     assert fields["resources"] == {"core_count": 2, "memory": 4, "gpu_count": 1, "gpu": "v100"}
     assert fields["environment"] == [{"variable": "A", "value": "1"}]
     assert fields["account"] == "acct"
-    assert fields["name"] == "podgahp:sb"
+    assert (fields["name"], fields["notes"]) == ("podgahp-n", "notes")
 
 
 def test_route_setting_of_the_wrong_type(tmp_path: Path) -> None:
     defaults = SpecDefaults(image="img", qos="high", max_run_time_s=7200, gpu_type=None, account=None)
     with pytest.raises(InvalidJob, match="route setting lancium_image = 3 is not a non-empty string"):
-        job_fields(_pilot(tmp_path, settings={"lancium_image": 3}), defaults)
+        job_fields(_pilot(tmp_path, settings={"lancium_image": 3}), defaults, "podgahp-n", "notes")
 
 
 # --------------------------------------------------------------------------------------------

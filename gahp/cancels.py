@@ -1,11 +1,12 @@
-"""Cancels that failed are not forgotten: they are retried in the background until the pod is gone.
+"""Cancels that failed are not forgotten: they are retried in the background until the job is gone.
 
-The gridmanager forgets a job once its cancel request was answered, whatever the answer, so a delete
-that failed (API server down, timeout) would leave the pod running for ever.  :class:`CancelRetries`
-keeps each such delete and tries it again with growing back-off (capped at the client's longest
-back-off) until it succeeds, the pod is gone, or ``PODGAHP_K8S_CANCEL_RETRY_MAX_SECONDS`` have passed.
-Should the GAHP itself go away first, ``podgahp reap`` (run by the CE's condor) deletes the pod, since
-its job no longer exists.
+A cancel whose delete failed (API down, timeout) is answered as failed, so the gridmanager keeps a held
+job's remote id and its view matches the cluster; but it forgets a removed job whatever the answer, so
+a failed delete would leave the pod or Lancium job running.  :class:`CancelRetries` keeps each such
+delete and tries it again with growing back-off (capped at the client's longest back-off) until it
+succeeds, the job is gone, or the backend's time limit has passed. What outlives the GAHP is the
+backend's: ``podgahp reap`` deletes a pod whose job is gone; the Lancium backend records the pending
+cancel and takes it up again when a GAHP of the user starts.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ Delete = Callable[[], None]
 class CancelRetries:
     """Pending deletes by job id, retried by one daemon thread."""
 
-    def __init__(self, max_seconds: float, first_backoff_s: float, max_backoff_s: float) -> None:
+    def __init__(self, max_seconds: float, first_backoff_s: float, max_backoff_s: float,
+                 done: Optional[Callable[[str], None]] = None) -> None:
         self.max_seconds = max_seconds
         self.first_backoff_s = max(first_backoff_s, 0.05)
         self.max_backoff_s = max(max_backoff_s, self.first_backoff_s)
@@ -35,6 +37,7 @@ class CancelRetries:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._done = done
 
     def add(self, jid: str, delete: Delete) -> None:
         """Keep trying ``delete`` (which raises on failure) for ``jid``."""
@@ -62,10 +65,13 @@ class CancelRetries:
             failed = False
             for jid, delete in todo.items():
                 first = started.setdefault(jid, time.monotonic())
+                succeeded = False
                 try:
                     delete()
+                    succeeded = True
+                    log.info("[%s] cancel succeeded on retry", jid)
                 except NotFound:
-                    pass
+                    succeeded = True
                 except InvalidJob as e:
                     log.warning("[%s] cancel not retried: %s", jid, e)
                 except GahpError as e:
@@ -73,10 +79,9 @@ class CancelRetries:
                         failed = True
                         log.info("[%s] cancel failed again, will retry: %s", jid, e)
                         continue
-                    log.error("[%s] cancel failed for %.0f s, giving up (podgahp reap deletes the pod once "
-                              "its job is gone): %s", jid, self.max_seconds, e)
-                else:
-                    log.info("[%s] cancel succeeded on retry", jid)
+                    log.error("[%s] cancel failed for %.0f s, giving up for now: %s", jid, self.max_seconds, e)
+                if succeeded and self._done is not None:
+                    self._done(jid)
                 with self._lock:
                     self._pending.pop(jid, None)
                 started.pop(jid, None)
