@@ -46,7 +46,8 @@ def test_lancium_pilot_runs_and_completes(make_pool: Callable[..., Pool], instal
     routed = wait_lancium_job(pool, cluster)
     assert routed["RouteName"] == "Lancium"
     job = lancium_sim.job(lancium_id(routed))
-    assert job["name"] == f"podgahp:{grid_parts(routed)[2]}", job
+    assert job["name"].startswith("podgahp-") and grid_parts(routed)[2] in job["notes"], job
+    assert f'"user":"{routed["Owner"]}"' in job["notes"] and home not in job["notes"], job
     assert job["qos"] == "medium", job  # the route's BatchQueue
     assert (job["resources"]["core_count"], job["resources"]["memory"]) == (2, 4), job
 
