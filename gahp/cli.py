@@ -127,22 +127,32 @@ def routes() -> None:
 
 
 @routes.command("check")
-@click.argument("config_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("config_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--jobs", "jobs_file", type=click.Path(exists=True, dir_okay=False),
-              help="Pilot job ads (long form, blank line between ads); default: built-in samples.")
-@click.option("--ce/--no-ce", default=True, show_default=True,
-              help="Apply HTCondor-CE's router transforms around the routes.")
+              help="Pilot job ads (long form, blank line between ads); default: built-in samples and a pilot "
+                   "built for each route they miss.")
+@click.option("--auto", "mode", flag_value="auto", default=True, hidden=True)
+@click.option("--ce", "mode", flag_value="ce",
+              help="The HTCondor-CE installed here, whole (the default where there is one): its configuration, "
+                   "CONFIG_FILE read as one of its config.d files.")
+@click.option("--emulated-ce", "mode", flag_value="emulated",
+              help="CONFIG_FILE alone behind podgahp's re-statement of HTCondor-CE's router transforms (the "
+                   "default where no CE is installed).")
+@click.option("--no-ce", "mode", flag_value="plain", help="CONFIG_FILE alone, as in a plain HTCondor pool.")
+@click.option("--ce-config", default="/etc/condor-ce/condor_config", show_default=True,
+              type=click.Path(dir_okay=False), help="The HTCondor-CE's condor_config.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (routes, samples with what podgahp receives, problems).")
-def routes_check(config_file: str, jobs_file: str | None, ce: bool, as_json: bool) -> None:
-    """Show where sample pilots go under CONFIG_FILE's routes and what podgahp would receive.
+def routes_check(config_file: str | None, jobs_file: str | None, mode: str, ce_config: str, as_json: bool) -> None:
+    """Show where pilots go under the routes and what podgahp would receive. HTCondor reads the
+    configuration; nothing it names is run.
 
     Exits 1 when a route has a problem, with the report printed either way."""
     from gahp import routes as routes_lib
     from gahp.errors import GahpError
 
     try:
-        report = routes_lib.check_file(config_file, jobs_file=jobs_file, ce=ce)
+        report = routes_lib.check_file(config_file, jobs_file=jobs_file, mode=mode, ce_config=ce_config)
     except GahpError as e:
         raise click.ClickException(str(e)) from e
     click.echo(report.to_json() if as_json else report.text())
@@ -160,12 +170,12 @@ def routes_convert(config_file: str) -> None:
 
     try:
         if config_file == "-":
-            data = sys.stdin.buffer.read(routes_lib.MAX_ROUTES_FILE_BYTES + 1)
+            data = sys.stdin.buffer.read(routes_lib.MAX_FILE_BYTES + 1)
         else:
-            data = read_input(config_file, "routes file", routes_lib.MAX_ROUTES_FILE_BYTES, "a routes file")
-        if b"\0" in data or len(data) > routes_lib.MAX_ROUTES_FILE_BYTES:
+            data = read_input(config_file, "routes file", routes_lib.MAX_FILE_BYTES, "a routes file")
+        if b"\0" in data or len(data) > routes_lib.MAX_FILE_BYTES:
             raise click.ClickException(f"{config_file}: not a routes file (binary, or larger than "
-                                       f"{routes_lib.MAX_ROUTES_FILE_BYTES} bytes)")
+                                       f"{routes_lib.MAX_FILE_BYTES} bytes)")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:

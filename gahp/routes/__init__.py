@@ -1,8 +1,14 @@
-"""JobRouter routes for podgahp: check them offline with HTCondor's tools, convert the old syntax.
+"""JobRouter routes for podgahp: read them as HTCondor does, check them offline with HTCondor's
+tools, convert the old syntax.
 
-* :mod:`.samples` — the sample pilots a check routes;
+* :mod:`.config_text` — where the statements of a configuration file begin and end (never what
+  they mean: HTCondor reads the values);
+* :mod:`.sources` — the configuration a check reads, copied with nothing in it run (an admin's file,
+  or an HTCondor-CE's whole configuration);
+* :mod:`.tools` — HTCondor's ``condor_config_val``, ``condor_job_router_info``, ``condor_transform_ads``;
+* :mod:`.samples` and :mod:`.pilots` — the built-in sample pilots, and pilots built to reach a route;
 * :mod:`.submit_ad` — the submit ad the gridmanager would build from a routed job, and podgahp's view of it;
-* :mod:`.check` — ``podgahp routes check``: HTCondor's ``condor_job_router_info`` on an admin's file;
+* :mod:`.check` and :mod:`.report` — ``podgahp routes check``;
 * :mod:`.convert` — ``podgahp routes convert``: ``JOB_ROUTER_ENTRIES`` to ``JOB_ROUTER_ROUTE_*``.
 
 Must not know any backend or client library: what a backend does with the ad is its own business.
@@ -12,12 +18,13 @@ ClassAds are parsed and unparsed only through ``classad2``.
 from __future__ import annotations
 
 from gahp.errors import RoutesError
-from gahp.routes.check import (CE_ROUTER_DEFAULTS, CE_ROUTER_EMULATION, MAX_ROUTES_FILE_BYTES, Report, Route,
-                               SampleResult, check_file, route_jobs)
+from gahp.routes.check import MODES, check_file, resolve_mode
 from gahp.routes.convert import ROUTE_MACROS, convert
+from gahp.routes.report import Report, Route, SampleResult
 from gahp.routes.samples import SAMPLES, Sample, samples_text
+from gahp.routes.sources import CE_CONDOR_CONFIG, CE_ROUTER_EMULATION, CE_ROUTER_ENV, MAX_FILE_BYTES
 from gahp.routes.submit_ad import COPIED_ATTRIBUTES, gahp_view, grid_type, predict_submit_ad
 
-__all__ = ["CE_ROUTER_DEFAULTS", "CE_ROUTER_EMULATION", "COPIED_ATTRIBUTES", "MAX_ROUTES_FILE_BYTES",
-           "ROUTE_MACROS", "Report", "Route", "RoutesError", "SAMPLES", "Sample", "SampleResult", "check_file",
-           "convert", "gahp_view", "grid_type", "predict_submit_ad", "route_jobs", "samples_text"]
+__all__ = ["CE_CONDOR_CONFIG", "CE_ROUTER_EMULATION", "CE_ROUTER_ENV", "COPIED_ATTRIBUTES", "MAX_FILE_BYTES",
+           "MODES", "ROUTE_MACROS", "Report", "Route", "RoutesError", "SAMPLES", "Sample", "SampleResult",
+           "check_file", "convert", "gahp_view", "grid_type", "predict_submit_ad", "resolve_mode", "samples_text"]

@@ -63,6 +63,8 @@ SAMPLES: Tuple[Sample, ...] = (
                           "environment",
            _pilot(6, 'RequestDisk = 1000000\nminWalltime = 60\nmaxWallTime = 120\n'
                      'Environment = "PILOT_GROUP=atlas"\n')),
+    Sample("wholenode", "a pilot asking for a whole node (WantWholeNode)",
+           _pilot(7, "RequestDisk = 1000000\nWantWholeNode = true\n")),
 )
 
 

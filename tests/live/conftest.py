@@ -81,6 +81,16 @@ def installation(request: pytest.FixtureRequest) -> Installation:
 
 
 @pytest.fixture
+def acquired(installation: Installation) -> Iterator[Installation]:
+    """The installation, with its mounts held for the test (tools run in it without daemons)."""
+    installation.acquire()
+    try:
+        yield installation
+    finally:
+        installation.release()
+
+
+@pytest.fixture
 def make_pool(installation: Installation, request: pytest.FixtureRequest) -> Iterator[Callable[..., Pool]]:
     """Start pools; on teardown print their logs if the test failed, then stop them."""
     pools: List[Pool] = []

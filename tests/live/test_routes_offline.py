@@ -9,6 +9,7 @@ exits 0 on the shipped routes and non-zero, naming the route, on a broken one. N
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import uuid
 from typing import Any, Dict, Iterator
@@ -16,12 +17,11 @@ from typing import Any, Dict, Iterator
 import pytest
 
 from harness import Installation
-from harness.rootfs import ROOT_SRC_DIR
 
 pytestmark = pytest.mark.live
 
-NEW = f"{ROOT_SRC_DIR}/routes/50-podgahp-routes.conf"
-OLD = f"{ROOT_SRC_DIR}/routes/50-podgahp-routes.entries.conf"
+NEW = "routes/50-podgahp-routes.conf"
+OLD = "routes/50-podgahp-routes.entries.conf"
 ROUTE_NAMES = ["K8s_Opportunistic", "Lancium", "K8s_Gpu", "K8s_Cpu"]
 
 #: What podgahp receives for each built-in pilot behind an HTCondor-CE: the real CE's rules
@@ -50,6 +50,9 @@ EXPECTED_CE: Dict[str, Dict[str, Any]] = {
     "minwalltime": {"route": "K8s_Cpu", "grid_resource": "batch k8s", "queue": "cpu", "cpus": 1,
                     "memory_mb": 2000, "disk_kb": 1000000, "gpus": 0, "wall_time_s": 7200,
                     "settings": {"condorce": 1}},
+    "wholenode": {"route": "K8s_Cpu", "grid_resource": "batch k8s", "queue": "cpu", "cpus": 1,
+                  "memory_mb": 2000, "disk_kb": 1000000, "gpus": 0, "wall_time_s": 259200,
+                  "settings": {"condorce": 1}},
 }
 
 #: The pilot's own environment, per sample (all others have none).
@@ -111,10 +114,15 @@ def workdir(inst: Installation) -> Iterator[str]:
     shutil.rmtree(inst.host_path(path), ignore_errors=True)
 
 
+def src(inst: Installation, path: str) -> str:
+    """A file of this checkout as installed in ``inst`` (the checkout's own copy, not the newest)."""
+    return f"{inst.src_dir}/{path}"
+
+
 def check(inst: Installation, path: str, ce: bool, *options: str) -> Dict[str, Any]:
     """``podgahp routes check --json`` inside the installation; its exit status says what ``ok`` says."""
-    proc = inst.run([inst.bin("podgahp"), "routes", "check", "--json", "--ce" if ce else "--no-ce", *options, path],
-                    check=False)
+    proc = inst.run([inst.bin("podgahp"), "routes", "check", "--json", "--emulated-ce" if ce else "--no-ce", *options,
+                     path], check=False)
     report: Dict[str, Any] = json.loads(proc.stdout)
     assert proc.returncode == (0 if report["ok"] else 1), proc.stderr
     return report
@@ -147,7 +155,7 @@ def routed_ads(report: Dict[str, Any]) -> Dict[str, str]:
 @pytest.mark.parametrize("ce, expected", [(True, EXPECTED_CE), (False, EXPECTED_PLAIN)], ids=["ce", "plain"])
 def test_shipped_routes_send_each_pilot_where_expected(inst: Installation, ce: bool,
                                                        expected: Dict[str, Dict[str, Any]]) -> None:
-    report = check(inst, NEW, ce)
+    report = check(inst, src(inst, NEW), ce)
     assert report["ok"], report["problems"]
     assert [r["name"] for r in report["routes"]] == ROUTE_NAMES
     assert report["expected_routes"] == ROUTE_NAMES
@@ -179,12 +187,18 @@ JOB_ROUTER_ROUTE_NAMES = $(JOB_ROUTER_ROUTE_NAMES) Slurm_Cluster
 
 
 def test_pilots_reach_podgahp_with_catch_all_routes_defined_first(inst: Installation, workdir: str) -> None:
-    shipped = inst.host_path(NEW).read_text()
+    shipped = inst.host_path(src(inst, NEW)).read_text()
     inst.host_path(f"{workdir}/site.conf").write_text(CATCH_ALL + shipped)
     report = check(inst, f"{workdir}/site.conf", ce=True)
     assert report["ok"], report["problems"]
     assert report["expected_routes"] == ROUTE_NAMES + ["Condor_Pool", "Slurm_Cluster"]
-    assert gahp_views(report) == EXPECTED_CE
+    views = gahp_views(report)
+    assert {name: views[name] for name in EXPECTED_CE} == EXPECTED_CE
+    # A pilot built for the catch-all that follows podgahp's routes reaches it (a standard-universe
+    # job escapes K8s_Cpu); nothing can reach the catch-all after a catch-all, and the check says so.
+    assert views["for-Condor_Pool"]["route"] == "Condor_Pool"
+    (unreachable,) = [w for w in report["warnings"] if "Slurm_Cluster" in w]
+    assert "none could be built" in unreachable and "change the order of JOB_ROUTER_ROUTE_NAMES" in unreachable
 
 
 def test_route_defaults_are_macros_as_on_a_real_ce(inst: Installation, workdir: str) -> None:
@@ -226,14 +240,14 @@ JOB_ROUTER_ROUTE_Attributes @=jrt
 
 
 def test_old_syntax_and_its_conversion_route_every_pilot_alike(inst: Installation, workdir: str) -> None:
-    converted = inst.run([inst.bin("podgahp"), "routes", "convert", OLD]).stdout
+    converted = inst.run([inst.bin("podgahp"), "routes", "convert", src(inst, OLD)]).stdout
     inst.host_path(f"{workdir}/converted.conf").write_text(converted)
     new = check(inst, f"{workdir}/converted.conf", ce=False)
     assert new["ok"], new["problems"]
     assert [r["name"] for r in new["routes"]] == ROUTE_NAMES
     assert gahp_views(new) == EXPECTED_PLAIN
 
-    old = check(inst, OLD, ce=False)
+    old = check(inst, src(inst, OLD), ce=False)
     if is_23x(inst):
         # 23.x reads the old syntax with JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True.
         assert old["ok"], old["problems"]
@@ -247,20 +261,34 @@ def test_old_syntax_and_its_conversion_route_every_pilot_alike(inst: Installatio
         assert any("not read by HTCondor" in p and "podgahp routes convert" in p for p in old["problems"])
 
     # Behind a CE, the conversion routes exactly like the shipped new-syntax file.
-    assert routed_ads(check(inst, f"{workdir}/converted.conf", ce=True)) == routed_ads(check(inst, NEW, ce=True))
+    converted_ce = routed_ads(check(inst, f"{workdir}/converted.conf", ce=True))
+    assert converted_ce == routed_ads(check(inst, src(inst, NEW), ce=True))
 
 
 def test_check_command_exit_status(inst: Installation, workdir: str) -> None:
-    good = inst.run([inst.bin("podgahp"), "routes", "check", NEW], check=False)
+    good = inst.run([inst.bin("podgahp"), "routes", "check", src(inst, NEW)], check=False)
     assert good.returncode == 0, good.stdout + good.stderr
     assert "cpus           8" in good.stdout and good.stdout.rstrip().endswith("OK")
 
-    inst.host_path(f"{workdir}/broken.conf").write_text(BROKEN)
-    broken = inst.run([inst.bin("podgahp"), "routes", "check", "--no-ce", f"{workdir}/broken.conf"], check=False)
+    broken_path = f"{workdir}/broken.conf"
+    inst.host_path(broken_path).write_text(BROKEN)
+    broken = inst.run([inst.bin("podgahp"), "routes", "check", "--no-ce", broken_path], check=False)
     assert broken.returncode == 1, broken.stdout + broken.stderr
-    assert "route(s) Broken of" in broken.stdout and "dropped by the JobRouter" in broken.stdout
-    assert "route Broken: CONFIGURATION ERROR: Missing Requirements in job route." in broken.stdout
+    # The route's own first line in the admin's file, and HTCondor's reason.
+    assert (f"{broken_path}:7: route Broken is not valid, so the JobRouter drops it: CONFIGURATION ERROR: "
+            "Missing Requirements in job route.") in broken.stdout
     assert broken.stdout.rstrip().endswith("FAILED")
 
     missing = inst.run([inst.bin("podgahp"), "routes", "check", f"{workdir}/nothing.conf"], check=False)
     assert missing.returncode != 0 and "nothing.conf" in missing.stderr
+
+
+@pytest.mark.parametrize("before", ["", "JOB_ROUTER_ROUTE_NAMES = Slurm_Cluster\n"], ids=["first", "after-a-batch-route"])
+def test_shipped_route_names_leave_no_empty_name(inst: Installation, workdir: str, before: str) -> None:
+    """HTCondor-CE's start-up check splits JOB_ROUTER_ROUTE_NAMES on commas and blanks and warns
+    about every empty name: the shipped file must leave no separator at either end."""
+    config = f"{workdir}/condor_config"
+    inst.host_path(config).write_text(f"{before}include : {src(inst, NEW)}\n")
+    value = inst.run(["condor_config_val", "JOB_ROUTER_ROUTE_NAMES"], env={"CONDOR_CONFIG": config}).stdout
+    names = re.split(r"[, \t]+", value[:-1] if value.endswith("\n") else value)
+    assert names == ROUTE_NAMES + (["Slurm_Cluster"] if before else [])

@@ -72,6 +72,8 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
         "/usr/share/podgahp/ce-config/bin/condor_ce_submit": "podgahp-standalone",
         "/usr/share/podgahp/ce-config/bin/condor_ce_router_q": "podgahp-standalone",
         "/usr/share/podgahp/ce-config/standalone/config.d/01-ce-router-defaults.conf": "podgahp-standalone",
+        "/usr/share/podgahp/ce-config/standalone/ce-router-env.conf": "podgahp-standalone",
+        f"{site}/gahp/data/ce-router-env.conf": "podgahp",
     }
     for conf in list((ROOT / "condor_config.d").glob("*.conf")) + list((ROOT / "ce-config/htcondor-ce").glob("*.conf")):
         where = "/usr/share/condor-ce" if conf.name.endswith("-defaults.conf") else "/etc/condor-ce"
@@ -135,7 +137,10 @@ def test_the_packaged_pool_finds_its_config(rpms: Dict[str, Path], tmp_path: Pat
     knobs = (pool / relative).resolve()
     assert sorted(p.name for p in knobs.glob("*.conf")) == sorted(p.name for p in (ROOT / "condor_config.d").glob("*.conf"))
     defaults = pool / "config.d" / "01-ce-router-defaults.conf"
-    assert not defaults.is_symlink() and "JOB_ROUTER_TRANSFORM_Env" in defaults.read_text()
+    assert not defaults.is_symlink() and "JOB_ROUTER_TRANSFORM_Cpus" in defaults.read_text()
+    env = pool / "ce-router-env.conf"
+    assert not env.is_symlink() and "JOB_ROUTER_TRANSFORM_Env" in env.read_text()
+    assert "LOCAL_CONFIG_FILE = $(PODGAHP_CE_CONFIG_DIR)/ce-router-env.conf" in text
     bootstrap = (tmp_path / "usr/share/podgahp/ce-config/bin/condor_ce_env_bootstrap").read_text()
     assert "/../standalone/condor_config" in bootstrap
     schedd2 = (tmp_path / "etc/condor/config.d/60-podgahp-ce-schedd2.conf").read_text()

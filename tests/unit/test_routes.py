@@ -12,8 +12,7 @@ import classad2
 import pytest
 
 from gahp import routes
-from gahp.routes import check
-from gahp.routes import (CE_ROUTER_EMULATION, SAMPLES, RoutesError, convert, gahp_view, grid_type,
+from gahp.routes import (CE_ROUTER_EMULATION, CE_ROUTER_ENV, SAMPLES, RoutesError, convert, gahp_view, grid_type,
                          predict_submit_ad)
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -117,12 +116,12 @@ def test_grid_type(resource: str, expected: tuple) -> None:
 
 def test_samples_carry_what_the_router_needs() -> None:
     ads = list(classad2.parseAds(routes.samples_text(), classad2.ParserType.Old))
-    assert len(ads) == len(SAMPLES) == 6
+    assert len(ads) == len(SAMPLES) == 7
     for ad in ads:
         for name in ("Owner", "JobStatus", "ProcId", "ClusterId", "JobUniverse", "Requirements", "Iwd", "Cmd"):
             assert name in ad
         assert ad["JobUniverse"] == 5 and ad["JobStatus"] == 1
-    assert len({ad["ClusterId"] for ad in ads}) == 6
+    assert len({ad["ClusterId"] for ad in ads}) == 7
     assert [ad.get("Environment") for ad in ads].count("PILOT_GROUP=atlas") == 1  # not twice in one ad
 
 
@@ -229,84 +228,8 @@ def test_every_shipped_route_sends_cpus_and_disk_both_ways() -> None:
 def test_the_emulation_is_the_pool_file() -> None:
     pool = REPO / "ce-config/standalone/config.d/01-ce-router-defaults.conf"
     assert pool.resolve() == CE_ROUTER_EMULATION and CE_ROUTER_EMULATION.is_file()
-
-
-# --------------------------------------------------------------------------------------------
-# Reading condor_job_router_info's output
-
-DIAGNOSTIC = """\
-Following source schedd (SCHEDD1): job_router_info
-route Good converted to :
-\tNAME Good
-ERROR in route Good :
-ERROR in transform Cpus :
-route Bad converted to :
-\tNAME Bad
-CONFIGURATION ERROR: Missing Requirements in job route.
-route 'Bad' from JOB_ROUTER_ROUTE_NAMES not found in the routing table.
-Routes will be matched in this order: Good
-
-
-Route 1
-Name         : "Good"
-Source       : Good
-Universe     : 9
-MaxJobs      : 100
-MaxIdleJobs  : 50
-GridResource : batch k8s
-Requirements : JobUniverse == 5
-\tNAME Good
-\tREQUIREMENTS JobUniverse == 5
-"""
-
-
-def test_router_errors_skip_25x_noise_and_name_the_route() -> None:
-    assert check._router_errors(DIAGNOSTIC) == [
-        "route Bad: CONFIGURATION ERROR: Missing Requirements in job route.",
-        "route 'Bad' from JOB_ROUTER_ROUTE_NAMES not found in the routing table.",
-    ]
-
-
-def test_route_listing() -> None:
-    (route,) = check._parse_listing(DIAGNOSTIC)
-    assert route == routes.Route("Good", "batch k8s", "JobUniverse == 5", "100", "50", False)
-
-
-def test_report_text() -> None:
-    _, job = gahp_view(routed(GPU_ROUTED), "ce_1.0")
-    report = routes.Report(
-        path="/etc/r.conf", ce=True, condor_version="23.9.6", transforms="t",
-        routes=(routes.Route("K8s_Gpu", "batch k8s", "true"),),
-        samples=(routes.SampleResult("gpu", "2.0", "8 cores", "K8s_Gpu", "batch k8s", "[ ]", job),
-                 routes.SampleResult("lost", "3.0", error="no route takes it")),
-        problems=("route(s) X of /etc/r.conf were dropped",))
-    text = report.text()
-    assert not report.ok
-    for expected in ("route          K8s_Gpu", "cpus           8", "memory         16000 MiB",
-                     "disk           20000000 KiB", "gpus           1", "wall time      172800 s",
-                     "route settings condorce = 1", "no route takes it", "Problems:", "FAILED"):
-        assert expected in text
-
-
-def test_routes_check_never_runs_what_the_file_says(tmp_path: Path) -> None:
-    from gahp.routes.check import _without_commands
-
-    marker = tmp_path / "ran"
-    routes = tmp_path / "routes.conf"
-    routes.write_text("\n".join([
-        "JOB_ROUTER_ROUTE_NAMES = A",
-        f"include command : touch {marker}",
-        f"  INCLUDE ifexist command : touch {marker}",
-        "@include : /etc/passwd",
-        f"LOCAL_CONFIG_FILE = /bin/touch {marker} |",
-        f"JOB_ROUTER_ENTRIES_CMD = /bin/touch {marker}",
-        "JOB_ROUTER_ROUTE_A @=jrt", "  UNIVERSE 9", "@jrt", ""]))
-    checked, warnings = _without_commands(str(routes), str(tmp_path))
-    text = Path(checked).read_text()
-    assert [w.split(" not ", 1)[0] for w in warnings] == ["line 2", "line 3", "line 4", "line 5", "line 6"]
-    assert all("not executed or followed" in w for w in warnings)
-    assert text.count("# (disabled by podgahp routes check)") == 5
-    assert "JOB_ROUTER_ROUTE_A @=jrt" in text and not marker.exists()
+    env = REPO / "ce-config/standalone/ce-router-env.conf"
+    assert env.resolve() == CE_ROUTER_ENV and CE_ROUTER_ENV.is_file()
 
 
 @pytest.mark.parametrize("data,message", [(b"\x7fELF\x00\x01", "not a routes file"),
