@@ -29,9 +29,10 @@ $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
 # mmdebstrap builds the Debian root filesystems that provide the HTCondor daemons (harness/rootfs.py).
 # rpm (rpmbuild) builds and inspects the RPM in tests/packaging. kubectl drives the simulated cluster
 # in tests/sim/test_kubectl.py: the machine's own when it has one, else Debian's kubernetes-client.
+# runc runs the containers of the simulated cluster's real runtime (podgahp_sim/kube/runc.py).
 system-deps:
-	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null && command -v cpio >/dev/null || \
-		{ apt-get update -q && apt-get install -y -q mmdebstrap rpm cpio; }
+	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null && command -v cpio >/dev/null && \
+		command -v runc >/dev/null || { apt-get update -q && apt-get install -y -q mmdebstrap rpm cpio runc; }
 	@command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
 
 check: $(VENV)/.installed

@@ -28,14 +28,30 @@ def sim() -> None:
               help="How long a simulated pilot runs unless its PODGAHP_SIM_RUN_SECONDS says otherwise.")
 @click.option("--plain-http", is_flag=True,
               help="Serve plain HTTP instead of HTTPS (clients then need PODGAHP_K8S_ALLOW_INSECURE_HTTP).")
+@click.option("--runtime", type=click.Choice(["model", "runc"]), default="model", show_default=True,
+              help="model: containers are simulated; runc: each container really runs (root and runc needed).")
+@click.option("--image", "images", multiple=True, metavar="NAME=ROOTFS_DIR",
+              help="With --runtime runc: an image the nodes can run (NAME as in a pod's image:, ROOTFS_DIR a "
+                   "root filesystem or image directory); repeatable.")
+@click.option("--runtime-dir", default=None,
+              help="With --runtime runc: where containers, volumes and logs live [default: /var/lib/podgahp-sim].")
 def sim_k8s(port: int, kubeconfig: str, namespace: str, namespaces: "tuple[str, ...]", nodes: int,
             node_cpu: str, node_memory: str, node_gpus: int, run_seconds: "float | None",
-            plain_http: bool) -> None:
+            plain_http: bool, runtime: str, images: "tuple[str, ...]", runtime_dir: "str | None") -> None:
     """A simulated Kubernetes API server with nodes, a scheduler and kubelets; runs until ^C.
 
-    It serves HTTPS with a CA of its own; the kubeconfig it writes carries that CA and a token."""
-    from podgahp_sim.k8s import serve
+    It serves HTTPS with a CA of its own; the kubeconfig it writes carries that CA and a token.
+    With --runtime runc the containers of its pods really run, from the images given by --image."""
+    from podgahp_sim.k8s import RuntimeUnavailable, serve
+    from podgahp_sim.kube.registry import ImageError, parse_image_argument
     from podgahp_sim.kube.tls import TlsUnavailable
+
+    try:
+        image_map = dict(parse_image_argument(text) for text in images)
+    except ImageError as e:
+        raise click.BadParameter(str(e), param_hint="--image") from None
+    if image_map and runtime != "runc":
+        raise click.UsageError("--image needs --runtime runc (the modelled kubelet runs no image)")
 
     def ready(cluster: object) -> None:
         click.echo(f"simulated Kubernetes API at {getattr(cluster, 'url', '?')}; kubeconfig {kubeconfig}")
@@ -44,8 +60,9 @@ def sim_k8s(port: int, kubeconfig: str, namespace: str, namespaces: "tuple[str, 
     try:
         serve(port, kubeconfig, namespace=namespace, nodes=nodes, node_cpu=node_cpu,
               node_memory=node_memory, node_gpus=node_gpus, run_seconds=run_seconds,
-              namespaces=list(namespaces), ready=ready, tls=not plain_http)
-    except TlsUnavailable as e:
+              namespaces=list(namespaces), ready=ready, tls=not plain_http, runtime=runtime, images=image_map,
+              runtime_dir=runtime_dir)
+    except (TlsUnavailable, RuntimeUnavailable, ImageError) as e:
         raise click.ClickException(str(e)) from None
 
 

@@ -29,6 +29,12 @@ Every container first prints ``podgahp-sim: pod <ns>/<name> container <c> on nod
 command=<json> args=<json>`` and on exit ``podgahp-sim: container <c> exited with code <n> (<reason>)``;
 ``GET .../pods/<name>/log`` returns those lines.
 
+Real containers: ``KubeSim(runtime="runc", images={"pilot:1": "/rootfs"})`` (or ``SimConfig.runtime``)
+runs every container through runc from a bundle made of its pod spec (:mod:`podgahp_sim.kube.runc`):
+real processes, exit codes, cgroup limits and OOM kills, signals on deletion, volumes and logs; the
+images are those of ``images`` only, and the ``PODGAHP_SIM_*`` variables mean nothing.  Scheduling,
+GPUs, image pulls and pod networking stay modelled (containers share the host's network).
+
 Image pulls: every valid reference is pullable except names containing ``does-not-exist``
 (``ErrImagePull`` / ``ImagePullBackOff``), unless ``SimConfig.pullable_images`` lists the only
 pullable images; invalid references give ``InvalidImageName``.
@@ -54,18 +60,20 @@ import signal
 import ssl
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
 from .kube.cluster import SIM_ENV, Cluster
 from .kube.config import PodQuota, RbacRule, SimConfig, SimNode, Taint
 from .kube.http import Api, Fault, RequestRecord, Server, make_server
+from .kube.runc import RuncRuntime, RuntimeUnavailable
 from .kube.store import JsonObj, Store
 from .kube.tls import ClientCert, ClusterCa
+from .kube.volumes import Identity
 
 __all__ = ["KubeSim", "SimConfig", "SimNode", "Taint", "RbacRule", "PodQuota", "RequestRecord", "Fault",
-           "SIM_ENV", "serve"]
+           "SIM_ENV", "RuntimeUnavailable", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +85,18 @@ class KubeSim:
     """
 
     def __init__(self, config: Optional[SimConfig] = None, host: str = "127.0.0.1", port: int = 0,
-                 tls: bool = True) -> None:
+                 tls: bool = True, runtime: Optional[str] = None, images: Optional[Mapping[str, str]] = None) -> None:
         """``tls``: serve HTTPS with a CA of its own (as every real API server does); ``False``
-        serves plain HTTP, which clients must be told to accept for a bearer token."""
-        self.config = config or SimConfig()
+        serves plain HTTP, which clients must be told to accept for a bearer token.  ``runtime``
+        and ``images`` override :attr:`SimConfig.runtime` and :attr:`SimConfig.images`."""
+        config = config or SimConfig()
+        if runtime is not None:
+            config = _replace(config, runtime=runtime)
+        if images is not None:
+            config = _replace(config, images=dict(images))
+        if config.runtime not in ("model", "runc"):
+            raise ValueError("runtime must be 'model' or 'runc', not %r" % config.runtime)
+        self.config = config
         self.ca: Optional[ClusterCa] = ClusterCa(_cert_hosts(host)) if tls else None
         self.store = Store(self.config.event_log_size)
         self.cluster = Cluster(self.store, self.config)
@@ -90,15 +106,26 @@ class KubeSim:
         self._server: Optional[Server] = None
         self._threads: List[threading.Thread] = []
         self._stopping = threading.Event()
+        self._tokens: Dict[Tuple[str, str], str] = {}
+        self.runtime: Optional[RuncRuntime] = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "KubeSim":
-        """Bind, start serving and ticking; returns once requests are accepted."""
+        """Bind, start serving and ticking; returns once requests are accepted.  With the runc
+        runtime, first removes what stopped simulators left (:class:`RuntimeUnavailable` if this
+        machine cannot run containers)."""
         if self._server is not None:
             return self
         self._server = make_server(self.api, self._host, self._port,
                                    self.ca.context if self.ca is not None else None)
+        if self.config.runtime == "runc":
+            try:
+                self._start_runtime()
+            except BaseException:
+                self._server.server_close()
+                self._server = None
+                raise
         self._stopping.clear()
         self.store.closed = False
         serve_thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -109,8 +136,25 @@ class KubeSim:
             thread.start()
         return self
 
+    def _start_runtime(self) -> None:
+        identity = Identity(token=self._pod_token, ca_pem=self.ca.ca_pem if self.ca is not None else b"")
+        runtime = RuncRuntime(self.config.runtime_dir, self.config.images, self.store.get, identity,
+                              (self._host, self.port), pids_limit=self.config.pids_limit,
+                              log_max_bytes=self.config.container_log_max_bytes)
+        runtime.start()
+        self.runtime = runtime
+        self.cluster.attach_runtime(runtime)
+
+    def _pod_token(self, namespace: str, account: str) -> str:
+        """The token of a service account as a pod's projected volume carries it (one per account)."""
+        key = (namespace, account)
+        if key not in self._tokens:
+            self._tokens[key] = self.service_account_token(namespace, account)
+        return self._tokens[key]
+
     def stop(self) -> None:
-        """Stop the loop and the server; open watch streams end."""
+        """Stop the loop and the server; open watch streams end.  Real containers are killed and
+        everything of them removed."""
         if self._server is None:
             return
         self._stopping.set()
@@ -121,6 +165,9 @@ class KubeSim:
         for thread in self._threads:
             thread.join(timeout=5)
         self._server = None
+        if self.runtime is not None:
+            self.runtime.stop()
+            self.runtime = None
 
     def __enter__(self) -> "KubeSim":
         return self.start()
@@ -396,7 +443,8 @@ def serve(port: int, kubeconfig_path: str, namespace: str = "default", nodes: in
           node_memory: str = "16Gi", node_gpus: int = 0, token: Optional[str] = None, host: str = "127.0.0.1",
           run_seconds: Optional[float] = None, namespaces: Optional[List[str]] = None,
           ready: Optional[Callable[[KubeSim], None]] = None, stop: Optional[threading.Event] = None,
-          tls: bool = True) -> None:
+          tls: bool = True, runtime: str = "model", images: Optional[Mapping[str, str]] = None,
+          runtime_dir: Optional[str] = None) -> None:
     """Run a simulator until SIGINT/SIGTERM (or ``stop`` is set): ``podgahp sim k8s``.
 
     Writes a kubeconfig for it to ``kubeconfig_path`` (context namespace ``namespace``), then calls
@@ -410,6 +458,9 @@ def serve(port: int, kubeconfig_path: str, namespace: str = "default", nodes: in
         config = _replace(config, token=token)
     if run_seconds is not None:
         config = _replace(config, run_seconds=run_seconds)
+    config = _replace(config, runtime=runtime, images=dict(images or {}))
+    if runtime_dir is not None:
+        config = _replace(config, runtime_dir=runtime_dir)
     done = stop or threading.Event()
     handlers: Dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():

@@ -8,6 +8,11 @@ out graceful deletion (SIGTERM, exit, terminal phase, removal); and deletes obje
 (``metadata.ownerReferences``) are gone.  Status values follow the table of pod failure shapes in
 ``kubernetes-api.md`` §4.  How a container behaves is read from its env (see :data:`SIM_ENV`).
 
+With a container runtime attached (:meth:`Cluster.attach_runtime`, :mod:`podgahp_sim.kube.runc`)
+the kubelet runs each container for real instead: the ``PODGAHP_SIM_*`` variables mean nothing
+there; exit codes, OOM kills, signals, logs, storage use and volume contents are the containers'
+own, and the kubelet's periodic sync carries Secret and ConfigMap updates into running pods.
+
 Owns only runtime state keyed by pod uid; stores pod objects through :class:`Store` and knows
 nothing about HTTP.
 """
@@ -17,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import signal
 import time
 import uuid
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 from .admission import pod_requests
 from .config import SimConfig, SimNode, Taint
@@ -30,7 +36,11 @@ from .images import backoff_message, image_id, invalid_name_message, normalised,
     pull_error_message
 from .quantity import format_quantity, parse_quantity
 from .agenda import Agenda, Key
+from .envvars import ContainerConfigError
 from .store import Expired, JsonObj, Store, json_copy, now_rfc3339
+
+if TYPE_CHECKING:
+    from .runc import Container, RuncRuntime
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +109,10 @@ class ContainerRun:
     exit_at: Optional[float] = None
     exit_plan: Tuple[int, str] = (0, "Completed")
     log: List[str] = field(default_factory=list)
+    real: "Optional[Container]" = None
+    """The container the runtime runs (a runtime attached), else ``None``."""
+    kill_at: Optional[float] = None
+    """When a real container that got SIGTERM gets SIGKILL."""
 
     @property
     def name(self) -> str:
@@ -128,6 +142,8 @@ class PodRun:
     storage_message: str = ""
     dirty: bool = False
     transitions: Dict[str, Tuple[str, str]] = field(default_factory=dict)
+    sync_at: Optional[float] = None
+    """Next kubelet sync of a real pod's volumes and storage use."""
 
 
 @dataclass
@@ -231,6 +247,17 @@ class Cluster:
         self.events = EventRecorder(store, config)
         self.started = time.time()
         self.agenda = Agenda()
+        self.runtime: "Optional[RuncRuntime]" = None
+
+    def attach_runtime(self, runtime: "RuncRuntime") -> None:
+        """Run containers for real through ``runtime`` from now on."""
+        self.runtime = runtime
+
+    def _forget(self, uid: str) -> None:
+        """The pod is gone from the store: its runtime state, and its real containers and files."""
+        self.runs.pop(uid, None)
+        if self.runtime is not None:
+            self.runtime.remove_pod(uid)
 
     # ------------------------------------------------------------------ helpers
 
@@ -291,7 +318,7 @@ class Cluster:
         pods = self.store.items("pods")
         live = {p["metadata"]["uid"] for p in pods}
         for uid in [u for u in self.runs if u not in live]:
-            del self.runs[uid]
+            self._forget(uid)
         for uid in [u for u in self._requests if u not in live]:
             del self._requests[uid]
         self._visit(pods, now)
@@ -313,7 +340,7 @@ class Cluster:
                 gone.append(key)
                 agenda.collectable.update(self.store.dependents(meta.get("uid", "")))
                 if event.resource == "pods":
-                    self.runs.pop(meta.get("uid", ""), None)
+                    self._forget(meta.get("uid", ""))
                 continue
             if meta.get("ownerReferences"):
                 agenda.collectable.add(key)
@@ -366,6 +393,8 @@ class Cluster:
         """When the kubelet next has something to do for this pod (None: only if the pod changes)."""
         if run.dirty or pod["metadata"].get("deletionTimestamp"):
             return now
+        if any(c.real is not None and c.state != "terminated" for c in run.containers):
+            return now + self.config.tick_seconds  # real processes: watched at every tick
         if run.frozen:
             return None
         times = [c.next_at if c.state == "waiting" else c.exit_at for c in run.containers
@@ -526,6 +555,8 @@ class Cluster:
             self._start_kubelet(run, node_name, now)
         deleting = pod["metadata"].get("deletionTimestamp")
         if run.frozen and not deleting:
+            for container in run.containers:
+                self._reap_real(run, container, now)
             self._flush(pod, run, now)
             return
         spec = pod.get("spec") or {}
@@ -535,7 +566,10 @@ class Cluster:
             deadline = spec.get("activeDeadlineSeconds")
             if (deadline and run.bound_at is not None and now >= run.bound_at + deadline
                     and run.override is None and self._phase(pod, run) not in TERMINAL):
-                self._kill_all(run, now, 137, "Error")
+                if any(c.real is not None for c in run.containers):
+                    self._stop_real(pod, run, now, int(spec.get("terminationGracePeriodSeconds", 30)))
+                else:
+                    self._kill_all(run, now, 137, "Error")
                 run.override = ("Failed", "DeadlineExceeded",
                                 "Pod was active on the node longer than the specified deadline")
                 self.events.pod(pod, "Normal", "DeadlineExceeded", run.override[2], node=run.node, now=now)
@@ -547,22 +581,41 @@ class Cluster:
             else:
                 for container in run.containers:
                     self._step_container(pod, run, container, now)
+                if run.sync_at is not None and now >= run.sync_at and not run.frozen:
+                    self._sync_real(pod, run, now)
         # the terminal status is written first and the object removed on the next pass (kubelet >= 1.27)
         was_terminal = (pod.get("status") or {}).get("phase") in TERMINAL
         pod = self._flush(pod, run, now)
         if deleting and was_terminal and all(c.state == "terminated" for c in run.containers):
             self.store.delete("pods", run.namespace, run.name)
-            self.runs.pop(run.uid, None)
+            self._forget(run.uid)
 
     def _step_container(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
-        if c.state == "waiting" and now >= c.next_at:
-            if c.reason in ("ContainerCreating", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError"):
+        ended: Optional[Tuple[int, str, str]] = None
+        if c.state == "waiting" and c.real is not None:  # created, not started yet
+            ended = self._poll_real(c, now)
+            if ended is None and self.runtime is not None and self.runtime.started(c.real):
+                c.state, c.reason, c.message = "running", "", ""
+                c.started_at = now
+                run.dirty = True
+        elif c.state == "waiting" and now >= c.next_at:
+            if c.reason in ("ContainerCreating", "ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError",
+                            "CreateContainerError"):
                 self._create_container(pod, run, c, now)
             elif c.reason == "CrashLoopBackOff":
-                self._run_container(pod, run, c, now)
+                if self.runtime is not None:
+                    self._create_container(pod, run, c, now)
+                else:
+                    self._run_container(pod, run, c, now)
+        elif c.state == "running" and c.real is not None:
+            ended = self._poll_real(c, now)
+            if ended is None and c.exit_at is not None and now >= c.exit_at:
+                ended = (c.exit_plan[0], c.exit_plan[1], "")  # a driver action ends it
         elif c.state == "running" and c.exit_at is not None and now >= c.exit_at:
-            code, reason = c.exit_plan
-            self._finish(c, now, code, reason)
+            ended = (c.exit_plan[0], c.exit_plan[1], "")
+        if ended is not None:
+            code, reason = ended[0], ended[1]
+            self._finish(c, now, code, reason, ended[2])
             if reason == "OOMKilled" and run.node is not None:
                 self.events.node(run.node, "Warning", "SystemOOM", "System OOM encountered, victim process: %s, pid: %d"
                                  % (_process_name(c.spec), 1000 + self._ip_counter), now)
@@ -606,11 +659,15 @@ class Cluster:
         else:
             problem = self._config_error(pod, c)
             if problem is None:
+                try:
+                    self._run_container(pod, run, c, now)
+                except ContainerConfigError as e:
+                    problem = (e.reason, e.message)
+            if problem is None:
                 if c.restart_count == 0:
                     event("Normal", "Pulling", 'Pulling image "%s"' % c.image)
                     event("Normal", "Pulled", 'Successfully pulled image "%s" in %dms' % (
                         c.image, int(self.config.container_create_seconds * 1000)))
-                self._run_container(pod, run, c, now)
                 event("Normal", "Created", "Created container: %s" % c.name)
                 event("Normal", "Started", "Started container %s" % c.name)
                 return
@@ -626,6 +683,8 @@ class Cluster:
             self.published |= {image, normalised(image)}
 
     def _pullable(self, image: str) -> bool:
+        if self.runtime is not None:
+            return self.runtime.image(image) is not None
         if image in self.published or normalised(image) in self.published:
             return True
         if self.pullable is not None:
@@ -677,6 +736,9 @@ class Cluster:
         return ""
 
     def _run_container(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
+        if self.runtime is not None:
+            self._run_real(pod, run, c, now)
+            return
         c.state, c.reason, c.message = "running", "", ""
         c.started_at = now
         c.container_id = "containerd://" + hashlib.sha256(
@@ -703,6 +765,8 @@ class Cluster:
 
     def _finish(self, c: ContainerRun, now: float, code: int, reason: str, message: str = "") -> None:
         was_running = c.state == "running"
+        if c.real is not None and self.runtime is not None and self.runtime.running(c.real):
+            self.runtime.signal(c.real, signal.SIGKILL)  # ended by the kubelet (eviction, driver action)
         c.state, c.reason, c.message = "terminated", "", ""
         c.finished_at = now
         c.exit_at = None
@@ -713,7 +777,8 @@ class Cluster:
             terminated["startedAt"] = now_rfc3339(c.started_at)
             terminated["finishedAt"] = now_rfc3339(now)
             terminated["containerID"] = c.container_id
-            c.log.append("podgahp-sim: container %s exited with code %d (%s)" % (c.name, code, reason))
+            if c.real is None:
+                c.log.append("podgahp-sim: container %s exited with code %d (%s)" % (c.name, code, reason))
         c.terminated = terminated
 
     def _kill_all(self, run: PodRun, now: float, code: int, reason: str) -> None:
@@ -733,7 +798,9 @@ class Cluster:
                 if c.state == "running":
                     self.events.pod(pod, "Normal", "Killing", "Stopping container %s" % c.name, node=run.node,
                                     container=c.name, now=now)
-                    if c.sigterm_seconds <= grace:
+                    if c.real is not None:
+                        self._signal_real(c, now, grace)
+                    elif c.sigterm_seconds <= grace:
                         c.exit_at = min(c.exit_at or float("inf"), now + c.sigterm_seconds)
                         c.exit_plan = (c.sigterm_exit_code, "Completed" if c.sigterm_exit_code == 0 else "Error")
                     else:
@@ -743,9 +810,76 @@ class Cluster:
                     self._finish(c, now, 137, "ContainerStatusUnknown", UNKNOWN_MESSAGE)
             run.dirty = True
         for c in run.containers:
-            if c.state == "running" and c.exit_at is not None and now >= c.exit_at:
+            if c.real is not None:
+                self._reap_real(run, c, now)
+            elif c.state == "running" and c.exit_at is not None and now >= c.exit_at:
                 self._finish(c, now, *c.exit_plan)
                 run.dirty = True
+
+    # ------------------------------------------------------------------ real containers (a runtime attached)
+
+    def _run_real(self, pod: JsonObj, run: PodRun, c: ContainerRun, now: float) -> None:
+        """Create and start the container through the runtime (ContainerConfigError if it cannot)."""
+        assert self.runtime is not None
+        node = self.nodes[run.node or ""]
+        c.real = self.runtime.create(pod, c.spec, c.restart_count, pod_ip=run.pod_ip, host_ip=node.ip,
+                                     allocatable=node.allocatable)
+        c.state, c.reason, c.message = "waiting", "ContainerCreating", ""  # running once its process is
+        c.container_id = "containerd://" + hashlib.sha256(c.real.id.encode()).hexdigest()
+        c.exit_at = c.kill_at = None
+        if run.sync_at is None:
+            run.sync_at = now + self.config.kubelet_sync_seconds
+        run.dirty = True
+
+    def _poll_real(self, c: ContainerRun, now: float) -> Optional[Tuple[int, str, str]]:
+        """(code, reason, message) once the real container has ended; SIGKILL when its grace is over."""
+        if c.real is None or self.runtime is None or c.state == "terminated":
+            return None
+        if c.kill_at is not None and now >= c.kill_at:
+            c.kill_at = None
+            self.runtime.signal(c.real, signal.SIGKILL)
+        ended = self.runtime.poll(c.real)
+        return None if ended is None else (ended.code, ended.reason, ended.message)
+
+    def _reap_real(self, run: PodRun, c: ContainerRun, now: float) -> None:
+        ended = self._poll_real(c, now)
+        if ended is not None:
+            self._finish(c, now, *ended)
+            run.dirty = True
+
+    def _signal_real(self, c: ContainerRun, now: float, grace: float) -> None:
+        """SIGTERM now and SIGKILL when ``grace`` is over (at once without a grace period)."""
+        assert c.real is not None and self.runtime is not None
+        if grace <= 0:
+            self.runtime.signal(c.real, signal.SIGKILL)
+        else:
+            self.runtime.signal(c.real, signal.SIGTERM)
+            c.kill_at = now + grace
+
+    def _stop_real(self, pod: JsonObj, run: PodRun, now: float, grace: float) -> None:
+        """The kubelet kills the pod (deadline): its running containers get SIGTERM and their grace."""
+        for c in run.containers:
+            if c.state == "running" and c.real is not None:
+                self.events.pod(pod, "Normal", "Killing", "Stopping container %s" % c.name, node=run.node,
+                                container=c.name, now=now)
+                self._signal_real(c, now, grace)
+            elif c.state == "running":
+                self._finish(c, now, 137, "Error")
+            elif c.state == "waiting":
+                self._finish(c, now, 137, "ContainerStatusUnknown", UNKNOWN_MESSAGE)
+        run.dirty = True
+
+    def _sync_real(self, pod: JsonObj, run: PodRun, now: float) -> None:
+        """The kubelet's periodic sync: volume contents follow their objects; local storage over a
+        limit evicts the pod."""
+        assert self.runtime is not None
+        run.sync_at = now + self.config.kubelet_sync_seconds
+        node = self.nodes[run.node or ""]
+        self.runtime.sync_volumes(pod, run.pod_ip, node.ip, node.allocatable)
+        message = self.runtime.storage_excess(pod, [c.real for c in run.containers if c.real is not None])
+        if message and any(c.state == "running" for c in run.containers):
+            self._kill_all(run, now, 137, "Error")
+            self._mark_evicted(pod, run, now, message)
 
     # ------------------------------------------------------------------ status
 
@@ -1031,6 +1165,8 @@ class Cluster:
             return None
         for c in run.containers:
             if c.name == container:
+                if c.real is not None and self.runtime is not None:
+                    return self.runtime.log_lines(c.real)
                 return list(c.log)
         return None
 

@@ -120,3 +120,19 @@ class SimConfig:
     toleration_seconds: int = 300
     """``tolerationSeconds`` of the default not-ready/unreachable tolerations added to every pod."""
     git_version: str = "v1.30.0"
+    runtime: str = "model"
+    """How containers run: ``model`` (their behaviour read from ``PODGAHP_SIM_*`` variables, no
+    process) or ``runc`` (each container a real process tree, :mod:`podgahp_sim.kube.runc`)."""
+    images: Mapping[str, str] = field(default_factory=dict)
+    """With ``runc``: image reference -> root filesystem or image directory (:mod:`podgahp_sim.kube.registry`);
+    the only images the nodes can pull."""
+    runtime_dir: str = "/var/lib/podgahp-sim"
+    """With ``runc``: where each simulator keeps its containers' bundles, volumes and logs."""
+    kubelet_sync_seconds: float = 1.0
+    """With ``runc``: period of the kubelet's sync of a running pod: Secret and ConfigMap volumes
+    follow their objects, local storage use is measured (a real kubelet: about a minute for volumes,
+    10 s for storage)."""
+    pids_limit: int = 4096
+    """With ``runc``: most processes per container (a kubelet's ``podPidsLimit``; 0: no limit)."""
+    container_log_max_bytes: int = 10 * 1024 * 1024
+    """With ``runc``: a container log past this size starts again (the kubelet's ``containerLogMaxSize``)."""
