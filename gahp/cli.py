@@ -162,27 +162,51 @@ def routes_check(config_file: str | None, jobs_file: str | None, mode: str, ce_c
 
 @routes.command("convert")
 @click.argument("config_file", type=click.Path(dir_okay=False, allow_dash=True))
-def routes_convert(config_file: str) -> None:
-    """Print CONFIG_FILE's JOB_ROUTER_ENTRIES as JOB_ROUTER_ROUTE_* routes (HTCondor 24.10+ syntax)."""
+@click.option("--emulated-ce/--no-ce", "ce", default=True, show_default=True,
+              help="Prove the conversion behind HTCondor-CE's router transforms (the old routes behind "
+                   "HTCondor-CE 23.0's defaults), or without a CE.")
+@click.option("--no-proof", is_flag=True, help="Convert only; do not route pilots through both forms.")
+def routes_convert(config_file: str, ce: bool, no_proof: bool) -> None:
+    """Print CONFIG_FILE with its JOB_ROUTER_ENTRIES as JOB_ROUTER_ROUTE_* routes (the syntax of
+    HTCondor 24.10 and later); on standard error, what to know and the proof: the same pilots
+    routed through the old and the converted routes by HTCondor's own tools.
+
+    Exits 1 when the proof finds a difference (the converted file is printed either way)."""
+    import tempfile
+
     from gahp import routes as routes_lib
     from gahp.errors import GahpError
     from gahp.files import read_input
 
     try:
-        if config_file == "-":
-            data = sys.stdin.buffer.read(routes_lib.MAX_FILE_BYTES + 1)
-        else:
-            data = read_input(config_file, "routes file", routes_lib.MAX_FILE_BYTES, "a routes file")
-        if b"\0" in data or len(data) > routes_lib.MAX_FILE_BYTES:
-            raise click.ClickException(f"{config_file}: not a routes file (binary, or larger than "
-                                       f"{routes_lib.MAX_FILE_BYTES} bytes)")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise click.ClickException(f"{config_file}: not UTF-8 text (byte {e.start})") from None
-        click.echo(routes_lib.convert(text), nl=False)
+        with tempfile.TemporaryDirectory(prefix="podgahp-convert-input-") as tmp:
+            path = config_file
+            if config_file == "-":
+                data = sys.stdin.buffer.read(routes_lib.MAX_FILE_BYTES + 1)
+                if len(data) > routes_lib.MAX_FILE_BYTES:
+                    raise click.ClickException(f"standard input: more than {routes_lib.MAX_FILE_BYTES} bytes")
+                path = os.path.join(tmp, "stdin.conf")
+                with open(path, "wb") as f:
+                    f.write(data)
+            else:
+                data = read_input(config_file, "routes file", routes_lib.MAX_FILE_BYTES, "a routes file")
+            if b"\0" in data:
+                raise click.ClickException(f"{config_file}: not a routes file (binary)")
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise click.ClickException(f"{config_file}: not UTF-8 text (byte {e.start})") from None
+            conversion, proofs = routes_lib.convert_and_prove(path, mode="emulated" if ce else "plain",
+                                                             proof=not no_proof)
     except GahpError as e:
         raise click.ClickException(str(e)) from None
+    click.echo(conversion.text, nl=False)
+    for note in conversion.notes:
+        click.echo(f"note: {note}", err=True)
+    if proofs:
+        click.echo(routes_lib.proof_text(proofs, "emulated" if ce else "plain"), err=True, nl=False)
+    if any(p.differences for p in proofs):
+        raise click.exceptions.Exit(1)
 
 
 @main.command()

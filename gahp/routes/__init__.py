@@ -9,7 +9,8 @@ tools, convert the old syntax.
 * :mod:`.samples` and :mod:`.pilots` — the built-in sample pilots, and pilots built to reach a route;
 * :mod:`.submit_ad` — the submit ad the gridmanager would build from a routed job, and podgahp's view of it;
 * :mod:`.check` and :mod:`.report` — ``podgahp routes check``;
-* :mod:`.convert` — ``podgahp routes convert``: ``JOB_ROUTER_ENTRIES`` to ``JOB_ROUTER_ROUTE_*``.
+* :mod:`.convert` and :mod:`.proof` — ``podgahp routes convert``: ``JOB_ROUTER_ENTRIES`` to
+  ``JOB_ROUTER_ROUTE_*``, proven by routing the same pilots through both.
 
 Must not know any backend or client library: what a backend does with the ad is its own business.
 ClassAds are parsed and unparsed only through ``classad2``.
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 from gahp.errors import RoutesError
 from gahp.routes.check import MODES, check_file, resolve_mode
-from gahp.routes.convert import ROUTE_MACROS, convert
+from gahp.routes.convert import ROUTE_MACROS, Conversion, convert_routes
+from gahp.routes.proof import RouteProof, convert_and_prove, proof_text
 from gahp.routes.report import Report, Route, SampleResult
 from gahp.routes.samples import SAMPLES, Sample, samples_text
 from gahp.routes.sources import CE_CONDOR_CONFIG, CE_ROUTER_EMULATION, CE_ROUTER_ENV, MAX_FILE_BYTES
@@ -27,4 +29,4 @@ from gahp.routes.submit_ad import COPIED_ATTRIBUTES, gahp_view, grid_type, predi
 
 __all__ = ["CE_CONDOR_CONFIG", "CE_ROUTER_EMULATION", "CE_ROUTER_ENV", "COPIED_ATTRIBUTES", "MAX_FILE_BYTES",
            "MODES", "ROUTE_MACROS", "Report", "Route", "RoutesError", "SAMPLES", "Sample", "SampleResult",
-           "check_file", "convert", "gahp_view", "grid_type", "predict_submit_ad", "resolve_mode", "samples_text"]
+           "check_file", "Conversion", "RouteProof", "convert_and_prove", "convert_routes", "proof_text", "gahp_view", "grid_type", "predict_submit_ad", "resolve_mode", "samples_text"]

@@ -130,13 +130,10 @@ class _Check:
         entries = self._old_syntax(messages, locations)
         expected = self._names(routes, entries, by_route, messages, locations)
         self._grid_resources(routes)
-        samples, built = self._pilots(jobs_file, routes)
-        jobs_path = os.path.join(tmp, "pilots.ads")
-        Path(jobs_path).write_text(samples_text(samples))
-        os.chmod(jobs_path, 0o644)
-        routed, run_messages = self.tools.route_jobs(jobs_path)
+        samples, built = pilots(routes, self.tools.value("JOB_ROUTER_SOURCE_JOB_CONSTRAINT"), jobs_file)
+        routed, run_messages = route(self.tools, samples, tmp)
         failures = transform_failures(run_messages)
-        results = [self._result(sample, routed.get(_job_id(sample)), failures, locations) for sample in samples]
+        results = [self._result(sample, routed.get(job_id(sample)), failures, locations) for sample in samples]
         self._coverage(routes, results, built)
         return self.report(routes=tuple(routes), expected_routes=tuple(expected), samples=tuple(results),
                            router_messages=tuple(messages))
@@ -235,54 +232,35 @@ class _Check:
     # ---------------------------------------------------------------------------------------
     # the pilots
 
-    def _pilots(self, jobs_file: Optional[str], routes: Sequence[Route]) -> Tuple[List[Sample], Dict[str, str]]:
-        """The pilots to route, and for each route a pilot was built for, that pilot's job id
-        ('' when none could be built)."""
-        if jobs_file is not None:
-            return _jobs_samples(jobs_file), {}
-        samples = list(SAMPLES)
-        conditions = [RouteCondition(r.name, r.requirements) for r in routes]
-        constraint = self.tools.value("JOB_ROUTER_SOURCE_JOB_CONSTRAINT")
-        covered = {_first_route(s, conditions, constraint) for s in samples}
-        built: Dict[str, str] = {}
-        for index, route in enumerate(conditions):
-            if route.name in covered:
-                continue
-            pilot = pilot_for(route, conditions[:index], constraint, SAMPLES[0], 100 + index)
-            built[route.name] = "" if pilot is None else f"{100 + index}.0"
-            if pilot is not None:
-                samples.append(pilot)
-        return samples, built
-
     def _result(self, sample: Sample, routed: Optional[classad2.ClassAd], failures: Dict[str, Tuple[str, str]],
                 locations: Dict[str, Tuple[str, str]]) -> SampleResult:
-        job_id = _job_id(sample)
+        source = job_id(sample)
         if routed is None:
-            if job_id in failures:
-                route, reason = failures[job_id]
-                at = locations.get(f"JOB_ROUTER_ROUTE_{route.upper()}", ("", self.path))[1]
-                self.problems.append(f"{at}: route {route} cannot be applied to pilot {sample.name}: {reason}")
-                return SampleResult(sample.name, job_id, sample.description, route,
-                                    error=f"route {route} cannot be applied to it: {reason}")
-            return SampleResult(sample.name, job_id, sample.description, error="no route takes it")
+            if source in failures:
+                failed, reason = failures[source]
+                at = locations.get(f"JOB_ROUTER_ROUTE_{failed.upper()}", ("", self.path))[1]
+                self.problems.append(f"{at}: route {failed} cannot be applied to pilot {sample.name}: {reason}")
+                return SampleResult(sample.name, source, sample.description, failed,
+                                    error=f"route {failed} cannot be applied to it: {reason}")
+            return SampleResult(sample.name, source, sample.description, error="no route takes it")
         return self._routed(sample, routed)
 
     def _routed(self, sample: Sample, routed: classad2.ClassAd) -> SampleResult:
-        job_id = _job_id(sample)
-        route = ad_value(routed, "RouteName")
-        route_name = route if isinstance(route, str) else "(unnamed)"
+        source = job_id(sample)
+        named = ad_value(routed, "RouteName")
+        route_name = named if isinstance(named, str) else "(unnamed)"
         resource = ad_value(routed, "GridResource")
         grid_resource = resource if isinstance(resource, str) else ""
         routed_text = "\n".join(f"{k} = {routed.lookup(k)}" for k in sorted(routed.keys(), key=str.lower))
         batch, _ = grid_type(grid_resource)
         if batch not in ("k8s", "lancium"):
-            return SampleResult(sample.name, job_id, sample.description, route_name, grid_resource,
+            return SampleResult(sample.name, source, sample.description, route_name, grid_resource,
                                 routed_ad=routed_text, error=f"not a podgahp route (GridResource \"{grid_resource}\")")
         try:
-            submit, job = gahp_view(routed, "routes-check_" + job_id.replace(".", "_"))
+            submit, job = gahp_view(routed, "routes-check_" + source.replace(".", "_"))
         except InvalidJob as e:
             self.problems.append(f"pilot {sample.name} on route {route_name}: podgahp would hold it: {e}")
-            return SampleResult(sample.name, job_id, sample.description, route_name, grid_resource,
+            return SampleResult(sample.name, source, sample.description, route_name, grid_resource,
                                 routed_ad=routed_text, error=f"podgahp would hold it: {e}")
         submit_ad = classad2.parseOne(submit)
         sent = ce_requirements(str(submit_ad.lookup("CERequirements"))) if "CERequirements" in submit_ad else {}
@@ -297,7 +275,7 @@ class _Check:
         for name in UNUSED_SUBMIT_ATTRIBUTES:
             if name in submit_ad:
                 notes.append(f"{name} = {submit_ad.lookup(name)} reaches podgahp, which does not use it")
-        return SampleResult(sample.name, job_id, sample.description, route_name, grid_resource, submit, job,
+        return SampleResult(sample.name, source, sample.description, route_name, grid_resource, submit, job,
                             routed_text, notes=tuple(notes))
 
     def _coverage(self, routes: Sequence[Route], results: Sequence[SampleResult], built: Dict[str, str]) -> None:
@@ -322,6 +300,40 @@ class _Check:
             else:
                 self.warnings.append(f"{where}: no sample pilot matched route {route.name}; give pilots it accepts "
                                      "with --jobs to see what it does")
+
+
+def pilots(routes: Sequence[Route], constraint: Optional[str],
+           jobs_file: Optional[str] = None) -> Tuple[List[Sample], Dict[str, str]]:
+    """The pilots to route — the admin's, or the built-in samples plus one built for each route
+    none of them reaches — and, by route, the job id of the pilot built for it ('' when none could
+    be built)."""
+    if jobs_file is not None:
+        return _jobs_samples(jobs_file), {}
+    samples = list(SAMPLES)
+    conditions = [RouteCondition(r.name, r.requirements) for r in routes]
+    covered = {_first_route(s, conditions, constraint) for s in samples}
+    built: Dict[str, str] = {}
+    for index, condition_ in enumerate(conditions):
+        if condition_.name in covered:
+            continue
+        pilot = pilot_for(condition_, conditions[:index], constraint, SAMPLES[0], 100 + index)
+        built[condition_.name] = "" if pilot is None else f"{100 + index}.0"
+        if pilot is not None:
+            samples.append(pilot)
+    return samples, built
+
+
+def route(tools: Tools, samples: Sequence[Sample], tmp: str) -> Tuple[Dict[str, classad2.ClassAd], List[str]]:
+    """The routed ads of ``samples`` by source job id, and the router's other lines."""
+    jobs_path = os.path.join(tmp, "pilots.ads")
+    Path(jobs_path).write_text(samples_text(samples))
+    os.chmod(jobs_path, 0o644)
+    return tools.route_jobs(jobs_path)
+
+
+def job_id(sample: Sample) -> str:
+    ad = classad2.parseOne(sample.ad, classad2.ParserType.Old)
+    return f"{ad_value(ad, 'ClusterId')}.{ad_value(ad, 'ProcId')}"
 
 
 def whole_node_note(grid_type: Optional[str]) -> str:
@@ -419,11 +431,6 @@ def _located(route: Route, locations: Dict[str, Tuple[str, str]]) -> Route:
         found = locations.get("JOB_ROUTER_ENTRIES")
     return Route(route.name, route.grid_resource, route.requirements, route.max_jobs, route.max_idle_jobs,
                  route.old_syntax, found[1] if found else "")
-
-
-def _job_id(sample: Sample) -> str:
-    ad = classad2.parseOne(sample.ad, classad2.ParserType.Old)
-    return f"{ad_value(ad, 'ClusterId')}.{ad_value(ad, 'ProcId')}"
 
 
 def _first_route(sample: Sample, conditions: Sequence[RouteCondition], constraint: Optional[str]) -> str:

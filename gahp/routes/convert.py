@@ -1,21 +1,42 @@
-"""``podgahp routes convert``: ``JOB_ROUTER_ENTRIES`` (old ClassAd syntax, gone in HTCondor 24.10)
-rewritten as ``JOB_ROUTER_ROUTE_<name>`` transforms."""
+"""``podgahp routes convert``: routes in the old ``JOB_ROUTER_ENTRIES`` syntax (read by HTCondor
+23.x and 24.0 only) rewritten as ``JOB_ROUTER_ROUTE_<name>`` transforms, without loss.
+
+HTCondor reads the file (:func:`read_old_routes`: comments, continuations, ``@=`` blocks, macros,
+includes, nothing run); :func:`convert_routes` then rewrites each entry, merged with
+``JOB_ROUTER_DEFAULTS`` as the JobRouter merges them:
+
+* ``Requirements`` → ``REQUIREMENTS`` (references to the route's own attributes inlined, ``TARGET.``
+  dropped: a route's requirements now see the job directly);
+* route settings (``GridResource``, ``MaxJobs``, ...) → macros of the same name;
+* ``copy_``/``delete_``/``set_``/``eval_set_`` → ``COPY``/``DELETE``/``SET``/``EVALSET``, in the order
+  the old syntax applied them (``eval_set_`` expressions with the route's own attributes inlined, as
+  there they were evaluated with the route as ``MY``);
+* HTCondor-CE's route defaults — ``default_xcount``, ``default_maxMemory``, ``default_queue``,
+  ``default_maxWallTime``, ``default_pilot_job_env``, given as ``set_default_*``, ``eval_set_default_*``
+  or a plain ``default_*`` attribute — → the ``default_*`` **macros** the CE's transforms read
+  (HTCondor's own converter writes ``SET default_*``, a job attribute the CE never reads);
+  ``default_CERequirements``, which the CE reads from the job, → ``SET default_CERequirements``;
+* any other attribute → a macro of the same name, as HTCondor's converter keeps it.
+
+The rest of the file stays as it was, comments included; the comments inside
+``JOB_ROUTER_ENTRIES`` go with the route they were written in. ``JOB_ROUTER_ROUTE_NAMES``: where the
+file sets it, it stays (the routes it leaves out were not used before either, and a note says so);
+where it does not, the converted routes are listed first, without leaving an empty name.
+"""
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
 from gahp.errors import RoutesError
+from gahp.routes.config_text import Statement
+from gahp.routes.sources import SafeConfig
 from gahp.routes.submit_ad import LIST_SEPARATORS, ad_value, delete_attributes
-
-
-# --------------------------------------------------------------------------------------------
-# Converting JOB_ROUTER_ENTRIES
-
 
 #: Route-ad attributes that are router settings; they become bare macros of the same name.
 ROUTE_MACROS: Tuple[str, ...] = (
@@ -24,97 +45,188 @@ ROUTE_MACROS: Tuple[str, ...] = (
     "UseSharedX509UserProxy", "SharedX509UserProxy", "JobShouldBeSandboxed",
 )
 _MACROS = {m.lower(): m for m in ROUTE_MACROS}
-#: Order in which HTCondor applies old-syntax edits (and lists them when it converts a route).
+#: HTCondor-CE's route defaults: read by its transforms as macros of the route.
+CE_DEFAULT_MACROS: Tuple[str, ...] = ("default_xcount", "default_maxMemory", "default_queue",
+                                      "default_maxWallTime", "default_pilot_job_env")
+_CE_DEFAULTS = {m.lower(): m for m in CE_DEFAULT_MACROS}
+#: Order in which HTCondor applies old-syntax edits.
 _EDITS: Tuple[Tuple[str, str], ...] = (
     ("copy_", "COPY"), ("delete_", "DELETE"), ("set_", "SET"), ("eval_set_", "EVALSET"))
-#: Knobs that convert() replaces.
+#: Knobs of the old syntax that the conversion replaces or makes pointless.
 _CONSUMED = ("JOB_ROUTER_ENTRIES", "JOB_ROUTER_DEFAULTS", "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES",
-             "MERGE_JOB_ROUTER_DEFAULT_ADS")
-_UNSUPPORTED = ("JOB_ROUTER_ENTRIES_FILE", "JOB_ROUTER_ENTRIES_CMD")
-_ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(@?=)\s*(.*)$")
+             "MERGE_JOB_ROUTER_DEFAULT_ADS", "JOB_ROUTER_ENTRIES_FILE")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_SCOPE = re.compile(r"\b(target|my)\.", re.IGNORECASE)
+_TARGET = re.compile(r"\btarget\.", re.IGNORECASE)
+_TRUE = ("true", "1", "yes", "t")
 
 
 @dataclass(frozen=True)
-class _Knob:
-    """One assignment in a config file: its name, its value and the lines it spans."""
+class OldRoutes:
+    """The old-syntax routes of one file, as HTCondor reads them, and the file's text."""
+
+    path: str
+    lines: Tuple[str, ...]
+    statements: Tuple[Statement, ...]
+    entries: str
+    defaults: str = ""
+    merge_defaults: bool = False
+    route_names: Optional[str] = None
+    names_in_file: bool = False
+    entries_file: str = ""
+
+
+@dataclass(frozen=True)
+class ConvertedRoute:
+    """One converted route: its name, its block, and what an admin should know about it."""
 
     name: str
-    value: str
-    first: int
-    last: int
+    block: str
+    entry: str
+    notes: Tuple[str, ...] = ()
+    grid_resource: str = ""
 
 
-def _config_knobs(text: str) -> Iterator[_Knob]:
-    """Assignments of an HTCondor config file (``NAME = value`` with ``\\`` continuations,
-    ``NAME @=tag`` ... ``@tag``); comments, includes and conditionals are skipped."""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        match = _ASSIGNMENT.match(line)
-        if not match or line.lstrip().startswith("#"):
-            i += 1
-            continue
-        name, op, rest = match.groups()
-        first = i
-        if op == "@=":
-            tag = rest.strip()
-            body: List[str] = []
-            i += 1
-            while i < len(lines) and lines[i].strip() != "@" + tag:
-                body.append(lines[i])
-                i += 1
-            if i >= len(lines):
-                raise RoutesError(f"line {first + 1}: {name} @={tag} has no closing @{tag}")
-            yield _Knob(name, "\n".join(body), first, i)
-            i += 1
-            continue
-        value = rest
-        while value.endswith("\\") and i + 1 < len(lines):
-            i += 1
-            value = value[:-1] + "\n" + lines[i]
-        yield _Knob(name, value.strip(), first, i)
-        i += 1
+@dataclass(frozen=True)
+class Conversion:
+    """A converted file."""
+
+    text: str
+    routes: Tuple[ConvertedRoute, ...]
+    notes: Tuple[str, ...] = field(default_factory=tuple)
 
 
-def _plain_scope(expr: classad2.ExprTree, where: str) -> str:
-    """Unparse ``expr`` with ``target.`` references made plain (new-syntax REQUIREMENTS see the job)."""
-    text = str(expr)
-    pieces: List[str] = []
-    last = 0
-    for string in _STRING.finditer(text):
-        pieces.append(_strip_scope(text[last:string.start()], where))
-        pieces.append(string.group(0))
-        last = string.end()
-    pieces.append(_strip_scope(text[last:], where))
-    return "".join(pieces)
+# --------------------------------------------------------------------------------------------
+# Reading
 
 
-def _strip_scope(code: str, where: str) -> str:
-    def replace(match: "re.Match[str]") -> str:
-        if match.group(1).lower() == "my":
-            raise RoutesError(f"{where} refers to the route itself (MY.); rewrite it by hand")
-        return ""
+def read_old_routes(safe: SafeConfig, path: str) -> OldRoutes:
+    """The old-syntax routes of ``path``, read by HTCondor (``safe`` holds only that file)."""
+    path = os.path.abspath(path)
+    safe.include(path)
+    tools = safe.tools()
+    copy = safe.copies[path]
+    for knob in ("JOB_ROUTER_ENTRIES_CMD",):
+        found = [s for s in copy.statements if s.knob == knob]
+        if found:
+            raise RoutesError(f"{path}:{found[0].first + 1}: {knob} runs a program, which podgahp never does: run it "
+                              "yourself, put what it prints into JOB_ROUTER_ENTRIES and convert that")
+    entries = tools.value("JOB_ROUTER_ENTRIES") or ""
+    entries_file = tools.value("JOB_ROUTER_ENTRIES_FILE") or ""
+    if entries_file.strip():
+        try:
+            from gahp.files import read_input
+            from gahp.errors import InvalidJob
 
-    return _SCOPE.sub(replace, code)
+            data = read_input(entries_file.strip(), "JOB_ROUTER_ENTRIES_FILE", 4 * 1024 * 1024, "a routes file")
+        except InvalidJob as e:
+            raise RoutesError(str(e)) from None
+        entries = data.decode("utf-8", "replace") + "\n" + entries
+    if not entries.strip():
+        raise RoutesError(f"{path}: no JOB_ROUTER_ENTRIES (nor JOB_ROUTER_ENTRIES_FILE): nothing to convert")
+    names_at = [s for s in copy.statements if s.knob == "JOB_ROUTER_ROUTE_NAMES"]
+    return OldRoutes(
+        path=path, lines=tuple(copy.lines), statements=tuple(copy.statements), entries=entries,
+        defaults=tools.value("JOB_ROUTER_DEFAULTS") or "",
+        merge_defaults=(tools.value("MERGE_JOB_ROUTER_DEFAULT_ADS") or "").strip().lower() in _TRUE,
+        route_names=tools.value("JOB_ROUTER_ROUTE_NAMES"), names_in_file=bool(names_at),
+        entries_file=entries_file.strip())
 
 
-def _parse_ads(text: str, knob: str) -> List[classad2.ClassAd]:
-    ads: List[classad2.ClassAd] = []
+# --------------------------------------------------------------------------------------------
+# ClassAds of the old syntax
+
+
+def parse_entries(text: str, what: str = "JOB_ROUTER_ENTRIES") -> List[classad2.ClassAd]:
+    """The ClassAds of ``text`` (``[ ... ] [ ... ]``)."""
     stripped = text.strip()
     if not stripped:
-        return ads
+        return []
     if not stripped.startswith("["):
         stripped = "[ " + stripped + " ]"
     try:
         ads = list(classad2.parseAds(stripped, classad2.ParserType.New))
     except Exception as e:  # noqa: BLE001 - the bindings raise a bare exception type on parse errors
-        raise RoutesError(f"{knob} is not a list of ClassAds in new syntax ([ ... ] [ ... ]): {e}") from e
+        raise RoutesError(f"{what} is not a list of ClassAds ([ ... ] [ ... ]): {e}") from e
     if not ads:
-        raise RoutesError(f"{knob} is not a list of ClassAds in new syntax ([ ... ] [ ... ])")
+        raise RoutesError(f"{what} is not a list of ClassAds ([ ... ] [ ... ])")
     return ads
+
+
+def merged_defaults(text: str, merge: bool) -> classad2.ClassAd:
+    """JOB_ROUTER_DEFAULTS as the JobRouter reads it: one ad, or several merged when told to."""
+    merged = classad2.ClassAd()
+    ads = parse_entries(text, "JOB_ROUTER_DEFAULTS")
+    if len(ads) > 1 and not merge:
+        ads = ads[:1]
+    for ad in ads:
+        for key in ad.keys():
+            delete_attributes(merged, key)
+            merged[key] = ad.lookup(key)
+    return merged
+
+
+def merge(defaults: classad2.ClassAd, entry: classad2.ClassAd) -> classad2.ClassAd:
+    """A route as the JobRouter builds it: the defaults, then the entry's attributes over them."""
+    route = classad2.ClassAd()
+    for ad in (defaults, entry):
+        for key in ad.keys():
+            delete_attributes(route, key)
+            route[key] = ad.lookup(key)
+    return route
+
+
+def _outside_strings(text: str, pattern: "re.Pattern[str]", replacement: str) -> str:
+    pieces: List[str] = []
+    last = 0
+    for string in _STRING.finditer(text):
+        pieces.append(pattern.sub(replacement, text[last:string.start()]))
+        pieces.append(string.group(0))
+        last = string.end()
+    pieces.append(pattern.sub(replacement, text[last:]))
+    return "".join(pieces)
+
+
+def _literal(value: object) -> str:
+    holder = classad2.ClassAd()
+    holder["v"] = value
+    return str(holder.lookup("v"))
+
+
+def inline(route: classad2.ClassAd, expr: classad2.ExprTree, untarget: bool) -> str:
+    """``expr`` as it reads without the route: the route's own attributes (``MY.`` or unscoped)
+    inlined, what the route does not define of ``MY.`` made ``undefined`` (as it was), and with
+    ``untarget`` the ``TARGET.`` scope dropped (the job is now the only scope)."""
+    text = str(expr)
+    if [r for r in route.internalRefs(expr) if r] or re.search(r"\bmy\.", _STRING.sub('""', text), re.IGNORECASE):
+        scope = classad2.ClassAd()
+        for key in route.keys():
+            scope[key] = route.lookup(key)
+        for name in re.findall(r"\bmy\.([A-Za-z_]\w*)", _STRING.sub('""', text), re.IGNORECASE):
+            if name not in scope:
+                scope[name] = classad2.ExprTree("undefined")
+        flat = scope.flatten(expr)
+        text = str(flat) if isinstance(flat, classad2.ExprTree) else _literal(flat)
+    return _outside_strings(text, _TARGET, "") if untarget else text
+
+
+def _default_macro(name: str, route: classad2.ClassAd, expr: classad2.ExprTree, evaluate: bool) -> str:
+    """The ``default_*`` macro line for a CE default given as ``expr``."""
+    text = inline(route, expr, untarget=True) if evaluate else str(expr)
+    tree = classad2.ExprTree(text)
+    value = tree.eval() if not [r for r in classad2.ClassAd().externalRefs(tree) if r] else None
+    if name == "default_queue":
+        if isinstance(value, str):
+            return f"{name} = {_literal(value)[1:-1]}"
+        raise RoutesError(f"{name} = {text}: HTCondor-CE reads default_queue as plain text inside a string, so it must "
+                          "be a string, not an expression; write the queue out")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) or name == "default_pilot_job_env" and \
+            isinstance(value, str):
+        return f"{name} = {_literal(value)}"
+    return f"{name} = ({text})"
+
+
+# --------------------------------------------------------------------------------------------
+# Converting
 
 
 def _route_name(value: object, index: int) -> Tuple[str, Optional[str]]:
@@ -124,166 +236,184 @@ def _route_name(value: object, index: int) -> Tuple[str, Optional[str]]:
     return name, (None if name == value else f"was named {value!r}")
 
 
-def _convert_route(entry: classad2.ClassAd, index: int) -> Tuple[str, str]:
-    """(route name, ``JOB_ROUTER_ROUTE_<name> @=jrt ... @jrt`` block) for one merged route ad."""
-    name, note = _route_name(ad_value(entry, "Name"), index)
-    where = f"route {name}"
-    macros: List[Tuple[int, str]] = []
+def convert_entry(route: classad2.ClassAd, index: int) -> ConvertedRoute:
+    """The ``JOB_ROUTER_ROUTE_<name>`` block for one merged route ad."""
+    name, renamed = _route_name(ad_value(route, "Name"), index)
+    notes: List[str] = [f"route {name} {renamed}"] if renamed else []
+    settings: List[Tuple[int, str]] = []
+    defaults: List[str] = []
+    kept: List[str] = []
     requirements: Optional[str] = None
     edits: Dict[str, List[str]] = {keyword: [] for _, keyword in _EDITS}
-    for attr in sorted(entry.keys(), key=str.lower):
+    for attr in sorted(route.keys(), key=str.lower):
         lower = attr.lower()
-        expr = entry.lookup(attr)
+        expr = route.lookup(attr)
         if lower == "name":
             continue
         if lower == "requirements":
-            requirements = _plain_scope(expr, f"{where}: Requirements")
-            continue
-        if lower in _MACROS:
-            macros.append((ROUTE_MACROS.index(_MACROS[lower]), f"{_MACROS[lower]} = {expr}"))
-            continue
-        if lower == "default_cerequirements":
-            raise RoutesError(f"{where}: default_CERequirements is read from the job, not the route: "
-                              f"write set_default_CERequirements = {expr}; and convert again")
-        if lower.startswith("default_") and len(attr) > len("default_"):
-            # HTCondor-CE's defaults (default_maxWallTime, ...) are macros of the route.
-            macros.append((len(ROUTE_MACROS), f"{attr} = {expr}"))
-            continue
-        for prefix, keyword in _EDITS:
-            if lower.startswith(prefix) and len(attr) > len(prefix):
-                target = attr[len(prefix):]
-                if keyword == "COPY":
-                    value = entry.eval(attr)
-                    if not isinstance(value, str) or not value:
-                        raise RoutesError(f"{where}: {attr} must name the attribute to copy to, as a string")
-                    edits[keyword].append(f"COPY {target} {value}")
-                elif keyword == "DELETE":
-                    edits[keyword].append(f"DELETE {target}")
-                else:
-                    edits[keyword].append(f"{keyword} {target} {expr}")
-                break
+            requirements = inline(route, expr, untarget=True)
+        elif lower in _MACROS:
+            settings.append((ROUTE_MACROS.index(_MACROS[lower]), f"{_MACROS[lower]} = {expr}"))
+        elif lower in _CE_DEFAULTS:
+            defaults.append(_default_macro(_CE_DEFAULTS[lower], route, expr, evaluate=True))
+        elif lower == "default_cerequirements":
+            edits["SET"].append(f"SET default_CERequirements {expr}")
+            notes.append(f"route {name}: default_CERequirements is read from the job by HTCondor-CE: written as "
+                         "SET default_CERequirements (HTCondor's own converter keeps it as a macro, which the CE "
+                         "does not read)")
+        elif _ce_default_edit(lower) is not None:
+            target, evaluate = _ce_default_edit(lower)  # type: ignore[misc]
+            defaults.append(_default_macro(target, route, expr, evaluate=evaluate))
+            notes.append(f"route {name}: {attr} written as the macro {target}, which HTCondor-CE's transforms read "
+                         f"(HTCondor's own converter writes SET {target}, a job attribute the CE ignores)")
         else:
-            raise RoutesError(
-                f"{where}: attribute {attr} is neither a route setting ({', '.join(ROUTE_MACROS)}), a "
-                "CE default (default_*) nor a copy_/delete_/set_/eval_set_ edit; nothing reads it, remove it "
-                "and convert again")
-    # set_X before eval_set_X is the order HTCondor applies them; sorting by name above keeps a
-    # stable order within each kind.
+            edit = _edit(attr, route, expr, name)
+            if edit is not None:
+                edits[edit[0]].append(edit[1])
+            else:
+                kept.append(f"{attr} = {expr}")
+    if kept:
+        notes.append(f"route {name}: kept as macros of the route, which nothing reads unless a statement refers to "
+                     f"them: {', '.join(k.split(' = ')[0] for k in kept)}")
     lines = [f"JOB_ROUTER_ROUTE_{name} @=jrt"]
-    if note:
-        lines.insert(0, f"##  (converted: {note})")
-    lines += [f"  {m}" for _, m in sorted(macros)]
+    defaults.sort(key=lambda line: [m.lower() for m in CE_DEFAULT_MACROS].index(line.split(" = ")[0].lower()))
+    lines += [f"  {m}" for _, m in sorted(settings)] + [f"  {d}" for d in defaults] + [f"  {k}" for k in kept]
     if requirements is not None:
         lines.append(f"  REQUIREMENTS {requirements}")
     for _, keyword in _EDITS:
         lines += [f"  {e}" for e in edits[keyword]]
     lines.append("@jrt")
-    return name, "\n".join(lines)
+    resource = ad_value(route, "GridResource")
+    return ConvertedRoute(name, "\n".join(lines), repr(route), tuple(notes),
+                          resource if isinstance(resource, str) else "")
 
 
-def convert(text: str) -> str:
-    """Rewrite a config file's ``JOB_ROUTER_ENTRIES`` (and ``JOB_ROUTER_DEFAULTS``) in route syntax.
-
-    The entries are parsed with ``classad2``; each becomes ``JOB_ROUTER_ROUTE_<name> @=jrt ... @jrt``
-    with the defaults merged in (the entry wins), route settings as bare macros, ``Requirements`` as
-    ``REQUIREMENTS`` with ``target.`` dropped, and ``copy_``/``delete_``/``set_``/``eval_set_`` as
-    ``COPY``/``DELETE``/``SET``/``EVALSET``; ``JOB_ROUTER_ROUTE_NAMES`` lists them in entry order.
-    Every other line of the file is kept. Raises :class:`RoutesError` naming what cannot be converted.
-    """
-    knobs = list(_config_knobs(text))
-    by_name: Dict[str, _Knob] = {}
-    for knob in knobs:
-        by_name[knob.name.upper()] = knob  # the last assignment wins, as in HTCondor
-    entries_knob = _convertible(by_name)
-    defaults_knob = by_name.get("JOB_ROUTER_DEFAULTS")
-    defaults = _defaults(defaults_knob, by_name.get("MERGE_JOB_ROUTER_DEFAULT_ADS"))
-
-    names: List[str] = []
-    blocks: List[str] = []
-    for index, entry in enumerate(_parse_ads(entries_knob.value, "JOB_ROUTER_ENTRIES"), start=1):
-        merged = classad2.ClassAd()
-        for key, expr in defaults.items():
-            merged[key] = expr
-        for key in entry.keys():
-            delete_attributes(merged, key)
-            merged[key] = entry.lookup(key)
-        name, block = _convert_route(merged, index)
-        if name in names:
-            raise RoutesError(f"two entries are named {name}; route names must be unique")
-        names.append(name)
-        blocks.append(block)
-
-    listed = route_names(by_name["JOB_ROUTER_ROUTE_NAMES"].value) if "JOB_ROUTER_ROUTE_NAMES" in by_name else []
-    new_names = [n for n in names if n not in listed]
-    replacement = [
-        "##  Routes converted from JOB_ROUTER_ENTRIES by podgahp routes convert"
-        + (" (JOB_ROUTER_DEFAULTS merged into each)" if defaults_knob is not None else "") + ".",
-        "##  Match order: the order of JOB_ROUTER_ROUTE_NAMES.",
-    ]
-    if new_names:
-        # First: a catch-all route defined elsewhere (an HTCondor-CE batch-system package) would
-        # otherwise take every job before them.
-        replacement.append("JOB_ROUTER_ROUTE_NAMES = " + " ".join(new_names) + " $(JOB_ROUTER_ROUTE_NAMES)")
-    replacement.append("")
-    replacement.append("\n\n".join(blocks))
-    header = ["##  Converted to JOB_ROUTER_ROUTE_* routes by podgahp routes convert; the comments are",
-              "##  those of the original file, which used JOB_ROUTER_ENTRIES.", ""]
-    out = _replace_knobs(text, knobs, entries_knob, replacement)
-    return "\n".join(header + out).rstrip("\n") + "\n"
+def _ce_default_edit(lower: str) -> Optional[Tuple[str, bool]]:
+    """(macro name, whether the value is an expression to evaluate) for ``set_default_X`` and
+    ``eval_set_default_X`` of a CE default; None for anything else."""
+    for prefix, evaluate in (("set_", False), ("eval_set_", True)):
+        if lower.startswith(prefix) and lower[len(prefix):] in _CE_DEFAULTS:
+            return _CE_DEFAULTS[lower[len(prefix):]], evaluate
+    return None
 
 
-def _convertible(by_name: Dict[str, _Knob]) -> _Knob:
-    """The JOB_ROUTER_ENTRIES knob, once nothing stands in the way of converting it."""
-    for unsupported in _UNSUPPORTED:
-        if unsupported in by_name:
-            raise RoutesError(f"{unsupported} is set: convert the routes it provides (put them in "
-                              "JOB_ROUTER_ENTRIES of a file) and run convert on that file")
-    entries_knob = by_name.get("JOB_ROUTER_ENTRIES")
-    if entries_knob is None or not entries_knob.value.strip():
-        raise RoutesError("no JOB_ROUTER_ENTRIES in this file: nothing to convert")
-    for source in (entries_knob, by_name.get("JOB_ROUTER_DEFAULTS")):
-        if source is not None and "$(" in source.value:
-            raise RoutesError(f"{source.name} uses config macros ($(...)); expand them first "
-                              f"(condor_config_val {source.name}) and convert the expanded text")
-    return entries_knob
-
-
-def _defaults(defaults_knob: Optional[_Knob], merge: Optional[_Knob]) -> Dict[str, classad2.ExprTree]:
-    """JOB_ROUTER_DEFAULTS as attributes (several ads merged, as HTCondor does when told to)."""
-    defaults: Dict[str, classad2.ExprTree] = {}
-    if defaults_knob is None:
-        return defaults
-    default_ads = _parse_ads(defaults_knob.value, "JOB_ROUTER_DEFAULTS")
-    if len(default_ads) > 1 and not (merge and merge.value.strip().lower() in ("true", "1", "yes")):
-        raise RoutesError("JOB_ROUTER_DEFAULTS holds several ClassAds but MERGE_JOB_ROUTER_DEFAULT_ADS "
-                          "is not True, so HTCondor would not read them; fix that first")
-    for ad in default_ads:
-        for key in ad.keys():
-            defaults[key] = ad.lookup(key)
-    return defaults
-
-
-def _replace_knobs(text: str, knobs: List[_Knob], entries_knob: _Knob, replacement: List[str]) -> List[str]:
-    """The file's lines with JOB_ROUTER_ENTRIES replaced and the knobs it made obsolete commented on."""
-    consumed = {k.first: k for k in knobs if k.name.upper() in _CONSUMED}
-    out: List[str] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        here = consumed.get(i)
-        if here is None:
-            out.append(lines[i])
-            i += 1
+def _edit(attr: str, route: classad2.ClassAd, expr: classad2.ExprTree, name: str) -> Optional[Tuple[str, str]]:
+    lower = attr.lower()
+    for prefix, keyword in reversed(_EDITS):  # eval_set_ before set_: the longer prefix first
+        if not lower.startswith(prefix) or len(attr) == len(prefix):
             continue
-        if here is entries_knob:
+        target = attr[len(prefix):]
+        if lower == "set_default_cerequirements" or lower == "eval_set_default_cerequirements":
+            target = "default_CERequirements"
+        if keyword == "COPY":
+            value = route.eval(attr)
+            if not isinstance(value, str) or not value:
+                raise RoutesError(f"route {name}: {attr} must name the attribute to copy to, as a string")
+            return keyword, f"COPY {target} {value}"
+        if keyword == "DELETE":
+            return keyword, f"DELETE {target}"
+        if keyword == "EVALSET":
+            return keyword, f"EVALSET {target} {inline(route, expr, untarget=True)}"
+        return keyword, f"SET {target} {expr}"
+    return None
+
+
+def _entry_comments(old: OldRoutes, count: int) -> Dict[int, List[str]]:
+    """Comment lines written inside a ``JOB_ROUTER_ENTRIES @=`` block, by the entry (0-based) they
+    are written in or before."""
+    found: Dict[int, List[str]] = {}
+    for statement in old.statements:
+        if statement.knob != "JOB_ROUTER_ENTRIES" or statement.kind != "block":
+            continue
+        body: List[str] = []
+        for index in range(statement.first + 1, statement.last):
+            line = old.lines[index]
+            if line.strip().startswith("#"):
+                done = _complete_ads(" ".join(body))
+                found.setdefault(min(done, count - 1), []).append(line.strip())
+            else:
+                body.append(re.sub(r"\$\([^)]*\)", "0", line))
+    return found
+
+
+def _complete_ads(text: str) -> int:
+    """How many whole ClassAds ``text`` begins with."""
+    count = 0
+    try:
+        for _ in classad2.parseAds(text, classad2.ParserType.New):
+            count += 1
+    except Exception:  # noqa: BLE001 - the text may end inside an ad
+        pass
+    if count and not text.rstrip().endswith("]"):
+        count -= 1
+    return count
+
+
+def convert_routes(old: OldRoutes) -> Conversion:
+    """Rewrite ``old``'s file with its entries as ``JOB_ROUTER_ROUTE_*`` routes (see the module)."""
+    defaults = merged_defaults(old.defaults, old.merge_defaults) if old.defaults.strip() else classad2.ClassAd()
+    entries = parse_entries(old.entries)
+    routes: List[ConvertedRoute] = []
+    for index, entry in enumerate(entries, start=1):
+        route = convert_entry(merge(defaults, entry), index)
+        if route.name in {r.name for r in routes}:
+            raise RoutesError(f"{old.path}: two entries are named {route.name}; route names must be unique")
+        routes.append(route)
+    comments = _entry_comments(old, len(routes))
+    listed = [n for n in LIST_SEPARATORS.split(old.route_names or "") if n]
+    notes: List[str] = [n for r in routes for n in r.notes]
+    if old.names_in_file:
+        for route in routes:
+            if route.name.upper() not in {n.upper() for n in listed}:
+                notes.append(f"route {route.name} is not in the file's JOB_ROUTER_ROUTE_NAMES, so the JobRouter did not "
+                             "use it before and does not now; add it to the list to use it")
+    blocks: List[str] = ["##  Routes converted from JOB_ROUTER_ENTRIES by podgahp routes convert"
+                         + (" (JOB_ROUTER_DEFAULTS merged into each)" if old.defaults.strip() else "") + "."]
+    if not old.names_in_file:
+        names = " ".join(r.name for r in routes)
+        blocks += ["##  Matched in this order (the old syntax had no order: their REQUIREMENTS should exclude",
+                   "##  one another). First, so that a catch-all route of an HTCondor-CE batch-system package does",
+                   "##  not take every pilot; the list is extended only when an earlier file set one.",
+                   "if defined JOB_ROUTER_ROUTE_NAMES",
+                   f"  JOB_ROUTER_ROUTE_NAMES = {names} $(JOB_ROUTER_ROUTE_NAMES)",
+                   "else",
+                   f"  JOB_ROUTER_ROUTE_NAMES = {names}",
+                   "endif"]
+    for index, route in enumerate(routes):
+        blocks.append("")
+        blocks += comments.get(index, [])
+        blocks += [f"##  Note: {n}" for n in route.notes]
+        blocks.append(route.block)
+    out = _replace(old, blocks)
+    header = ["##  Converted to JOB_ROUTER_ROUTE_* routes by podgahp routes convert; the other lines are",
+              "##  those of the original file, which used JOB_ROUTER_ENTRIES.", ""]
+    return Conversion("\n".join(header + out).rstrip("\n") + "\n", tuple(routes), tuple(notes))
+
+
+def _replace(old: OldRoutes, replacement: List[str]) -> List[str]:
+    """The file's lines with the last JOB_ROUTER_ENTRIES replaced by ``replacement`` and the other
+    knobs of the old syntax commented out."""
+    consumed = [s for s in old.statements if s.knob in _CONSUMED and s.kind in ("assign", "block")]
+    entries = [s for s in consumed if s.knob in ("JOB_ROUTER_ENTRIES", "JOB_ROUTER_ENTRIES_FILE")]
+    where = entries[-1] if entries else None
+    by_first = {s.first: s for s in consumed}
+    out: List[str] = []
+    index = 0
+    while index < len(old.lines):
+        statement = by_first.get(index)
+        if statement is None:
+            out.append(old.lines[index])
+            index += 1
+            continue
+        if statement is where:
             out.extend(replacement)
-        elif here.name.upper() == "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES":
-            out.append("##  (JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES dropped: the routes use the new syntax)")
-        elif here.name.upper() == "JOB_ROUTER_DEFAULTS":
-            out.append("##  (JOB_ROUTER_DEFAULTS merged into the routes below)")
-        i = here.last + 1
+        elif statement.knob == "JOB_ROUTER_ENTRIES" or statement.knob == "JOB_ROUTER_ENTRIES_FILE":
+            out.append(f"##  ({statement.knob} of line {statement.first + 1} converted below)")
+        else:
+            out.append(f"##  ({statement.name} dropped: "
+                       + ("merged into the routes below)" if statement.knob == "JOB_ROUTER_DEFAULTS"
+                          else "the routes use the new syntax)"))
+        index = statement.last + 1
+    if where is None:
+        out += [""] + replacement
     return out
-
-
-def route_names(value: Optional[str]) -> List[str]:
-    return [n for n in LIST_SEPARATORS.split(value or "") if n]

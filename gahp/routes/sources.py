@@ -62,6 +62,8 @@ _DATA = Path(__file__).resolve().parent.parent / "data"
 #: ``config.d/01-ce-router-defaults.conf``) and what its config pipe adds (the Env transform).
 CE_ROUTER_EMULATION = _DATA / "ce-router-defaults.conf"
 CE_ROUTER_ENV = _DATA / "ce-router-env.conf"
+#: HTCondor-CE 23.0's defaults for routes in the old JOB_ROUTER_ENTRIES syntax, re-stated.
+CE_ROUTER_ENTRIES_DEFAULTS = _DATA / "ce-router-defaults-entries.conf"
 
 #: HTCondor's default LOCAL_CONFIG_DIR_EXCLUDE_REGEXP (param_info.in).
 _DEFAULT_EXCLUDE = (r"^((\..*)|(.*\.pl)|(.*\.py)|(.*\.sh)|(.*~)|(#.*)|(.*\.rpmsave)|(.*\.rpmnew)"

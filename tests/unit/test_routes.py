@@ -1,22 +1,18 @@
-"""The pure-Python half of ``podgahp routes``: the predicted GAHP submit ad, the conversion of
-JOB_ROUTER_ENTRIES, and the reading of condor_job_router_info's output. The tools themselves run in
-tests/live/test_routes.py."""
+"""The predicted GAHP submit ad of a routed job, the built-in samples and the shipped routes.
+The tools themselves run in tests/live/test_routes_offline.py."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Dict, List
 
 import classad2
 import pytest
 
 from gahp import routes
-from gahp.routes import (CE_ROUTER_EMULATION, CE_ROUTER_ENV, SAMPLES, RoutesError, convert, gahp_view, grid_type,
+from gahp.routes import (CE_ROUTER_EMULATION, CE_ROUTER_ENV, SAMPLES, gahp_view, grid_type,
                          predict_submit_ad)
 
 REPO = Path(__file__).resolve().parent.parent.parent
-ROUTES = REPO / "routes"
 
 
 def routed(text: str) -> classad2.ClassAd:
@@ -123,106 +119,6 @@ def test_samples_carry_what_the_router_needs() -> None:
         assert ad["JobUniverse"] == 5 and ad["JobStatus"] == 1
     assert len({ad["ClusterId"] for ad in ads}) == 7
     assert [ad.get("Environment") for ad in ads].count("PILOT_GROUP=atlas") == 1  # not twice in one ad
-
-
-# --------------------------------------------------------------------------------------------
-# convert
-
-ENTRIES = """\
-# site routes
-JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True
-MERGE_JOB_ROUTER_DEFAULT_ADS = True
-JOB_ROUTER_DEFAULTS = [ MaxIdleJobs = 7; set_Foo = 1; eval_set_Bar = Foo + 1 ] [ delete_C = true ]
-JOB_ROUTER_ENTRIES @=jre
-  [ name = "K8s"; GridResource = "batch k8s"; TargetUniverse = 9;
-    Requirements = target.queue =?= "target.x" && TARGET.RequestGPUs > 0;
-    set_Foo = 2; copy_E = "F"; eval_set_Baz = RequestCpus * 2; MaxJobs = 10 ]
-  [ name = "Other-Site"; GridResource = "batch lancium"; Requirements = true ]
-@jre
-OTHER_KNOB = kept
-"""
-
-
-def blocks(text: str) -> Dict[str, List[str]]:
-    """Route name -> statement lines of every JOB_ROUTER_ROUTE_<name> @=jrt block."""
-    found: Dict[str, List[str]] = {}
-    for match in re.finditer(r"^JOB_ROUTER_ROUTE_(\w+) @=jrt\n(.*?)^@jrt$", text, re.M | re.S):
-        found[match.group(1)] = [line.strip() for line in match.group(2).splitlines() if line.strip()
-                                 and not line.strip().startswith("#")]
-    return found
-
-
-def test_convert_output_shape() -> None:
-    out = convert(ENTRIES)
-    assert "JOB_ROUTER_ENTRIES" not in out.replace("from JOB_ROUTER_ENTRIES", "").replace(
-        "used JOB_ROUTER_ENTRIES", "")
-    assert "JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True" not in out
-    assert "JOB_ROUTER_ROUTE_NAMES = K8s Other_Site $(JOB_ROUTER_ROUTE_NAMES)" in out
-    assert "OTHER_KNOB = kept" in out and "# site routes" in out
-    got = blocks(out)
-    assert got["K8s"] == [
-        "TargetUniverse = 9",
-        'GridResource = "batch k8s"',
-        "MaxJobs = 10",
-        "MaxIdleJobs = 7",
-        'REQUIREMENTS queue is "target.x" && RequestGPUs > 0',
-        "COPY E F",
-        "DELETE C",
-        "SET Foo 2",  # the entry wins over the defaults
-        "EVALSET Bar Foo + 1",
-        "EVALSET Baz RequestCpus * 2",
-    ]
-    assert got["Other_Site"] == ['GridResource = "batch lancium"', "MaxIdleJobs = 7", "REQUIREMENTS true",
-                                 "DELETE C", "SET Foo 1", "EVALSET Bar Foo + 1"]
-    assert "was named 'Other-Site'" in out
-
-
-@pytest.mark.parametrize("text, message", [
-    ("X = 1\n", "no JOB_ROUTER_ENTRIES"),
-    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = true; Bogus = 1 ]\n', "attribute Bogus"),
-    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = MY.x == 1 ]\n', "MY."),
-    ('JOB_ROUTER_ENTRIES = [ name = "A"; MaxJobs = $(LIMIT) ]\n', "config macros"),
-    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = true ] [ name = "A"; Requirements = true ]\n',
-     "two entries are named A"),
-    ('JOB_ROUTER_DEFAULTS = [ a = 1 ] [ b = 2 ]\nJOB_ROUTER_ENTRIES = [ name = "A"; Requirements = true ]\n',
-     "MERGE_JOB_ROUTER_DEFAULT_ADS"),
-    ('JOB_ROUTER_ENTRIES = [ name = "A"; Requirements = \n', "not a list of ClassAds"),
-    ("JOB_ROUTER_ENTRIES_FILE = /etc/routes\nJOB_ROUTER_ENTRIES = [ name = \"A\" ]\n", "JOB_ROUTER_ENTRIES_FILE"),
-    ("JOB_ROUTER_ENTRIES @=jre\n[ name = \"A\" ]\n", "no closing @jre"),
-], ids=["no-entries", "unknown-attribute", "my-scope", "macros", "duplicate", "defaults-without-merge",
-        "parse-error", "entries-file", "unclosed-block"])
-def test_convert_errors(text: str, message: str) -> None:
-    with pytest.raises(RoutesError, match=re.escape(message)):
-        convert(text)
-
-
-def normalized(statements: List[str]) -> List[str]:
-    """Statements with REQUIREMENTS unparsed by classad2 (``=?=`` and ``is`` are the same)."""
-    out = []
-    for line in statements:
-        if line.startswith("REQUIREMENTS "):
-            line = "REQUIREMENTS " + str(classad2.ExprTree(line[len("REQUIREMENTS "):]))
-        out.append(line)
-    return sorted(out)
-
-
-def test_the_shipped_entries_convert_to_the_shipped_routes() -> None:
-    converted = blocks(convert((ROUTES / "50-podgahp-routes.entries.conf").read_text()))
-    shipped = blocks((ROUTES / "50-podgahp-routes.conf").read_text())
-    assert list(converted) == list(shipped) == ["K8s_Opportunistic", "Lancium", "K8s_Gpu", "K8s_Cpu"]
-    for name in shipped:
-        assert normalized(converted[name]) == normalized(shipped[name]), name
-
-
-def test_every_shipped_route_sends_cpus_and_disk_both_ways() -> None:
-    for name, statements in blocks((ROUTES / "50-podgahp-routes.conf").read_text()).items():
-        lists = {line.split()[1]: line.split(None, 2)[2] for line in statements
-                 if line.split()[:2] in (["SET", "CERequirements"], ["SET", "default_CERequirements"])}
-        assert lists["CERequirements"] == lists["default_CERequirements"], name
-        names = lists["CERequirements"].strip('"').split(",")
-        assert names[:2] == ["RequestCpus", "RequestDisk"], name
-        for extra in names[2:]:  # every further name is set by the route itself
-            assert any(line.startswith(f"SET {extra} ") for line in statements), (name, extra)
 
 
 def test_the_emulation_is_the_pool_file() -> None:

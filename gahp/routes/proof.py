@@ -1,0 +1,241 @@
+"""The proof of a conversion: the same pilots routed through the old routes and the converted
+ones with HTCondor's own tools, and what podgahp would receive compared field by field.
+
+* old form: each ``JOB_ROUTER_ENTRIES`` route, merged with ``JOB_ROUTER_DEFAULTS`` — behind an
+  HTCondor-CE, HTCondor-CE 23.0's own defaults for that syntax
+  (``gahp/data/ce-router-defaults-entries.conf``) — applied by ``condor_transform_ads`` (HTCondor's
+  own reading of an old-syntax route, on 23.x and 25.x alike);
+* podgahp's conversion, routed by ``condor_job_router_info`` (behind the CE's transforms of today);
+* HTCondor's own conversion (``condor_transform_ads -convert``), routed the same way, so that where
+  the two conversions differ the proof shows which one keeps what the old routes did.
+
+The pilots are the check's: built-in samples and a pilot built for each route they miss.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import classad2
+
+from gahp.errors import InvalidJob, RoutesError
+from gahp.job import PilotJob
+from gahp.routes.check import job_id, lay_out, parse_listing, pilots, route
+from gahp.routes.convert import (Conversion, OldRoutes, convert_routes, merge, merged_defaults, parse_entries,
+                                 read_old_routes)
+from gahp.routes.samples import Sample, samples_text
+from gahp.routes.sources import CE_ROUTER_EMULATION, CE_ROUTER_ENTRIES_DEFAULTS, SafeConfig
+from gahp.routes.submit_ad import ad_value, gahp_view
+
+#: What podgahp receives that the proof compares.
+FIELDS: Tuple[Tuple[str, str], ...] = (
+    ("queue", "queue"), ("cpus", "cores"), ("memory_mb", "memory (MiB)"), ("disk_kb", "disk (KiB)"),
+    ("gpus", "GPUs"), ("wall_time_s", "wall time (s)"), ("whole_node", "whole node"),
+    ("settings", "route settings"), ("environment", "environment"))
+_MARK = "PodgahpOldRoute"
+_OLD_KNOB = "PODGAHP_OLD_ROUTE_"
+
+
+@dataclass(frozen=True)
+class RouteProof:
+    """The outcome for one route: pilots compared, and every difference found (none: proven).
+
+    ``htcondor`` holds the differences of HTCondor's own conversion (None when it gave none)."""
+
+    route: str
+    pilots: Tuple[str, ...]
+    differences: Tuple[str, ...]
+    htcondor: Optional[Tuple[str, ...]] = None
+
+    @property
+    def proven(self) -> bool:
+        return bool(self.pilots) and not self.differences
+
+
+def _view(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "") -> Tuple[Optional[PilotJob], str]:
+    if grid_resource and "GridResource" not in routed:
+        routed["GridResource"] = grid_resource
+    try:
+        return gahp_view(routed, "proof_" + job_id(sample).replace(".", "_"))[1], ""
+    except InvalidJob as e:
+        return None, f"podgahp would hold it: {e}"
+
+
+def _values(job: Optional[PilotJob]) -> Dict[str, object]:
+    if job is None:
+        return {}
+    return {name: (dict(getattr(job, name)) if name in ("settings", "environment") else getattr(job, name))
+            for name, _ in FIELDS}
+
+
+def _compare(pilot: str, old: Dict[str, object], new: Dict[str, object], what: str) -> List[str]:
+    return [f"pilot {pilot}: {label} {old.get(name)!r} under the old route, {new.get(name)!r} under {what}"
+            for name, label in FIELDS if old.get(name) != new.get(name)]
+
+
+def _new_form(tmp: str, text: str, mode: str) -> Tuple[SafeConfig, str]:
+    os.makedirs(tmp, mode=0o711, exist_ok=True)
+    path = os.path.join(tmp, "converted.conf")
+    Path(path).write_text(text)
+    os.chmod(path, 0o644)
+    safe = SafeConfig(os.path.join(tmp, "config"))
+    lay_out(safe, path, mode, "")
+    return safe, path
+
+
+def _routed_by_router(safe: SafeConfig, samples: Sequence[Sample], tmp: str) -> Dict[str, classad2.ClassAd]:
+    return route(safe.tools(), samples, tmp)[0]
+
+
+def _old_form(old: OldRoutes, tmp: str, mode: str, samples_by_route: Dict[str, List[Sample]],
+              grid: Dict[str, str]) -> Dict[str, classad2.ClassAd]:
+    """Each pilot transformed by the old route it belongs to (``condor_transform_ads``); a pilot
+    the old route's Requirements refuse comes back without the route's mark."""
+    safe = SafeConfig(os.path.join(tmp, "old"))
+    if mode != "plain":
+        safe.add("COLLECTOR_HOST = $(FULL_HOSTNAME):9619")
+        safe.include_data(CE_ROUTER_EMULATION)
+        safe.include_data(CE_ROUTER_ENTRIES_DEFAULTS)
+    safe.include(old.path)
+    tools = safe.tools()
+    defaults_text = tools.value("JOB_ROUTER_DEFAULTS") or ""
+    merge_flag = (tools.value("MERGE_JOB_ROUTER_DEFAULT_ADS") or "").strip().lower() in ("true", "1", "yes", "t")
+    defaults = merged_defaults(defaults_text, merge_flag) if defaults_text.strip() else classad2.ClassAd()
+    knobs: List[str] = []
+    names: Dict[str, str] = {}
+    for index, entry in enumerate(parse_entries(old.entries), start=1):
+        merged = merge(defaults, entry)
+        name = ad_value(merged, "Name")
+        clean = re.sub(r"[^A-Za-z0-9_]", "_", name) if isinstance(name, str) and name else f"Route_{index}"
+        merged[f"set_{_MARK}"] = clean
+        names[clean] = f"R{index}"
+        knobs.append(f"{_OLD_KNOB}R{index} @=podgahp_old\n{repr(merged)}\n@podgahp_old\n")
+    routes_file = os.path.join(safe.tmp, "old-routes.conf")
+    Path(routes_file).write_text("".join(knobs))
+    os.chmod(routes_file, 0o644)
+    safe.include_data(Path(routes_file))
+    tools = safe.tools()
+    out: Dict[str, classad2.ClassAd] = {}
+    for name, samples in samples_by_route.items():
+        if name not in names or not samples:
+            continue
+        jobs = os.path.join(safe.tmp, f"pilots-{names[name]}.ads")
+        Path(jobs).write_text(samples_text(samples))
+        os.chmod(jobs, 0o644)
+        # Its exit status is 1 even when it transformed every ad: the ads it prints tell.
+        proc = tools.run(["condor_transform_ads", "-rules", f"config://{_OLD_KNOB}%s/{names[name]}", jobs])
+        ads = list(classad2.parseAds(proc.stdout, classad2.ParserType.Old))
+        if len(ads) != len(samples):
+            raise RoutesError(safe.translate(f"condor_transform_ads could not apply the old route {name}: "
+                                             f"{(proc.stdout + proc.stderr).strip()[:2000]}"))
+        for ad in ads:
+            cluster, proc_id = ad_value(ad, "ClusterId"), ad_value(ad, "ProcId")
+            out[f"{cluster}.{proc_id}"] = ad
+    return out
+
+
+def _htcondor_form(old: OldRoutes, tmp: str, mode: str) -> Optional[SafeConfig]:
+    """HTCondor's own conversion of the file (``condor_transform_ads -convert``), laid out like
+    podgahp's; None when it converts nothing."""
+    safe = SafeConfig(os.path.join(tmp, "htcondor-source"))
+    safe.include(old.path)
+    proc = safe.tools().run(["condor_transform_ads", "-convert"])
+    sections = re.split(r"^##### JOB_ROUTER_ENTRIES(?:_FILE)? \[\d+\] #####$", proc.stdout, flags=re.M)[1:]
+    blocks, names = [], []
+    for index, section in enumerate(sections, start=1):
+        found = re.search(r"^NAME (\S+)$", section, re.M)
+        name = re.sub(r"[^A-Za-z0-9_]", "_", found.group(1)) if found else f"Route_{index}"
+        names.append(name)
+        body = "\n".join(f"  {line}" for line in section.strip().splitlines())
+        blocks.append(f"JOB_ROUTER_ROUTE_{name} @=podgahp_htcondor\n{body}\n@podgahp_htcondor\n")
+    if not blocks:
+        return None
+    text = "".join(blocks) + f"JOB_ROUTER_ROUTE_NAMES = {' '.join(names)}\n"
+    return _new_form(os.path.join(tmp, "htcondor"), text, mode)[0]
+
+
+def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[RouteProof]:
+    """Route the same pilots through ``old``'s routes and ``conversion``'s; one proof per route."""
+    new, _ = _new_form(os.path.join(tmp, "new"), conversion.text, mode)
+    tools = new.tools()
+    proc = tools.run(["condor_job_router_info", "-diagnostic", "-config"])
+    routes = parse_listing(new.translate(proc.stdout + proc.stderr))
+    samples, _ = pilots(routes, tools.value("JOB_ROUTER_SOURCE_JOB_CONSTRAINT"))
+    routed = _routed_by_router(new, samples, os.path.join(tmp, "new"))
+    by_id = {job_id(s): s for s in samples}
+    by_route: Dict[str, List[Sample]] = {}
+    for source, ad in routed.items():
+        name = ad_value(ad, "RouteName")
+        if isinstance(name, str) and source in by_id:
+            by_route.setdefault(name, []).append(by_id[source])
+    grid = {r.name: r.grid_resource for r in conversion.routes}
+    old_ads = _old_form(old, tmp, mode, by_route, grid)
+    htcondor = _htcondor_form(old, tmp, mode)
+    htcondor_routed = _routed_by_router(htcondor, samples, os.path.join(tmp, "htcondor")) if htcondor else None
+    proofs = []
+    for converted in conversion.routes:
+        differences: List[str] = []
+        theirs: Optional[List[str]] = [] if htcondor_routed is not None else None
+        compared = []
+        for sample in by_route.get(converted.name, []):
+            source = job_id(sample)
+            compared.append(sample.name)
+            old_ad = old_ads.get(source)
+            if old_ad is None or ad_value(old_ad, _MARK) != converted.name:
+                differences.append(f"pilot {sample.name}: the old route's Requirements do not take it, the converted "
+                                   "route's REQUIREMENTS do")
+                continue
+            old_job, old_error = _view(old_ad, sample, converted.grid_resource)
+            new_job, new_error = _view(routed[source], sample)
+            if old_error or new_error:
+                differences.append(f"pilot {sample.name}: {old_error or 'fine'} under the old route, "
+                                   f"{new_error or 'fine'} under the converted one")
+                continue
+            differences += _compare(sample.name, _values(old_job), _values(new_job), "the converted route")
+            if theirs is not None and htcondor_routed is not None:
+                their_ad = htcondor_routed.get(source)
+                if their_ad is None:
+                    theirs.append(f"pilot {sample.name}: no route of HTCondor's conversion takes it")
+                else:
+                    their_job, _ = _view(their_ad, sample)
+                    theirs += _compare(sample.name, _values(old_job), _values(their_job), "HTCondor's conversion")
+        proofs.append(RouteProof(converted.name, tuple(compared), tuple(differences),
+                                 tuple(theirs) if theirs is not None else None))
+    return proofs
+
+
+def proof_text(proofs: Sequence[RouteProof], mode: str) -> str:
+    """The proof as an admin reads it."""
+    where = "behind HTCondor-CE's transforms (old: HTCondor-CE 23.0's defaults)" if mode != "plain" else "alone"
+    lines = [f"Proof: the same pilots through the old and the converted routes, {where}:"]
+    for proof in proofs:
+        if not proof.pilots:
+            lines.append(f"  {proof.route}: no pilot reached it; nothing compared")
+            continue
+        verdict = "same" if proof.proven else "DIFFERENT"
+        lines.append(f"  {proof.route}: {verdict} for {len(proof.pilots)} pilot(s) ({', '.join(proof.pilots)})")
+        lines += [f"      {d}" for d in proof.differences]
+        if proof.htcondor:
+            lines.append("      HTCondor's own converter (condor_transform_ads -convert) would lose this:")
+            lines += [f"        {d}" for d in proof.htcondor]
+    return "\n".join(lines) + "\n"
+
+
+def convert_and_prove(path: str, mode: str = "emulated", proof: bool = True) -> Tuple[Conversion, List[RouteProof]]:
+    """Convert the old-syntax routes of ``path`` and, unless ``proof`` is False, prove the result
+    (``mode``: ``emulated`` compares behind HTCondor-CE's transforms, ``plain`` without)."""
+    if not os.path.isfile(path):
+        raise RoutesError(f"{path}: no such file")
+    with tempfile.TemporaryDirectory(prefix="podgahp-convert-") as tmp:
+        os.chmod(tmp, 0o711)  # run as root, HTCondor's tools read some files as the condor user
+        safe = SafeConfig(os.path.join(tmp, "read"))
+        old = read_old_routes(safe, path)
+        conversion = convert_routes(old)
+        if safe.warnings:
+            conversion = Conversion(conversion.text, conversion.routes, tuple(safe.warnings) + conversion.notes)
+        return conversion, (prove(old, conversion, mode, tmp) if proof else [])
