@@ -1,36 +1,42 @@
-"""Benchmark: pilots end to end through real HTCondor daemons, podgahp on Kubernetes against the
-zero-cost memory backend.
+"""Benchmark: the CE as a whole. N pilots through real HTCondor daemons (schedd, JobRouter with the
+shipped routes, gridmanager) with the shipped CE configuration, podgahp on the simulated cluster
+against the zero-cost memory backend, and the same with a knob changed.
 
-A CE-like pool (real schedd, JobRouter with the shipped routes, gridmanager) of the Debian trixie
-root (``harness``) gets N pilots by ``condor_submit``; the gridmanager runs ``k8s_gahp`` against the
-simulated cluster, or ``podgahp gahp --backend memory`` (pilots that take the same time, with no
-API behind them). Reported: seconds from the submit until every pilot has completed, for HTCondor's
-default status poll rate per resource (``GRIDMANAGER_JOB_PROBE_RATE`` 5/s), the one podgahp's CE
-configuration ships (100/s) and a faster one (200/s), and the ratio of the two backends: what
-podgahp adds to a CE's own pace. Each figure is the median of ``--repeat`` runs, the two backends
-taking turns (a run on this machine varies by a second or two, as much as the difference measured).
+A CE-like pool of the Debian trixie root (``harness``) runs with HTCondor's own defaults for the
+knobs the test harness shortens (router polling, schedd contact, probe interval...) plus podgahp's
+shipped ``ce-config/htcondor-ce/02-ce-podgahp-defaults.conf``; it gets N pilots of 10 s by
+``condor_submit``; the gridmanager runs ``k8s_gahp`` against the simulated cluster (in its own
+process), or ``podgahp gahp --backend memory`` (pilots that take the same time, with no API behind
+them). Reported, from the submit: routed/s (grid jobs the JobRouter made), submitted/s (grid jobs
+with the GAHP's job id), pods/s (pods created, seen by the simulator), seconds until every pod ran
+and until every pilot completed, and the CPU seconds of each daemon and of the GAHP (per pilot: the
+GAHP's whole life, its start included). Each figure of the shipped configuration is the median of
+``--repeat`` runs, the two backends taking turns, with the median ratio of the pairs; each variant
+(one knob changed) runs once with podgahp, to show the knob's effect.
 
-    .venv/bin/python benchmarks/e2e_ce.py --pilots 300
+    .venv/bin/python benchmarks/e2e_ce.py --pilots 1000
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "live"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from e2e import (COMPLETED, E2E_FAST, HELD, K8S_KNOBS, NAMESPACE, iwd, kubeconfig_text, pilot_submit,  # noqa: E402
-                 routes_config, wait_done)
+from bench import Row, SimProcess, alternate, load, medians, ratio  # noqa: E402
+from e2e import (COMPLETED, HELD, K8S_KNOBS, NAMESPACE, iwd, pilot_submit, routes_config)  # noqa: E402
 from harness import Installation, Pool, get_installation  # noqa: E402
-from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
+from podgahp_sim.k8s import SimConfig, SimNode  # noqa: E402
 
 #: How long each pilot runs, in the simulated cluster and in the memory backend alike.
 RUN_SECONDS = 10
@@ -43,61 +49,174 @@ MEMORY_WRAPPER = """\
 exec {podgahp} gahp --backend memory
 """
 
+#: HTCondor's defaults of the knobs the test harness shortens (harness.pool.FAST_CONFIG), so the
+#: pool is a CE as installed: what is measured is the shipped configuration, not the test one.
+HTCONDOR_DEFAULTS = """\
+SCHEDD_INTERVAL = 300
+JOB_ROUTER_POLLING_PERIOD = 10
+PERIODIC_EXPR_INTERVAL = 60
+GRIDMANAGER_CONTACT_SCHEDD_DELAY = 5
+GRIDMANAGER_JOB_PROBE_INTERVAL = 60
+GRIDMANAGER_RESOURCE_PROBE_INTERVAL = 300
+GRIDMANAGER_DEBUG = D_ALWAYS
+JOB_ROUTER_DEBUG = D_ALWAYS
+"""
 
-def _pool(installation: Installation, backend: str, rate: int, sim: KubeSim) -> Pool:
-    common = (routes_config(installation) + E2E_FAST + f"GRIDMANAGER_JOB_PROBE_RATE = {rate}\n"
-              "PODGAHP_DEBUG = INFO\n")
+#: One knob changed from the shipped configuration: its effect is what the README reports.
+VARIANTS: Dict[str, str] = {
+    "JOB_ROUTER_POLLING_PERIOD = 2": "JOB_ROUTER_POLLING_PERIOD = 2\n",
+    "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1": "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1\n",
+    "GRIDMANAGER_JOB_PROBE_INTERVAL = 20": "GRIDMANAGER_JOB_PROBE_INTERVAL = 20\n",
+    "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5 (HTCondor's)": "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5\n",
+}
+
+#: The daemons whose CPU is reported, by the name the kernel gives their process (15 characters).
+DAEMONS = {"condor_schedd": "schedd", "condor_job_rout": "JobRouter", "condor_gridmana": "gridmanager",
+           "condor_collecto": "collector", "condor_master": "master", "condor_shared_p": "shared_port"}
+
+
+def _pool(installation: Installation, backend: str, kubeconfig: str, extra: str) -> Pool:
+    shipped = f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
+    common = routes_config(installation) + HTCONDOR_DEFAULTS + shipped + "PODGAHP_DEBUG = INFO\n"
     if backend == "k8s":
-        config = (common + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS
-                  + "PODGAHP_DEBUG = INFO\n")
-        files = {"kubeconfig": kubeconfig_text(sim)}
+        config = common + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS + "PODGAHP_DEBUG = INFO\n"
+        files = {"kubeconfig": kubeconfig}
     else:
         config = (common + "K8S_GAHP = $(LOCAL_DIR)/k8s_gahp\n"
                   f"PODGAHP_MEMORY_IDLE_SECONDS = {START_SECONDS}\nPODGAHP_MEMORY_RUN_SECONDS = {RUN_SECONDS}\n")
         files = {"k8s_gahp": MEMORY_WRAPPER.format(podgahp=installation.bin("podgahp"))}
-    return Pool(installation, extra_config=config, files=files, name=f"bench-{backend}").start()
+    return Pool(installation, extra_config=config + extra, files=files, name=f"bench-{backend}").start()
 
 
-def run(installation: Installation, backend: str, rate: int, pilots: int) -> float:
-    """Seconds from condor_submit until every pilot completed."""
+class CpuMeter:
+    """CPU seconds of every process of a pool, by daemon (and the GAHP), sampled each second: a
+    process that exits keeps what it had used at its last sample."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.seen: Dict[int, Tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cpu-meter", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(1.0):
+                return
+
+    def sample(self) -> None:
+        for pid in self.pool.processes():
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            name = "GAHP" if any(b"gahp" in a.rsplit(b"/", 1)[-1] for a in argv[:3]) else DAEMONS.get(comm)
+            if name is not None:
+                self.seen[pid] = (name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+
+    def stop(self) -> Dict[str, float]:
+        self._stop.set()
+        self._thread.join(10)
+        self.sample()
+        totals: Dict[str, float] = {}
+        for name, cpu in self.seen.values():
+            totals[name] = totals.get(name, 0.0) + cpu
+        return totals
+
+
+def _first(times: List[Tuple[float, int]], count: int) -> Optional[float]:
+    """The first time a count reached ``count``."""
+    return next((t for t, n in times if n >= count), None)
+
+
+def run(installation: Installation, backend: str, pilots: int, extra: str = "") -> Row:
     node = SimNode("big", cpu="10000", memory="100000Gi", pods=100000)
-    with KubeSim(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE))) as sim:
-        pool = _pool(installation, backend, rate, sim)
+    with SimProcess(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE)),
+                    priority_classes={"podgahp-opportunistic": -100}) as sim:
+        pool = _pool(installation, backend, sim.kubeconfig_text(NAMESPACE), extra)
         try:
             home = iwd(pool)
-            started = time.monotonic()
+            meter = CpuMeter(pool)
+            sim.sample()
+            started = time.time()
             cluster = pool.submit(pilot_submit(home, "bench", run_seconds=RUN_SECONDS, count=pilots), cwd=home)
-            ended = wait_done(pool, cluster, pilots, statuses=(COMPLETED, HELD), timeout=1800)
-            held = [ad.get("HoldReason") for ad in ended if ad.get("JobStatus") == HELD]
-            if held:
-                raise SystemExit(f"{len(held)} of {pilots} pilots held ({backend}), e.g. {held[0]}")
-            return time.monotonic() - started
+            routed: List[Tuple[float, int]] = []
+            submitted: List[Tuple[float, int]] = []
+            deadline = time.monotonic() + 1800
+            while True:
+                ads = pool.jobs(attrs=["ClusterId", "ProcId", "JobStatus", "RoutedFromJobId", "GridJobId",
+                                       "HoldReason"])
+                now = time.time() - started
+                grid = {f"{a['ClusterId']}.{a['ProcId']}": a for a in ads if "RoutedFromJobId" in a}
+                sources = {f"{a['ClusterId']}.{a['ProcId']}": a for a in reversed(ads)
+                           if a.get("ClusterId") == cluster and "RoutedFromJobId" not in a}
+                routed.append((now, len(grid)))
+                submitted.append((now, sum(1 for a in grid.values() if a.get("GridJobId"))))
+                held = [a.get("HoldReason") for a in sources.values() if a.get("JobStatus") == HELD]
+                if held:
+                    raise SystemExit(f"{len(held)} of {pilots} pilots held ({backend}), e.g. {held[0]}")
+                if sum(1 for a in sources.values() if a.get("JobStatus") == COMPLETED) >= pilots:
+                    completed_s = now
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"not every pilot completed within 1800 s ({backend})")
+                time.sleep(1.0)
+            cpu = meter.stop()
+            timeline = [(t - started, created, ran) for t, created, ran, _ in sim.timeline()]
         finally:
             pool.stop()
+    routed_s = _first(routed, pilots) or completed_s
+    submitted_s = _first(submitted, pilots) or completed_s
+    row: Row = {"routed_per_s": pilots / routed_s, "submitted_per_s": pilots / submitted_s,
+                "completed_s": completed_s, "gahp_cpu_ms": cpu.get("GAHP", 0.0) * 1000 / pilots}
+    for name in DAEMONS.values():
+        row[f"cpu_{name}"] = cpu.get(name, 0.0)
+    row["cpu_GAHP"] = cpu.get("GAHP", 0.0)
+    if backend == "k8s":
+        created_s = _first([(t, c) for t, c, _ in timeline], pilots) or completed_s
+        ran_s = _first([(t, r) for t, _, r in timeline], pilots) or completed_s
+        row.update(pods_per_s=pilots / created_s, all_ran_s=ran_s)
+    return row
+
+
+def _print(label: str, r: Row) -> None:
+    pods = f"{r['pods_per_s']:.0f}" if "pods_per_s" in r else "–"
+    ran = f"{r['all_ran_s']:.0f}" if "all_ran_s" in r else "–"
+    print(f"| {label} | {r['routed_per_s']:.0f} | {r['submitted_per_s']:.0f} | {pods} | {ran} | "
+          f"{r['completed_s']:.0f} | {r['cpu_schedd']:.1f} | {r['cpu_JobRouter']:.1f} | {r['cpu_gridmanager']:.1f} | "
+          f"{r['cpu_GAHP']:.1f} | {r['gahp_cpu_ms']:.1f} |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pilots", type=int, default=300)
-    parser.add_argument("--rates", type=int, nargs="+", default=[5, 100, 200],
-                        help="GRIDMANAGER_JOB_PROBE_RATE values (status polls per second per resource)")
+    parser.add_argument("--pilots", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each backend per rate (the median counts)")
+    parser.add_argument("--variants", nargs="*", default=list(VARIANTS),
+                        help="knob changes to run once each with podgahp (names of VARIANTS); none: skip")
     parser.add_argument("--series", default="trixie", help="HTCondor of the harness: trixie (23.x), sid (25.x)")
     args = parser.parse_args()
     installation = get_installation(args.series)
     installation.acquire()
     try:
         installation.install_podgahp()
-        print(f"| {args.pilots} pilots of {RUN_SECONDS} s, HTCondor {args.series} | GRIDMANAGER_JOB_PROBE_RATE "
-              "| podgahp k8s s | memory backend s | ratio |")
-        print("|---|---:|---:|---:|---:|")
-        for rate in args.rates:
-            times: Dict[str, List[float]] = {"k8s": [], "memory": []}
-            for _ in range(args.repeat):
-                for backend, runs in times.items():
-                    runs.append(run(installation, backend, rate, args.pilots))
-            k8s, memory = statistics.median(times["k8s"]), statistics.median(times["memory"])
-            print(f"| | {rate} | {k8s:.1f} | {memory:.1f} | {k8s / memory:.2f} |", flush=True)
+        print(f"`benchmarks/e2e_ce.py`: {args.pilots} pilots of {RUN_SECONDS} s, HTCondor {args.series}; "
+              f"median of {args.repeat} runs of each backend taking turns; {load()} at the start")
+        print()
+        print("| configuration | routed/s | submitted/s | pods/s | all pods ran s | all completed s | schedd CPU s "
+              "| JobRouter CPU s | gridmanager CPU s | GAHP CPU s | GAHP CPU ms/pilot |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(installation, backend, args.pilots))
+        _print("shipped, podgahp k8s", medians(runs["k8s"]))
+        _print("shipped, memory backend", medians(runs["memory"]))
+        for name in args.variants:
+            _print(f"`{name}`, podgahp k8s", run(installation, "k8s", args.pilots, VARIANTS[name]))
+        print()
+        pairs = ", ".join(f"{k['completed_s'] / m['completed_s']:.2f}" for k, m in zip(runs["k8s"], runs["memory"]))
+        print(f"all completed, k8s / memory: {ratio(runs['k8s'], runs['memory'], 'completed_s'):.2f} "
+              f"(pairs: {pairs}); {load()} at the end")
     finally:
         installation.release()
 

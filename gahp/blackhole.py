@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: Outcomes remembered per queue (the window is also bounded by time).
 MAX_OUTCOMES = 200
+#: Seconds between two writes of the state file for outcomes that change no queue's state.
+SAVE_EVERY_S = 1.0
 #: Queues remembered (a queue name comes from the configuration, so this is generous).
 MAX_QUEUES = 256
 
@@ -144,6 +146,7 @@ class Guard:
         self._clock = clock
         self._lock = threading.Lock()
         self._queues: Dict[str, QueueRecord] = {}
+        self._saved_at = float("-inf")
         self.path = os.path.join(settings.state_dir, f"PodgahpBlackholes.{scope}.json")
         if settings.enabled:
             self._load()
@@ -189,6 +192,7 @@ class Guard:
                     return
                 record = self._queues[queue] = QueueRecord()
             record.outcomes.append((now, failed, " ".join(cause.split())[:300]))
+            level = record.level
             if not failed:
                 if record.level:
                     log.info("queue %s: a pilot succeeded; its back-off starts again from the first step", queue)
@@ -203,7 +207,12 @@ class Guard:
                 record.outcomes.clear()
                 log.warning("queue %s closed as a black hole for %.0f s (back-off #%d): %s", queue, backoff,
                             record.level, record.cause)
-            self._save()
+            # A queue closing or starting its back-off again is saved at once; the outcomes in between
+            # at most once a second (the file holds them all: writing it per pilot cost more than the
+            # rest of the pilot's end).
+            if record.level != level or now - self._saved_at >= SAVE_EVERY_S:
+                self._save()
+                self._saved_at = now
 
     def _trips(self, record: QueueRecord, now: float) -> bool:
         recent = [failed for t, failed, _ in record.outcomes if t > now - self.settings.window_s]

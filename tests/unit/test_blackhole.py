@@ -128,3 +128,22 @@ def test_disabled_guard_never_closes(tmp_path: Path) -> None:
     fail(guard, 50)
     guard.check("cpu")
     assert not list(tmp_path.glob("PodgahpBlackholes.*"))
+
+
+def test_the_state_file_is_written_once_a_second_and_at_once_when_a_queue_closes(tmp_path: Path) -> None:
+    clock = Clock()
+    guard = Guard(settings(tmp_path), "s", clock)
+    path = tmp_path / "PodgahpBlackholes.s.json"
+
+    def outcomes() -> int:
+        return len(json.loads(path.read_text())["queues"]["cpu"]["outcomes"])
+
+    guard.outcome("cpu", False)
+    guard.outcome("cpu", False)  # the same second: kept in memory
+    assert outcomes() == 1
+    clock.now += 1
+    guard.outcome("cpu", False)
+    assert outcomes() == 3
+    clock.now += 61  # the successes leave the window
+    fail(guard, 3)  # closes the queue: written at once, whatever the second
+    assert json.loads(path.read_text())["queues"]["cpu"]["level"] == 1
