@@ -4,7 +4,8 @@ with their pods.
 Run by the CE's own condor as a schedd cron job (``02-ce-podgahp-reap.conf``), as the condor user,
 with the CE's configuration: it asks the schedd which grid jobs exist, then lists this CE's pods and
 deletes those no job holds (after a grace period covering a submit whose answer has not reached the
-schedd yet).  If the schedd cannot be asked, nothing is deleted.  Its output is ClassAd attributes,
+schedd yet).  If the schedd cannot be asked, or its answer cannot be shown to be whole, nothing is
+deleted (:mod:`gahp.backends.k8s.reaper` lists the rules).  Its output is ClassAd attributes,
 which the schedd merges into its own ad (``condor_ce_status -schedd -l`` shows them).
 """
 
@@ -19,7 +20,7 @@ from gahp.backends.k8s.census import ce_pods
 from gahp.backends.k8s.reaper import ReapResult, reap_orphans
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
-from gahp.schedd import SCHEDD_KNOBS, ScheddUnavailable, grid_job_ids, query
+from gahp.schedd import GRID_UNIVERSE, SCHEDD_KNOBS, ScheddUnavailable, gahp_type, grid_jobs, query
 
 if TYPE_CHECKING:
     from gahp.backends.k8s.overview import PilotRow
@@ -48,10 +49,10 @@ def reap(knobs: Optional[Knobs] = None, dry_run: bool = False) -> ReapResult:
     settings = ReapSettings.from_knobs(knobs)
     backend_settings = KubernetesSettings.from_knobs(knobs)
     try:
-        live = grid_job_ids("k8s", settings.schedd_name, settings.schedd_pool)
+        jobs = grid_jobs(settings.schedd_name, settings.schedd_pool)
     except ScheddUnavailable as e:
-        raise ScheddUnavailable(f"{e} {SCHEDD_KNOBS}") from e
-    result = reap_orphans(backend_settings, live, backend_settings.reap_grace_s, dry_run)
+        raise type(e)(f"{e} {SCHEDD_KNOBS}") from e
+    result = reap_orphans(backend_settings, jobs, backend_settings.reap_grace_s, dry_run)
     log.info("reap: %d pods, %d orphans, %d deleted, %d errors, %d API requests", result.pods, result.orphans,
              result.deleted, len(result.errors), result.requests)
     return result
@@ -76,11 +77,14 @@ def pilots(knobs: Optional[Knobs] = None) -> Tuple[List["PilotRow"], List[str]]:
     settings = ReapSettings.from_knobs(knobs)
     backend_settings = KubernetesSettings.from_knobs(knobs)
     try:
-        ads = query('GridResource =?= "batch k8s"', JOB_ATTRIBUTES, settings.schedd_name, settings.schedd_pool)
+        ads = [ad for ad in query(GRID_UNIVERSE, JOB_ATTRIBUTES, settings.schedd_name, settings.schedd_pool)
+               if gahp_type(ad.get("GridResource")) == "k8s"]
     except ScheddUnavailable as e:
         raise ScheddUnavailable(f"{e} {SCHEDD_KNOBS}") from e
     with ce_pods(backend_settings) as census:
-        rows = join(ads, census.pods(), backend_settings, datetime.datetime.now(datetime.timezone.utc))
+        clocks = [listed.server_time for listed in census.namespaces if listed.server_time is not None]
+        now = clocks[0] if clocks else datetime.datetime.now(datetime.timezone.utc)
+        rows = join(ads, census.pods(), backend_settings, now)
     return rows, census.errors
 
 

@@ -1,16 +1,30 @@
-"""What the schedd knows, read with the htcondor bindings: the grid job ids of the jobs that exist
-(for ``podgahp reap``) and the routing attributes of one job (for :mod:`gahp.provenance`).
+"""What the schedd knows, read with the htcondor bindings: the grid jobs that exist (for ``podgahp
+reap`` and ``podgahp q``) and the routing attributes of one job (for :mod:`gahp.provenance`).
 
 ``podgahp reap`` runs on the CE (as a schedd cron job) and asks the schedd holding the routed jobs,
 by default the local one, or ``JOB_ROUTER_SCHEDD2_NAME`` where the JobRouter routes into a second
 schedd (``PODGAHP_REAP_SCHEDD_NAME`` / ``PODGAHP_REAP_SCHEDD_POOL`` override).
+
+Which GAHP serves a job is decided as the gridmanager decides it (``INFNBatchJob`` in HTCondor's
+``condor_gridmanager/infnbatchjob.cpp``): ``GridResource`` split at single spaces (an empty word
+counts), the first word ``batch`` (exactly) followed by the batch type, which the gridmanager lower-cases
+before it reads ``<type>_GAHP``; further words make it a remote GAHP. ``batch K8S`` therefore starts
+``k8s_gahp``, ``batch  k8s`` (two spaces) or ``Batch k8s`` do not. The job id the GAHP handed out is
+the fourth word of ``GridJobId`` (``batch <type> <sandbox> <job id>``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Set
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, FrozenSet, List, Optional
 
 from gahp.errors import GahpError
+
+#: The constraint of every question about grid jobs: the grid universe.
+GRID_UNIVERSE = "JobUniverse == 9"
+
+_TYPE = re.compile(r"^[A-Za-z0-9_]+$")
 
 
 #: Which knobs choose the schedd podgahp reap, q and trace read, for their errors.
@@ -20,6 +34,10 @@ SCHEDD_KNOBS = ("(the schedd holding the routed jobs is PODGAHP_REAP_SCHEDD_NAME
 
 class ScheddUnavailable(GahpError):
     """The schedd could not be asked; nothing may be deleted on a guess."""
+
+
+class IncompleteAnswer(ScheddUnavailable):
+    """The schedd answered, but the answer cannot be shown to hold every job; nothing may be deleted."""
 
 
 def query(constraint: str, projection: List[str], name: Optional[str] = None,
@@ -49,13 +67,95 @@ def describe(name: Optional[str], pool: Optional[str]) -> str:
     return f"schedd {name}" + (f" in pool {pool}" if pool else "")
 
 
-def grid_job_ids(grid_type: str, name: Optional[str] = None, pool: Optional[str] = None) -> Set[str]:
-    """The GAHP job ids (last word of ``GridJobId``) of every job in the queue whose GridResource is
-    ``batch <grid_type>``."""
-    ads = query(f'GridResource =?= "batch {grid_type}" && GridJobId isnt undefined', ["GridJobId"], name, pool)
-    ids = set()
-    for ad in ads:
-        words = str(ad.get("GridJobId") or "").split()
-        if words:
-            ids.add(words[-1])
-    return ids
+def gahp_type(grid_resource: object) -> Optional[str]:
+    """The batch type whose ``<TYPE>_GAHP`` the gridmanager starts for ``grid_resource`` (lower case),
+    or None when it starts none of them (not a batch resource, a remote GAHP, a malformed value)."""
+    if not isinstance(grid_resource, str) or not grid_resource[:5].lower() == "batch":
+        return None
+    words = grid_resource.split(" ")
+    if words[0] == "batch":
+        words = words[1:]
+    if len(words) != 1 or not _TYPE.match(words[0]):
+        return None  # no type, arguments after it (REMOTE_GAHP), or no <type>_GAHP knob can be named so
+    return words[0].lower()
+
+
+def gahp_job_ids(grid_job_id: object) -> List[str]:
+    """The words of ``GridJobId`` from the fourth on: the GAHP's job id (and anything after it)."""
+    if not isinstance(grid_job_id, str):
+        return []
+    return [word for word in grid_job_id.split(" ")[3:] if word]
+
+
+@dataclass(frozen=True)
+class GridJobs:
+    """Every grid job of one schedd, read so that the answer can be shown to be whole."""
+
+    job_ids: FrozenSet[str]
+    """Every GAHP job id a grid job's ``GridJobId`` names, whatever its ``GridResource``."""
+    jobs: int
+    """Grid jobs in the answer."""
+    schedd_name: str
+    """The schedd's name (``Name`` of its ad): the gridmanager puts it in every sandbox id."""
+
+
+def grid_jobs(name: Optional[str] = None, pool: Optional[str] = None) -> GridJobs:
+    """Every grid job of the schedd, or IncompleteAnswer / ScheddUnavailable.
+
+    The answer is trusted only when it is shown to be whole: the schedd's own count of its grid jobs,
+    asked just before (a summary-only query of the same constraint), is not above the number of ads
+    received, and the schedd does not answer with an empty queue while its ad in the collector, at its
+    last update, counted jobs (``TotalJobAds``). Either mismatch (a truncated answer, another schedd
+    answering, a queue lost since the last update) means "cannot know": nothing is deleted this pass.
+    """
+    import htcondor2
+
+    where = describe(name, pool)
+    try:
+        schedd = locate(name, pool)
+        summary = schedd.query(constraint=GRID_UNIVERSE, opts=htcondor2.QueryOpt.SummaryOnly)
+        ads = schedd.query(constraint=GRID_UNIVERSE, projection=["GridJobId"])
+        collector = htcondor2.Collector(pool) if pool else htcondor2.Collector()
+        location = (collector.locate(htcondor2.DaemonType.Schedd, name) if name
+                    else collector.locate(htcondor2.DaemonType.Schedd))
+        schedd_name = str(location.get("Name") or "") if location is not None else ""
+        advertised = collector.query(htcondor2.AdType.Schedd, constraint=f"Name == {_quote(schedd_name)}",
+                                     projection=["Name", "TotalJobAds"]) if schedd_name else []
+    except ScheddUnavailable:
+        raise
+    except Exception as e:  # noqa: BLE001 - the bindings raise several kinds; any means "unknown"
+        raise ScheddUnavailable(f"{where} cannot be queried: {e}") from e
+    counts = summary[0] if summary else {}
+    counted, queue_total = _count(counts.get("Jobs")), _count(counts.get("AllusersJobs"))
+    total_ads = _count(advertised[0].get("TotalJobAds")) if advertised else None
+    return check_whole(where, schedd_name, [{"GridJobId": ad.get("GridJobId")} for ad in ads], counted,
+                       queue_total, total_ads)
+
+
+def check_whole(where: str, schedd_name: str, ads: List[Dict[str, object]], counted: Optional[int],
+                queue_total: Optional[int], advertised_total: Optional[int]) -> GridJobs:
+    """The rules of :func:`grid_jobs` over what the schedd and its collector said (a pure function)."""
+    if counted is None or queue_total is None:
+        raise IncompleteAnswer(f"{where} sent no job counts with its answer; not deleting on an answer "
+                               "that cannot be checked")
+    if len(ads) < counted:
+        raise IncompleteAnswer(f"{where} answered with {len(ads)} grid jobs but counts {counted}: the answer "
+                               "is incomplete; nothing is deleted this pass")
+    if advertised_total is None:
+        raise IncompleteAnswer(f"the collector has no ad of {where} ({schedd_name or 'no name'}): its job "
+                               "counts cannot be cross-checked; nothing is deleted this pass")
+    if queue_total == 0 and advertised_total > 0:
+        raise IncompleteAnswer(f"{where} answers with an empty queue but its ad counted {advertised_total} "
+                               "jobs at its last update: not trusting the answer this pass")
+    ids = frozenset(job_id for ad in ads for job_id in gahp_job_ids(ad.get("GridJobId")))
+    return GridJobs(job_ids=ids, jobs=len(ads), schedd_name=schedd_name)
+
+
+def _count(value: object) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _quote(text: str) -> str:
+    import classad2
+
+    return str(classad2.quote(text))

@@ -30,6 +30,7 @@ from gahp.routes.samples import SAMPLES, Sample, samples_text
 from gahp.routes.sources import CE_CONDOR_CONFIG, CE_ROUTER_EMULATION, CE_ROUTER_ENV, PROBE, SafeConfig, add_ce
 from gahp.routes.submit_ad import LIST_SEPARATORS, ad_value, gahp_view, grid_type
 from gahp.routes.tools import Tools
+from gahp.schedd import gahp_type
 
 MODES = ("ce", "emulated", "plain")
 
@@ -222,6 +223,8 @@ class _Check:
 
     def _grid_resources(self, routes: Sequence[Route]) -> None:
         for r in routes:
+            for warning in spelling_warnings([r]):
+                self.warnings.append(f"{r.location or self.path}: {warning}")
             batch, extra = grid_type(r.grid_resource)
             if extra and r.grid_resource.lower().startswith("batch"):
                 self.problems.append(
@@ -334,6 +337,27 @@ def route(tools: Tools, samples: Sequence[Sample], tmp: str) -> Tuple[Dict[str, 
 def job_id(sample: Sample) -> str:
     ad = classad2.parseOne(sample.ad, classad2.ParserType.Old)
     return f"{ad_value(ad, 'ClusterId')}.{ad_value(ad, 'ProcId')}"
+
+
+def spelling_warnings(routes: Sequence[Route]) -> List[str]:
+    """A GridResource the gridmanager reads one way and an exact comparison another: ``batch K8S``
+    starts K8S_GAHP, yet a constraint ``GridResource == "batch k8s"`` of another tool (``=?=`` is
+    case-sensitive) misses it; ``Batch k8s`` or ``batch  k8s`` look like podgahp's, yet start no
+    podgahp GAHP at all."""
+    warnings = []
+    for r in routes:
+        started = gahp_type(r.grid_resource)
+        words = r.grid_resource.split()
+        looks = words[1].lower() if len(words) == 2 and words[0].lower() == "batch" else ""
+        if started in ("k8s", "lancium") and r.grid_resource != f"batch {started}":
+            warnings.append(f"route {r.name}: GridResource \"{r.grid_resource}\" starts {started.upper()}_GAHP "
+                            f"(the gridmanager lower-cases the batch type), but tools comparing the exact text "
+                            f"miss its jobs; write \"batch {started}\"")
+        elif started is None and looks in ("k8s", "lancium"):
+            warnings.append(f"route {r.name}: GridResource \"{r.grid_resource}\" starts no podgahp GAHP (the "
+                            f"gridmanager needs exactly \"batch\", one space and the type); write "
+                            f"\"batch {looks}\"")
+    return warnings
 
 
 def whole_node_note(grid_type: Optional[str]) -> str:

@@ -5,6 +5,7 @@ Owns only plain value objects; it must not know about HTTP, storage or the sched
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -136,3 +137,11 @@ class SimConfig:
     """With ``runc``: most processes per container (a kubelet's ``podPidsLimit``; 0: no limit)."""
     container_log_max_bytes: int = 10 * 1024 * 1024
     """With ``runc``: a container log past this size starts again (the kubelet's ``containerLogMaxSize``)."""
+    clock_offset_seconds: float = 0.0
+    """How far the API server's clock is ahead of the machine's (negative: behind). It stamps the
+    ``creationTimestamp`` of new pods and secrets and the ``Date`` of every answer; the kubelet's own
+    times (container start and finish) stay on the machine's clock."""
+
+    def server_now(self) -> float:
+        """The API server's clock, seconds since the epoch."""
+        return time.time() + self.clock_offset_seconds

@@ -5,13 +5,14 @@ user's sandbox, a job ad asking for an image the admin did not allow, and orphan
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
 from e2e import (ANN_SANDBOX_ID, CE_NAME, COMPLETED, HELD, IMAGE, NAMESPACE, iwd, kube_sim, pilot_submit,
-                 routed_jobs, start_k8s_ce, wait_done, wait_for_pods)
+                 pod_deletions, routed_jobs, start_k8s_ce, wait_done, wait_for_pods)
 from podgahp_sim.k8s import KubeSim
 from harness import Installation, Pool
 
@@ -64,36 +65,81 @@ def test_hostile_image_override_is_held_naming_the_knob(make_pool: Callable[...,
     assert not [p for p in kube_sim.pods(NAMESPACE) if p["spec"]["containers"][0]["image"] == "evil/miner"]
 
 
+def reap_config(installation: Installation) -> str:
+    """The shipped schedd cron job running ``podgahp reap`` every 5 s, with a grace of 3 s."""
+    return (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
+            f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
+            f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
+            "PODGAHP_REAP_PERIOD = 5\nPODGAHP_K8S_REAP_GRACE_SECONDS = 3\n")
+
+
+def reap_figures(pool: Pool, min_pods: int) -> List[str]:
+    """PodgahpReapPods and PodgahpReapErrors of a pass that saw at least ``min_pods`` pods (the collector
+    shows the schedd's ad of its last update; each pass replaces the previous one's figures)."""
+    def published() -> Optional[List[str]]:
+        words = pool.run(["condor_status", "-schedd", "-af", "PodgahpReapPods", "PodgahpReapErrors"]).stdout.split()
+        return words if len(words) == 2 and words[0].isdigit() and int(words[0]) >= min_pods else None
+    return pool.wait_for(published, timeout=60, interval=1, what="PodgahpReap* attributes in the schedd's ad")
+
+
 def test_schedd_cron_reaps_orphan_pods(make_pool: Callable[..., Pool], installation: Installation,
                                        kube_sim: KubeSim) -> None:
-    config = (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
-              f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
-              f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
-              "PODGAHP_REAP_PERIOD = 5\nPODGAHP_K8S_REAP_GRACE_SECONDS = 3\n")
-    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=reap_config(installation))
     home = iwd(pool)
     cluster = pool.submit(pilot_submit(home, "kept", run_seconds=60), cwd=home)
     kept = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
-    orphan = "pilot-0123456789abcdef0123-1"  # a pod of this CE whose job no schedd knows
+    kept_sandbox = kube_sim.pod(NAMESPACE, kept)["metadata"]["annotations"][ANN_SANDBOX_ID]  # type: ignore[index]
+    # A pod of this CE whose job this schedd no longer holds: the sandbox id of a job of the same
+    # schedd (the gridmanager's <collector>_<schedd name>_<cluster>.<proc>_<QDate>) with another cluster.
+    orphan_sandbox = re.sub(r"_[0-9]+\.0_([0-9]+)$", r"_99999.0_\1", kept_sandbox)
+    assert orphan_sandbox != kept_sandbox
+    orphan = "pilot-0123456789abcdef0123-1"
     with kube_sim.store.lock:
         kube_sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": orphan, "namespace": NAMESPACE, "uid": "orphan-uid",
             "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60)),
-            "labels": {"app.kubernetes.io/managed-by": "podgahp", "podgahp.htcondor.org/ce": CE_NAME}},
+            "labels": {"app.kubernetes.io/managed-by": "podgahp", "podgahp.htcondor.org/ce": CE_NAME},
+            "annotations": {ANN_SANDBOX_ID: orphan_sandbox}},
             "spec": {"containers": [{"name": "pilot", "image": IMAGE}]}, "status": {"phase": "Running"}})
     pool.wait_for(lambda: kube_sim.pod(NAMESPACE, orphan) is None
                   or kube_sim.pod(NAMESPACE, orphan)["metadata"].get("deletionTimestamp"),  # type: ignore[index]
                   timeout=90, interval=1, what="the orphan pod deleted by podgahp reap")
     kept_pod = kube_sim.pod(NAMESPACE, kept)
     assert kept_pod is not None and not kept_pod["metadata"].get("deletionTimestamp")
-    # Each pass replaces the figures of the previous one in the schedd's ad (the deleting pass may be
-    # gone already): the cron publishes them, and without errors.
-    # (the collector shows the schedd's ad of its last update, so wait for a pass that saw the pilot's pod)
-    def published() -> Optional[List[str]]:
-        words = pool.run(["condor_status", "-schedd", "-af", "PodgahpReapPods", "PodgahpReapErrors"]).stdout.split()
-        return words if len(words) == 2 and words[0].isdigit() and int(words[0]) >= 1 else None
-    figures = pool.wait_for(published, timeout=60, interval=1, what="PodgahpReap* attributes in the schedd's ad")
-    assert figures[1] == "0", figures
+    assert reap_figures(pool, 1)[1] == "0"
+
+
+#: The only route: GridResource spelled "batch K8S". The gridmanager lower-cases the batch type and
+#: starts K8S_GAHP for it, as for "batch k8s".
+UPPER_CASE_ROUTE = """\
+JOB_ROUTER_ROUTE_NAMES = Upper
+JOB_ROUTER_ROUTE_Upper @=jrt
+  TargetUniverse = 9
+  GridResource = "batch K8S"
+  REQUIREMENTS true
+  SET BatchQueue "cpu"
+  SET default_CERequirements "RequestCpus,RequestDisk"
+@jrt
+"""
+
+
+def test_reap_keeps_the_running_pilot_of_a_batch_K8S_route(make_pool: Callable[..., Pool],
+                                                          installation: Installation, kube_sim: KubeSim) -> None:
+    """A route may spell GridResource "batch K8S"; its pilots run through k8s_gahp all the same, and
+    ``podgahp reap`` must find their jobs (a case-sensitive match killed such a pilot within seconds)."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim,
+                        extra_config=reap_config(installation) + UPPER_CASE_ROUTE)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "upper", run_seconds=30), cwd=home)
+    name = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
+    routed = routed_jobs(pool, cluster)
+    assert routed and routed[0]["GridResource"] == "batch K8S", routed
+    pool.wait_for(lambda: _running(kube_sim, name), timeout=60, what="the pilot's pod running")
+    # passes of the reaper see the pod, past its grace, while the pilot runs
+    assert reap_figures(pool, 1)[1] == "0"
+    done = wait_done(pool, cluster, 1, timeout=120)
+    assert done[0]["ExitCode"] == 0, done[0]
+    assert not pod_deletions(kube_sim, name), "podgahp reap deleted the pod of a running pilot"
 
 
 def test_podgahp_q_shows_each_pilots_node_phase_and_why_it_waits(make_pool: Callable[..., Pool],

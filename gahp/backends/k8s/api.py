@@ -10,6 +10,8 @@ Knows nothing about pods, queues or jobs beyond the names it logs.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import functools
 import importlib
 import json
@@ -172,6 +174,9 @@ class KubeApi:
         """Requests that failed (an error answer or no answer)."""
         self.seconds = 0.0
         """Time spent waiting for answers (until the headers, for a stream)."""
+        self.server_time: Optional[datetime.datetime] = None
+        """The API server's clock at its last answer (its ``Date`` header), None before any: ages of
+        objects it stamped are measured on this clock, not on the local one."""
 
     @property
     def description(self) -> str:
@@ -300,6 +305,7 @@ class KubeApi:
                     response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
                 finally:
                     self.seconds += time.monotonic() - started
+                self._note_date(response)
                 if stream:
                     return response
                 try:
@@ -320,6 +326,16 @@ class KubeApi:
                     continue
                 raise translate(e, what) from e
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _note_date(self, response: Any) -> None:
+        headers = getattr(response, "headers", None)
+        text = headers.get("Date") if headers is not None else None
+        try:
+            when = email.utils.parsedate_to_datetime(text) if isinstance(text, str) else None
+        except (TypeError, ValueError):
+            when = None
+        if when is not None and when.tzinfo is not None:
+            self.server_time = when
 
     def close(self) -> None:
         with self._lock:

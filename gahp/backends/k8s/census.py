@@ -5,9 +5,10 @@ request per namespace), the memory is the pods of this CE.
 
 from __future__ import annotations
 
+import datetime
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from gahp.backends.k8s.api import KubeApi, truncate
 from gahp.backends.k8s.pod import LABEL_QUEUE, selector
@@ -23,6 +24,9 @@ class NamespacePods:
     api: KubeApi
     namespace: str
     pods: List[JsonObj]
+    server_time: Optional[datetime.datetime] = None
+    """The API server's clock when it answered the LIST (its ``Date`` header): pod ages are measured
+    on it, since the server stamped their creation times."""
 
 
 @dataclass
@@ -76,7 +80,8 @@ def ce_pods(settings: KubernetesSettings, agent: str = "reap") -> Iterator[Censu
             except GahpError as e:
                 census.errors.append(f"namespace {namespace}: {truncate(str(e))}")
                 continue
-            census.namespaces.append(NamespacePods(api, namespace, [p for p in pods if isinstance(p, dict)]))
+            census.namespaces.append(NamespacePods(api, namespace, [p for p in pods if isinstance(p, dict)],
+                                                   api.server_time))
         yield census
     finally:
         for api in apis.values():

@@ -17,12 +17,13 @@ from gahp.backends.k8s.settings import KubernetesSettings, label_value
 from gahp.backends.k8s.state import classify, parse_time
 from gahp.backends.k8s.view import PodView, container_state
 from gahp.errors import InvalidJob
+from gahp.schedd import gahp_job_ids
 
 JsonObj = Dict[str, Any]
 
 #: The ads' attributes ``podgahp q`` reads.
-JOB_ATTRIBUTES = ["ClusterId", "ProcId", "Owner", "RouteName", "GridJobId", "JobStatus", "RoutedFromJobId",
-                  "QDate", "HoldReason", "BatchQueue"]
+JOB_ATTRIBUTES = ["ClusterId", "ProcId", "Owner", "RouteName", "GridJobId", "GridResource", "JobStatus",
+                  "RoutedFromJobId", "QDate", "HoldReason", "BatchQueue"]
 
 #: HTCondor's one-letter job states, as condor_q shows them.
 JOB_STATUS = {1: "I", 2: "R", 3: "X", 4: "C", 5: "H", 6: "E", 7: "S"}
@@ -50,13 +51,12 @@ class PilotRow:
 
 
 def _pod_of(grid_job_id: str) -> Optional[Tuple[str, str]]:
-    words = grid_job_id.split()
-    if len(words) < 4:
-        return None
-    try:
-        return parse_job_id(words[-1])
-    except InvalidJob:
-        return None
+    for word in gahp_job_ids(grid_job_id):
+        try:
+            return parse_job_id(word)
+        except InvalidJob:
+            continue
+    return None
 
 
 def _reason(pod: PodView, settings: KubernetesSettings, queue: str, now: datetime.datetime) -> str:

@@ -8,6 +8,7 @@ pod template is reported later by ping and submit, so that a broken file never s
 
 from __future__ import annotations
 
+import hashlib
 import re
 import socket
 from dataclasses import dataclass, field
@@ -39,6 +40,25 @@ def label_value(text: str) -> str:
     """``text`` made into a valid label value: allowed characters, at most 63, alphanumeric ends."""
     value = _LABEL_VALUE_BAD.sub("-", text)[:63].strip("-_.")
     return value or "unknown"
+
+
+#: A label value (``k8s.io/apimachinery/pkg/util/validation``: at most 63 characters).
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+#: Hex digits of the hash that ends the label of a CE name that is not a label value itself.
+CE_HASH_LENGTH = 16
+
+
+def ce_label(name: str) -> str:
+    """The label value naming a CE: the name itself when it is a valid label value, else a readable
+    part of it and a hash of the whole name. Label values are cut at 63 characters and limited to
+    ``[A-Za-z0-9_.-]``: two CE names differing only past the 63rd character, or only in characters
+    replaced, would otherwise share a label, and each CE's reaper would take the other's pods for its
+    own orphans."""
+    if name and _LABEL_VALUE.match(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:CE_HASH_LENGTH]
+    readable = _LABEL_VALUE_BAD.sub("-", name)[:63 - CE_HASH_LENGTH - 1].strip("-_.")
+    return f"{readable}-{digest}" if readable else digest
 
 
 @dataclass(frozen=True)
@@ -108,7 +128,8 @@ class KubernetesSettings:
     default_queue: str
     """``PODGAHP_K8S_DEFAULT_QUEUE``: queue of pilots without ``Queue``; default the first queue."""
     ce_name: str
-    """``PODGAHP_K8S_CE_NAME``: label value marking this CE's pods; default ``FULL_HOSTNAME``."""
+    """``PODGAHP_K8S_CE_NAME``: the name marking this CE's pods; default ``FULL_HOSTNAME``. Held as its
+    label value (:func:`ce_label`: the name, or part of it and a hash when it is no label value)."""
     connect_timeout_s: float
     """``PODGAHP_K8S_CONNECT_TIMEOUT_SECONDS``: TCP/TLS connect timeout of API calls; default 5."""
     request_timeout_s: float
@@ -183,7 +204,7 @@ class KubernetesSettings:
         return cls(
             queues=queues,
             default_queue=default_queue.lower(),
-            ce_name=label_value(knobs.string(PREFIX + "CE_NAME", host)),
+            ce_name=ce_label(knobs.string(PREFIX + "CE_NAME", host)),
             connect_timeout_s=knobs.number(PREFIX + "CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.1),
             request_timeout_s=knobs.number(PREFIX + "REQUEST_TIMEOUT_SECONDS", 20.0, minimum=0.1),
             retries=knobs.integer(PREFIX + "RETRIES", 3, minimum=0, maximum=20),
