@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from .config import PodQuota
 from .errors import FieldError, bad_request, forbidden
 from .images import default_pull_policy
+from .limits import annotation_errors
 from .quantity import QuantityError, format_quantity, is_binary_resource, parse_quantity
 from .selectors import label_key_error, label_value_error
 
@@ -269,6 +270,7 @@ def meta_errors(meta: JsonObj) -> List[FieldError]:
         why = label_key_error(key)
         if why:
             errors.append(FieldError("invalid", "metadata.annotations", why, key))
+    errors.extend(annotation_errors(meta.get("annotations") or {}))
     for i, ref in enumerate(meta.get("ownerReferences") or []):
         for field in ("apiVersion", "kind", "name", "uid"):
             if not isinstance(ref, dict) or not ref.get(field):

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
 from urllib.parse import parse_qs, urlsplit
 
-from . import admission, objects, openapi, rbac
+from . import admission, limits, objects, openapi, rbac
 from .cluster import TERMINAL, Cluster
 from .config import PodQuota, RbacRule, SimConfig
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, \
@@ -203,6 +203,8 @@ class Api:
                 if scheme.lower() != "bearer" or (token != self.token and token not in self.sa_tokens):
                     raise unauthorized()
                 self._caller.user = self.sa_tokens.get(token)
+            if len(body) > limits.MAX_REQUEST_BODY_BYTES:
+                raise limits.body_too_large()
             reply = self.route(method, path.rstrip("/") or "/", query, headers, body)
         except ApiError as e:
             return Reply(e.code, e.body, e.headers)
@@ -674,10 +676,11 @@ class Api:
             if self.store.get(resource, namespace, meta["name"]) is not None:
                 raise already_exists(resource, meta["name"])
             meta["uid"] = str(uuid.uuid4())
-            meta["creationTimestamp"] = now_rfc3339()
+            meta["creationTimestamp"] = now_rfc3339(self.config.server_now())
             if resource == "pods":
                 meta["generation"] = 1
                 obj["status"] = {"phase": "Pending", "qosClass": admission.qos_class(obj)}
+            limits.check_stored_size(obj, len(body))
             obj.pop("kind", None)
             obj.pop("apiVersion", None)
             if not query.get("dryRun"):
@@ -774,11 +777,13 @@ class Api:
                 admission.normalise_secret(result)
                 if result["type"] != current.get("type"):
                     raise invalid(kind, name, [FieldError("invalid", "type", "field is immutable", result["type"])])
-            errors = admission.meta_errors(result["metadata"])
+            errors = (admission.secret_errors(result) if resource == "secrets"
+                      else admission.meta_errors(result["metadata"]))
             if errors:
                 raise invalid(kind, name, errors)
         if result == current:
             return Reply(200, self._typed(resource, current))
+        limits.check_stored_size(result)
         if query.get("dryRun"):
             return Reply(200, self._typed(resource, result))
         return Reply(200, self._typed(resource, self.store.update(resource, result)))
@@ -949,6 +954,10 @@ class Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return self.server_version
 
+    def date_time_string(self, timestamp: Optional[float] = None) -> str:
+        """The ``Date`` header, on the simulated API server's clock."""
+        return super().date_time_string(self.api.config.server_now() if timestamp is None else timestamp)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
         log.debug("%s %s", self.address_string(), format % args)
 
@@ -957,7 +966,7 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         headers = {k.lower(): v for k, v in self.headers.items()}
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length > 0 else b""
+        body = self._read_body(length)
         cert_user = None
         if isinstance(self.connection, ssl.SSLSocket):
             cert_user = peer_user(self.connection.getpeercert())
@@ -974,6 +983,21 @@ class Handler(BaseHTTPRequestHandler):
             self._send(reply)
         except (BrokenPipeError, ConnectionResetError, socket.timeout, OSError):
             self.close_connection = True
+
+    def _read_body(self, length: int) -> bytes:
+        """The body, kept up to one byte past the API server's limit (the rest is read and dropped, so
+        the connection stays usable and the client reads the 413)."""
+        if length <= 0:
+            return b""
+        keep = min(length, limits.MAX_REQUEST_BODY_BYTES + 1)
+        body = self.rfile.read(keep)
+        left = length - keep
+        while left > 0:
+            chunk = self.rfile.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            left -= len(chunk)
+        return body
 
     def _send(self, reply: Reply) -> None:
         if reply.stream is not None:

@@ -21,6 +21,7 @@ import yaml
 from gahp.backends.k8s.identity import (ANN_USER, DOMAIN, LABEL_CE, LABEL_MANAGED_BY, LABEL_OWNER,
                                         LABEL_SANDBOX, MANAGED_BY, job_id, owner_labels, parse_job_id,
                                         pod_name, sandbox_key)
+from gahp.backends.k8s.limits import check_pod
 from gahp.backends.k8s.schema import schema_errors
 from gahp.backends.k8s.settings import QueueSettings, label_value
 from gahp.errors import ConfigError, InvalidJob
@@ -361,7 +362,17 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
     _safe_defaults(spec, container)
     _mount_inputs(spec, container, queue.workdir, name, staged)
     _set_command(container, job, queue, job_id(namespace, name), staged)
+    check_pod(pod, _user_parts(job))
     return pod
+
+
+def _user_parts(job: PilotJob) -> str:
+    """What of the job's own values a pod carries, by size (for a reason when the pod is too large)."""
+    arguments = sum(len(a.encode("utf-8", "surrogateescape")) for a in job.arguments)
+    environment = sum(len(k.encode("utf-8", "surrogateescape")) + len(v.encode("utf-8", "surrogateescape"))
+                      for k, v in job.environment)
+    return (f"the job's Arguments take {arguments} bytes, its Environment {len(job.environment)} variables "
+            f"in {environment} bytes")
 
 
 def _metadata(meta: JsonObj, job: PilotJob, queue: QueueSettings, *, name: str, namespace: str, ce_name: str,
