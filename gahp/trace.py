@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from gahp.errors import GahpError
+from gahp.schedd import gahp_type
 
 DONE, WAITING, FAILED = "done", "waiting", "failed"
 
@@ -124,11 +125,11 @@ def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[st
         return hops, False
     hops.append(Hop("routed", DONE, f"route {routed.get('RouteName') or '?'} made job {_job_id(routed)}"))
     grid_resource = str(routed.get("GridResource") or "")
-    if grid_resource != "batch k8s":
+    if gahp_type(grid_resource) != "k8s":  # as the gridmanager reads it: "batch K8S" starts K8S_GAHP too
         hops.append(Hop("grid job", FAILED, f"job {_job_id(routed)} has GridResource {grid_resource!r}, not "
                         "\"batch k8s\": the route does not send it to podgahp's Kubernetes GAHP"))
         return hops, False
-    hops.append(Hop("grid job", DONE, f"job {_job_id(routed)}: GridResource \"batch k8s\", queue "
+    hops.append(Hop("grid job", DONE, f"job {_job_id(routed)}: GridResource \"{grid_resource}\", queue "
                     f"{routed.get('BatchQueue') or '(default)'}, {_status(routed)}"))
     grid_job_id = str(routed.get("GridJobId") or "")
     if routed.get("JobStatus") == HELD:
