@@ -16,7 +16,7 @@ import re
 from fractions import Fraction
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from .config import PodQuota
+from .config import PodQuota, Taint
 from .errors import FieldError, bad_request, forbidden
 from .images import default_pull_policy
 from .limits import annotation_errors
@@ -276,6 +276,43 @@ def meta_errors(meta: JsonObj) -> List[FieldError]:
             if not isinstance(ref, dict) or not ref.get(field):
                 errors.append(FieldError("required", "metadata.ownerReferences[%d].%s" % (i, field)))
     return errors
+
+
+TAINT_EFFECTS = ("NoExecute", "NoSchedule", "PreferNoSchedule")
+
+
+def node_taints(taints: Any) -> Tuple[List[Taint], List[FieldError]]:
+    """A node's ``spec.taints`` as :class:`Taint` values, and what validation refuses in them (as
+    ``validateNodeTaints``: a qualified key, a label value, a known effect, no key and effect twice)."""
+    found: List[Taint] = []
+    errors: List[FieldError] = []
+    if taints is None:
+        return found, errors
+    if not isinstance(taints, list):
+        return found, [FieldError("invalid", "spec.taints", "must be a list", str(taints))]
+    seen = set()
+    for i, taint in enumerate(taints):
+        path = "spec.taints[%d]" % i
+        if not isinstance(taint, dict):
+            errors.append(FieldError("invalid", path, "must be an object", str(taint)))
+            continue
+        key, value, effect = taint.get("key"), taint.get("value") or "", taint.get("effect")
+        why = label_key_error(key) if isinstance(key, str) and key else "name part must be non-empty"
+        if why:
+            errors.append(FieldError("invalid", path + ".key", why, str(key)))
+        why = label_value_error(value) if isinstance(value, str) else "must be a string"
+        if why:
+            errors.append(FieldError("invalid", path + ".value", why, str(value)))
+        if effect not in TAINT_EFFECTS:
+            errors.append(FieldError("notsupported", path + ".effect", 'supported values: "NoExecute", '
+                                     '"NoSchedule", "PreferNoSchedule"', str(effect)))
+        elif (key, effect) in seen:
+            errors.append(FieldError("duplicate", path, "taints must be unique by key and effect pair",
+                                     "%s:%s" % (key, effect)))
+        seen.add((key, effect))
+        if not errors:
+            found.append(Taint(str(key), str(value), str(effect)))
+    return found, errors
 
 
 def _resource_errors(path: str, resources: JsonObj) -> List[FieldError]:

@@ -1,8 +1,9 @@
 """The simulated cluster behind the API: scheduler, kubelet, garbage collector and driver actions.
 
 A background loop (:meth:`Cluster.tick`, every ``SimConfig.tick_seconds``) binds pending pods to
-nodes that fit (resources, ``nodeSelector``, required node affinity, taints/tolerations) or records
-``PodScheduled=False/Unschedulable`` with the scheduler's message; runs containers through
+nodes that fit (schedulable, resources, ``nodeSelector``, required node affinity, taints/tolerations)
+or records ``PodScheduled=False/Unschedulable`` with the scheduler's message; evicts the pods a
+``NoExecute`` taint no longer lets stay (the taint manager, after any ``tolerationSeconds``); runs containers through
 ``ContainerCreating`` -> running -> terminated (or image-pull / config errors, OOM, deadline); carries
 out graceful deletion (SIGTERM, exit, terminal phase, removal); and deletes objects whose owners
 (``metadata.ownerReferences``) are gone.  Status values follow the table of pod failure shapes in
@@ -154,6 +155,20 @@ class NodeState:
     taints: List[Taint]
     ip: str
     lost: bool = False
+    unschedulable: bool = False
+    """Cordoned (``spec.unschedulable``): no new pod is bound here unless it tolerates the
+    ``node.kubernetes.io/unschedulable`` taint."""
+    version: int = 1
+    """The node's resourceVersion (each change of labels, taints or unschedulable adds one)."""
+    tainted_at: Dict[Taint, float] = field(default_factory=dict)
+    """When each ``NoExecute`` taint was added (``tolerationSeconds`` count from then)."""
+
+
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+"""What the node lifecycle controller adds to a cordoned node (and takes away when uncordoned)."""
+DERIVED_TAINTS = ("node.kubernetes.io/unschedulable", "node.kubernetes.io/unreachable")
+"""Taints the cluster sets from a node's state: a write of the node's taints cannot add or remove them."""
+TAINT_EVICTION = "taint-eviction-controller"
 
 
 def _node_state(node: SimNode, index: int) -> NodeState:
@@ -248,6 +263,8 @@ class Cluster:
         self.started = time.time()
         self.agenda = Agenda()
         self.runtime: "Optional[RuncRuntime]" = None
+        self.taint_deadlines: Dict[str, float] = {}
+        """Pod uid -> when the taint manager evicts it (a NoExecute taint it tolerates for a while)."""
 
     def attach_runtime(self, runtime: "RuncRuntime") -> None:
         """Run containers for real through ``runtime`` from now on."""
@@ -304,6 +321,8 @@ class Cluster:
         every ``full_sync_seconds``), else over the pods the :class:`Agenda` names."""
         now = time.time() if now is None else now
         with self.store.lock:
+            if self.taint_deadlines:
+                self._evict_tainted(now)
             if (self.store.count("pods") < self.config.full_sync_below_pods or self.agenda.cursor is None
                     or now - self.agenda.last_full >= self.config.full_sync_seconds):
                 self._full_pass(now)
@@ -462,8 +481,13 @@ class Cluster:
         return self._all_usage(self.store.items("pods")).get(node, {"pods": Fraction(0)})
 
     def _fit_reasons(self, pod: JsonObj, node: NodeState) -> List[str]:
+        """Why ``pod`` cannot go on ``node`` (none: it fits), in the order of the default scheduler's
+        filter plugins (NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit); the first
+        failing plugin names the node's reason."""
         spec = pod.get("spec") or {}
         tolerations = spec.get("tolerations") or []
+        if node.unschedulable and not _tolerates(tolerations, UNSCHEDULABLE_TAINT):
+            return ["node(s) were unschedulable"]
         taints = list(node.taints)
         if node.lost:
             taints.insert(0, Taint("node.kubernetes.io/unreachable", "", "NoSchedule"))
@@ -533,6 +557,7 @@ class Cluster:
         self.events.pod(new, "Normal", "Scheduled", "Successfully assigned %s/%s to %s" % (
             run.namespace, run.name, node), SCHEDULER, now=now)
         self._start_kubelet(run, node, now)
+        self._note_taint_deadline(new, self.nodes[node], now)
 
     def _start_kubelet(self, run: PodRun, node: str, now: float) -> None:
         run.node = node
@@ -1180,6 +1205,79 @@ class Cluster:
                 return c.reason
         return None
 
+    # ------------------------------------------------------------------ nodes and the taint manager
+
+    def update_node(self, name: str, labels: Dict[str, str], taints: List[Taint], unschedulable: bool,
+                    now: Optional[float] = None) -> None:
+        """An admin's change of a node (``kubectl label``, ``taint``, ``cordon``/``uncordon``): pods
+        not yet bound see it at the next pass; running pods a new ``NoExecute`` taint does not let
+        stay are evicted (at once, or after the ``tolerationSeconds`` they tolerate it for)."""
+        now = time.time() if now is None else now
+        with self.store.lock:
+            node = self.nodes[name]
+            kept = [t for t in taints if t.key not in DERIVED_TAINTS]
+            if unschedulable != node.unschedulable:
+                status = "NodeNotSchedulable" if unschedulable else "NodeSchedulable"
+                self.events.node(name, "Normal", status, "Node %s status is now: %s" % (name, status), now)
+            if (node.labels, node.taints, node.unschedulable) == (labels, kept, unschedulable):
+                return
+            node.tainted_at = {t: node.tainted_at.get(t, now) for t in kept if t.effect == "NoExecute"}
+            node.labels, node.taints, node.unschedulable = dict(labels), kept, unschedulable
+            node.version += 1
+            for pod in self.store.items("pods"):
+                if pod["spec"].get("nodeName") == name:
+                    self.taint_deadlines.pop(pod["metadata"]["uid"], None)
+                    self._note_taint_deadline(pod, node, now)
+            self._evict_tainted(now)
+
+    def _note_taint_deadline(self, pod: JsonObj, node: NodeState, now: float) -> None:
+        """When the pod must leave ``node`` for its ``NoExecute`` taints: at once for one it does not
+        tolerate; for one it tolerates only for ``tolerationSeconds``, that long after the taint came
+        or the pod was bound, whichever is later (the shortest of its tolerations counts)."""
+        if not node.tainted_at or (pod.get("status") or {}).get("phase") in TERMINAL \
+                or pod["metadata"].get("deletionTimestamp"):
+            return
+        tolerations = (pod.get("spec") or {}).get("tolerations") or []
+        run = self.runs.get(pod["metadata"]["uid"])
+        bound = run.bound_at if run is not None and run.bound_at is not None else now
+        due: Optional[float] = None
+        for taint, since in node.tainted_at.items():
+            matching = [t for t in tolerations if _tolerates([t], taint)]
+            seconds = [float(t["tolerationSeconds"]) for t in matching
+                       if isinstance(t.get("tolerationSeconds"), (int, float))]
+            if not matching:
+                at = now
+            elif len(seconds) == len(matching):  # every toleration of it is for a while only
+                at = max(since, bound) + max(0.0, min(seconds))
+            else:
+                continue
+            due = at if due is None else min(due, at)
+        if due is not None:
+            self.taint_deadlines[pod["metadata"]["uid"]] = due
+
+    def _evict_tainted(self, now: float) -> None:
+        """The taint manager: delete the pods whose time on a ``NoExecute``-tainted node is over
+        (DisruptionTarget ``DeletionByTaintManager``, then graceful deletion with the pod's grace)."""
+        for uid, due in list(self.taint_deadlines.items()):
+            if due > now:
+                continue
+            del self.taint_deadlines[uid]
+            pod = self.store.by_uid(uid)
+            if pod is None or pod["metadata"].get("deletionTimestamp") \
+                    or (pod.get("status") or {}).get("phase") in TERMINAL:
+                continue
+            run = self._run_for(pod)
+            run.disruption = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                              "lastTransitionTime": now_rfc3339(now), "reason": "DeletionByTaintManager",
+                              "message": "Taint manager: deleting due to NoExecute taint"}
+            run.dirty = True
+            self.wake(pod)
+            meta = pod["metadata"]
+            self.events.pod(pod, "Normal", "TaintManagerEviction", "Marking for deletion Pod %s/%s"
+                            % (meta["namespace"], meta["name"]), TAINT_EVICTION, now=now)
+            pod = self._flush(pod, run, now)
+            self.graceful_delete(pod, int(pod["spec"].get("terminationGracePeriodSeconds", 30)), now)
+
     def node_objects(self) -> List[JsonObj]:
         """Node API objects (read-only view)."""
         result = []
@@ -1187,12 +1285,20 @@ class Cluster:
             capacity = {k: format_quantity(v, k in ("memory", "ephemeral-storage")) for k, v in
                         node.allocatable.items()}
             ready = "Unknown" if node.lost else "True"
+            taints = list(node.taints) + ([UNSCHEDULABLE_TAINT] if node.unschedulable else []) + (
+                [Taint("node.kubernetes.io/unreachable", "", "NoSchedule")] if node.lost else [])
+            spec: JsonObj = {}
+            if taints:  # omitted when empty, as the API server's encoding does
+                spec["taints"] = [dict({"key": t.key, "effect": t.effect}, **({"value": t.value} if t.value else {}),
+                                       **({"timeAdded": now_rfc3339(node.tainted_at[t])} if t in node.tainted_at
+                                          else {})) for t in taints]
+            if node.unschedulable:
+                spec["unschedulable"] = True
             result.append({
                 "metadata": {"name": node.config.name, "labels": dict(node.labels),
                              "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, node.config.name)),
-                             "resourceVersion": "1", "creationTimestamp": now_rfc3339(self.started)},
-                "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]
-                         + ([{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}] if node.lost else [])},
+                             "resourceVersion": str(node.version), "creationTimestamp": now_rfc3339(self.started)},
+                "spec": spec,
                 "status": {"capacity": capacity, "allocatable": dict(capacity),
                            "conditions": [{"type": "Ready", "status": ready,
                                            "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown"}],

@@ -15,6 +15,7 @@ import bisect
 import json
 import re
 import logging
+import secrets
 import select
 import socket
 import ssl
@@ -26,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
 from urllib.parse import parse_qs, urlsplit
 
-from . import admission, limits, objects, openapi, rbac
+from . import admission, limits, objects, openapi, openapiv2, rbac
 from .cluster import TERMINAL, Cluster
 from .config import PodQuota, RbacRule, SimConfig
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, \
@@ -96,7 +97,7 @@ class Fault:
 @dataclass
 class Reply:
     code: int
-    body: Union[JsonObj, str, None] = None
+    body: Union[JsonObj, str, bytes, None] = None
     headers: Dict[str, str] = field(default_factory=dict)
     stream: Optional[Iterator[Optional[bytes]]] = None
 
@@ -122,7 +123,7 @@ def _group_of(resource: str) -> str:
     base = resource.partition("/")[0]
     if base == "priorityclasses":
         return "scheduling.k8s.io"
-    if base == "selfsubjectaccessreviews":
+    if base in ("selfsubjectaccessreviews", "selfsubjectrulesreviews"):
         return "authorization.k8s.io"
     kind = objects.PLAIN_KINDS.get(base)
     return kind.group if kind is not None else ""
@@ -256,6 +257,13 @@ class Api:
             if method != "POST":
                 raise method_not_allowed()
             return self.whoami()
+        if path == "/openapi/v2":
+            if method != "GET":
+                raise method_not_allowed()
+            if openapiv2.PROTOBUF in headers.get("accept", ""):
+                return Reply(200, openapiv2.protobuf(self.config.git_version),
+                             {"Content-Type": openapiv2.PROTOBUF_ANSWER})
+            return Reply(200, openapiv2.document(self.config.git_version))
         if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
             if method != "GET":
                 raise method_not_allowed()
@@ -276,15 +284,27 @@ class Api:
             if method != "POST":
                 raise method_not_allowed()
             return self.access_review(body)
+        if parts[:4] == ["apis", "authorization.k8s.io", "v1", "selfsubjectrulesreviews"] and len(parts) == 4:
+            if method != "POST":
+                raise method_not_allowed()
+            return self.rules_review(body)
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 7 and parts[4:7:2] == ["serviceaccounts",
+                                                                                             "token"]:
+            if method != "POST":
+                raise method_not_allowed()
+            self.authorize("create", "serviceaccounts/token", parts[3], parts[5])
+            return self.token_request(parts[3], parts[5], body)
         plain = self._plain(parts)
         if plain is not None:
             kind, namespace, name = plain
-            if namespace not in self.namespaces:  # as a real server: nothing is stored in no namespace
-                raise not_found("namespaces", namespace)
             verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
                     "DELETE": "delete"}.get(method, "")
             self.authorize(verb, kind.plural, namespace, name or "")
-            code, obj = objects.handle(self.store, kind, method, namespace, name, query, headers, body)
+            if method == "POST" and namespace is not None and namespace not in self.namespaces:
+                # as a real server: nothing is created in a namespace that does not exist (a list there is empty)
+                raise not_found("namespaces", namespace)
+            code, obj = objects.handle(self.store, kind, method, namespace, name, query, headers, body,
+                                       self._matcher(kind.plural, namespace, query))
             return Reply(code, obj)
         if parts[:2] != ["api", "v1"] or len(parts) < 3:
             raise no_route()
@@ -294,7 +314,9 @@ class Api:
                 raise method_not_allowed()
             return self.collection(method, rest[0], None, query, headers, body)
         if rest[0] == "nodes":
-            return self.nodes_route(method, rest[1] if len(rest) > 1 else None, query)
+            if len(rest) > 2:
+                raise no_route()
+            return self.nodes_route(method, rest[1] if len(rest) > 1 else None, query, headers, body)
         if rest[0] != "namespaces":
             raise no_route()
         if len(rest) == 1:
@@ -355,8 +377,15 @@ class Api:
                         % (user, verb, resource, _group_of(resource), scope), _group_of(resource))
 
     @staticmethod
-    def _plain(parts: List[str]) -> "Optional[Tuple[objects.Kind, str, Optional[str]]]":
-        """(kind, namespace, name) of a request on a plain object kind, else None."""
+    def _plain(parts: List[str]) -> "Optional[Tuple[objects.Kind, Optional[str], Optional[str]]]":
+        """(kind, namespace, name) of a request on a plain object kind, else None; namespace ``None``
+        for a list of every namespace's (``kubectl get roles -A``)."""
+        if parts[:1] == ["api"] and len(parts) == 3:
+            kind = objects.match("", parts[1], parts[2])
+            return (kind, None, None) if kind is not None else None
+        if parts[:1] == ["apis"] and len(parts) == 4:
+            kind = objects.match(parts[1], parts[2], parts[3])
+            return (kind, None, None) if kind is not None else None
         if parts[:1] == ["api"] and len(parts) in (5, 6) and parts[2] == "namespaces":
             group, version, rest = "", parts[1], parts[3:]
         elif parts[:1] == ["apis"] and len(parts) in (6, 7) and parts[3] == "namespaces":
@@ -445,18 +474,25 @@ class Api:
         if path == "/api/v1":
             return {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
                 res("namespaces", "Namespace", False, ["get", "list"], "namespace", ("ns",)),
-                res("nodes", "Node", False, ["get", "list"], "node", ("no",)),
+                res("nodes", "Node", False, ["get", "list", "patch", "update"], "node", ("no",)),
                 res("pods", "Pod", True, crud, "pod", ("po",), ("all",)),
                 res("pods/log", "Pod", True, ["get"]),
                 res("pods/status", "Pod", True, ["get", "patch", "update"]),
                 res("secrets", "Secret", True, crud, "secret"),
                 res("events", "Event", True, ["get", "list", "watch"], "event", ("ev",)),
                 res("configmaps", "ConfigMap", True, crud, "configmap", ("cm",)),
-                res("serviceaccounts", "ServiceAccount", True, crud, "serviceaccount", ("sa",))]}
+                res("serviceaccounts", "ServiceAccount", True, crud, "serviceaccount", ("sa",)),
+                dict(res("serviceaccounts/token", "TokenRequest", True, ["create"]),
+                     group="authentication.k8s.io", version="v1"),
+                res("services", "Service", True, crud, "service", ("svc",), ("all",))]}
         groups = {"scheduling.k8s.io": [res("priorityclasses", "PriorityClass", False, ["get", "list"],
                                             "priorityclass", ("pc",))],
                   "authorization.k8s.io": [res("selfsubjectaccessreviews", "SelfSubjectAccessReview", False,
-                                               ["create"], "selfsubjectaccessreview")],
+                                               ["create"], "selfsubjectaccessreview"),
+                                           res("selfsubjectrulesreviews", "SelfSubjectRulesReview", False,
+                                               ["create"], "selfsubjectrulesreview")],
+                  "authentication.k8s.io": [res("selfsubjectreviews", "SelfSubjectReview", False, ["create"],
+                                                "selfsubjectreview")],
                   "rbac.authorization.k8s.io": [res("roles", "Role", True, crud, "role"),
                                                 res("rolebindings", "RoleBinding", True, crud, "rolebinding")],
                   "apps": [res("deployments", "Deployment", True, crud, "deployment", ("deploy",), ("all",))]}
@@ -491,19 +527,52 @@ class Api:
             raise not_found("priorityclasses", name, "scheduling.k8s.io")
         return Reply(200, obj(name))
 
-    def nodes_route(self, method: str, name: Optional[str], query: Mapping[str, str]) -> Reply:
-        self.authorize("get" if name else "list", "nodes", None, name or "")
-        if method != "GET":
+    def nodes_route(self, method: str, name: Optional[str], query: Mapping[str, str], headers: Mapping[str, str],
+                    body: bytes) -> Reply:
+        """Nodes: read, and changed by an admin (``kubectl cordon``/``uncordon``, ``taint``, ``label``):
+        labels, taints and ``spec.unschedulable`` are kept and the scheduler honours them; the rest of
+        a node is the cluster's to report."""
+        verb = {"GET": "get" if name else "list", "PATCH": "patch", "PUT": "update"}.get(method)
+        if verb is None or (name is None and verb != "list"):
             raise method_not_allowed()
+        self.authorize(verb, "nodes", None, name or "")
         with self.store.lock:
             nodes = self.cluster.node_objects()
-        if name is None:
-            return Reply(200, {"kind": "NodeList", "apiVersion": "v1",
-                               "metadata": {"resourceVersion": str(self.store.rv)}, "items": nodes})
-        for node in nodes:
-            if node["metadata"]["name"] == name:
-                return Reply(200, dict({"kind": "Node", "apiVersion": "v1"}, **node))
-        raise not_found("nodes", name)
+            if name is None:
+                return Reply(200, {"kind": "NodeList", "apiVersion": "v1",
+                                   "metadata": {"resourceVersion": str(self.store.rv)}, "items": nodes})
+            current = next((dict({"kind": "Node", "apiVersion": "v1"}, **n) for n in nodes
+                            if n["metadata"]["name"] == name), None)
+            if current is None:
+                raise not_found("nodes", name)
+            if method == "GET":
+                return Reply(200, current)
+            new = self._decode(body) if method == "PUT" else self._patched(current, headers, body)
+            if not isinstance(new, dict):
+                raise bad_request("Node in version \"v1\" cannot be handled as a Node")
+            meta: JsonObj = new["metadata"] if isinstance(new.get("metadata"), dict) else {}
+            if meta.get("name") not in (None, name):
+                raise bad_request("the name of the object (%s) does not match the name on the URL (%s)"
+                                  % (meta.get("name"), name))
+            if meta.get("resourceVersion") and meta["resourceVersion"] != current["metadata"]["resourceVersion"]:
+                raise conflict("nodes", name)
+            spec: JsonObj = new["spec"] if isinstance(new.get("spec"), dict) else {}
+            taints, errors = admission.node_taints(spec.get("taints"))
+            labels = meta.get("labels") or {}
+            errors += admission.meta_errors({"name": name, "labels": labels})
+            unschedulable = spec.get("unschedulable")
+            if unschedulable not in (None, True, False):
+                raise bad_request("Node in version \"v1\" cannot be handled as a Node: json: cannot unmarshal "
+                                  "%s into Go struct field NodeSpec.spec.unschedulable of type bool"
+                                  % type(unschedulable).__name__)
+            if errors:
+                raise invalid("Node", name, errors)
+            if not query.get("dryRun"):
+                self.cluster.update_node(name, dict(labels), taints, bool(unschedulable))
+            for node in self.cluster.node_objects():
+                if node["metadata"]["name"] == name:
+                    current = dict({"kind": "Node", "apiVersion": "v1"}, **node)
+            return Reply(200, current)
 
     def create_namespace(self, body: bytes) -> Reply:
         """``kubectl create namespace``: a new, Active namespace (no finalizers run here)."""
@@ -527,6 +596,68 @@ class Api:
         return Reply(201, {"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
                            "metadata": {"creationTimestamp": None},
                            "status": {"userInfo": {"username": user, "groups": groups}}})
+
+    def token_request(self, namespace: str, name: str, body: bytes) -> Reply:
+        """``kubectl create token``: a token for an existing service account, authorized from then on
+        by the Roles bound to it (its expiry is stated, not enforced)."""
+        request = self._decode(body) if body.strip() else {}
+        spec: JsonObj = request["spec"] if isinstance(request, dict) and isinstance(request.get("spec"), dict) else {}
+        seconds = spec.get("expirationSeconds") or 3600
+        if not isinstance(seconds, int) or seconds < 600:
+            raise invalid("TokenRequest", name, [FieldError("invalid", "spec.expirationSeconds",
+                                                            "may not specify a duration less than 10 minutes",
+                                                            seconds)])
+        with self.store.lock:
+            if self.store.get(objects.store_key(objects.PLAIN_KINDS["serviceaccounts"]), namespace, name) is None:
+                raise not_found("serviceaccounts", name)
+        token = "sa-" + secrets.token_hex(16)
+        self.sa_tokens[token] = "%s%s:%s" % (rbac.SA_PREFIX, namespace, name)
+        return Reply(201, {"kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+                           "metadata": {"name": name, "namespace": namespace, "creationTimestamp": None},
+                           "spec": {"audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
+                                    "expirationSeconds": seconds, "boundObjectRef": spec.get("boundObjectRef")},
+                           "status": {"token": token, "expirationTimestamp": now_rfc3339(time.time() + seconds)}})
+
+    def rules_review(self, body: bytes) -> Reply:
+        """``kubectl auth can-i --list``: what the caller may do in a namespace, as RBAC rules. The
+        admin may do everything; a service account what its bound Roles grant; under
+        :meth:`KubeSim.enforce_role` what that Role grants. Injected denials cannot be written as
+        rules: the answer then says it is incomplete, as an authorizer that cannot list its rules does."""
+        review = self._decode(body)
+        if not isinstance(review, dict) or not isinstance(review.get("spec"), dict):
+            raise bad_request("SelfSubjectRulesReview in version \"v1\" cannot be handled")
+        namespace = review["spec"].get("namespace") or None
+        caller = getattr(self._caller, "user", None)
+        resource_rules: List[JsonObj] = []
+        non_resource: List[JsonObj] = []
+        if caller is not None:
+            for rule in rbac.rules_for(self.store, caller, namespace):
+                entry = {k: list(rule.get(k) or []) for k in ("verbs", "apiGroups", "resources", "resourceNames")}
+                resource_rules.append({k: v for k, v in entry.items() if v or k == "verbs"})
+        elif self.role is not None:
+            role_namespace, granted = self.role
+            if namespace == role_namespace:
+                resource_rules = [{"verbs": sorted(verbs), "apiGroups": [""], "resources": sorted(resources)}
+                                  for resources, verbs in granted]
+        else:
+            resource_rules = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
+            non_resource = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+        # what every authenticated user may do (the system:basic-user and system:discovery roles)
+        resource_rules += [
+            {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+             "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+            {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]}]
+        non_resource += [{"verbs": ["get"], "nonResourceURLs": [
+            "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz",
+            "/version", "/version/"]}]
+        status: JsonObj = {"resourceRules": resource_rules, "nonResourceRules": non_resource,
+                           "incomplete": bool(self.rbac_deny)}
+        if self.rbac_deny:
+            status["evaluationError"] = "denials are in force that rules cannot express: %s" % ", ".join(
+                "%s %s%s" % (r.verb, r.resource, " in %s" % r.namespace if r.namespace else "")
+                for r in self.rbac_deny)
+        return Reply(201, {"kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
+                           "metadata": {"creationTimestamp": None}, "spec": review["spec"], "status": status})
 
     def access_review(self, body: bytes) -> Reply:
         review = self._decode(body)
@@ -708,22 +839,26 @@ class Api:
                 new = self._decode(body)
                 admission.check_decodable(KINDS[resource], new)
             else:
-                content_type = headers.get("content-type", "application/strategic-merge-patch+json")
-                content_type = content_type.split(";")[0].strip().lower()
-                if content_type not in PATCH_TYPES:
-                    raise unsupported_media()
-                patch = self._decode(body)
-                try:
-                    new = apply_patch(content_type, self._typed(resource, current), patch)
-                except PatchError as e:
-                    if e.code == 400:
-                        raise bad_request(str(e)) from None
-                    raise ApiError(422, status_body(422, "Invalid", str(e))) from None
+                new = self._patched(self._typed(resource, current), headers, body)
                 admission.check_decodable(KINDS[resource], new)
             warnings = self._validate_fields(KINDS[resource], new, query)
             reply = self._update(resource, current, new, subresource, query)
             reply.headers.update(warnings)
             return reply
+
+    def _patched(self, current: JsonObj, headers: Mapping[str, str], body: bytes) -> Any:
+        """``current`` (with kind and apiVersion) as a PATCH request changes it."""
+        content_type = headers.get("content-type", "application/strategic-merge-patch+json")
+        content_type = content_type.split(";")[0].strip().lower()
+        if content_type not in PATCH_TYPES:
+            raise unsupported_media()
+        patch = self._decode(body)
+        try:
+            return apply_patch(content_type, current, patch)
+        except PatchError as e:
+            if e.code == 400:
+                raise bad_request(str(e)) from None
+            raise ApiError(422, status_body(422, "Invalid", str(e))) from None
 
     @staticmethod
     def _validate_fields(kind: str, obj: JsonObj, query: Mapping[str, str]) -> Dict[str, str]:
@@ -1007,6 +1142,10 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.send_header("Cache-Control", "no-cache, private")
             self.end_headers()
+            # The headers leave at once, as kube-apiserver flushes them when a watch starts: a client
+            # whose watch sees no change (kubectl wait) must know the watch is open, and a client
+            # giving up (its timeout) must not be left waiting for headers that never come.
+            self.wfile.flush()
             self.close_connection = True
             try:
                 for chunk in reply.stream:
@@ -1024,8 +1163,8 @@ class Handler(BaseHTTPRequestHandler):
                 if close is not None:
                     close()
             return
-        if isinstance(reply.body, str):
-            data = reply.body.encode()
+        if isinstance(reply.body, (str, bytes)):
+            data = reply.body.encode() if isinstance(reply.body, str) else reply.body
             content_type = reply.headers.pop("Content-Type", "text/plain")
         else:
             data = json.dumps(reply.body).encode() if reply.body is not None else b""

@@ -1,17 +1,17 @@
 """Plain namespaced objects the simulator stores but does not act on — ConfigMaps, ServiceAccounts,
-Roles, RoleBindings, Deployments — so that an admin's manifests (a CE running in the cluster, its
-service account and Role) apply with ``kubectl`` as on a real cluster, and so that Roles and
-RoleBindings can authorize the service account's token (:mod:`podgahp_sim.kube.rbac`).
+Services, Roles, RoleBindings, Deployments — so that an admin's manifests (a CE running in the
+cluster, its service account and Role) apply with ``kubectl`` as on a real cluster, and so that Roles
+and RoleBindings can authorize the service account's token (:mod:`podgahp_sim.kube.rbac`).
 
-CRUD only: create, get, list, replace, patch (the three patch flavours), delete; no controllers (a
-Deployment makes no pods).
+CRUD only: create, get, list (in a namespace or in all, with selectors), replace, patch (the three
+patch flavours), delete; no controllers (a Deployment makes no pods, a Service no endpoints).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Dict, Mapping, NamedTuple, Optional
+from typing import Callable, Dict, Mapping, NamedTuple, Optional
 
 from .errors import ApiError, already_exists, bad_request, method_not_allowed, not_found, status_body
 from .patch import PATCH_TYPES, PatchError, apply_patch
@@ -28,6 +28,7 @@ class Kind(NamedTuple):
 PLAIN_KINDS: Dict[str, Kind] = {k.plural: k for k in (
     Kind("", "v1", "configmaps", "ConfigMap"),
     Kind("", "v1", "serviceaccounts", "ServiceAccount"),
+    Kind("", "v1", "services", "Service"),
     Kind("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
     Kind("apps", "v1", "deployments", "Deployment"),
@@ -48,9 +49,11 @@ def match(group: str, version: str, plural: str) -> Optional[Kind]:
     return kind if kind is not None and (kind.group, kind.version) == (group, version) else None
 
 
-def handle(store: Store, kind: Kind, method: str, namespace: str, name: Optional[str], query: Mapping[str, str],
-           headers: Mapping[str, str], body: bytes) -> "tuple[int, JsonObj]":
-    """(status, body) of one request on ``kind`` objects in ``namespace``."""
+def handle(store: Store, kind: Kind, method: str, namespace: Optional[str], name: Optional[str],
+           query: Mapping[str, str], headers: Mapping[str, str], body: bytes,
+           matches: Callable[[JsonObj], bool] = lambda obj: True) -> "tuple[int, JsonObj]":
+    """(status, body) of one request on ``kind`` objects in ``namespace`` (``None``: a list of every
+    namespace's); a list holds the objects ``matches`` (its label and field selectors)."""
     key = store_key(kind)
 
     def typed(obj: JsonObj) -> JsonObj:
@@ -59,10 +62,10 @@ def handle(store: Store, kind: Kind, method: str, namespace: str, name: Optional
     with store.lock:
         if name is None:
             if method == "GET":
-                items = [typed(o) for o in store.items(key, namespace)]
+                items = [typed(o) for o in store.items(key, namespace) if matches(o)]
                 return 200, {"kind": kind.kind + "List", "apiVersion": api_version(kind),
                              "metadata": {"resourceVersion": str(store.rv)}, "items": items}
-            if method != "POST":
+            if method != "POST" or namespace is None:
                 raise method_not_allowed()
             obj = _decode(body)
             meta = obj.setdefault("metadata", {})
@@ -78,13 +81,13 @@ def handle(store: Store, kind: Kind, method: str, namespace: str, name: Optional
             if not query.get("dryRun"):
                 store.create(key, obj)
             return 201, typed(obj)
-        current = store.get(key, namespace, name)
+        current = store.get(key, namespace or "", name)
         if current is None:
             raise not_found(kind.plural, name, kind.group)
         if method == "GET":
             return 200, typed(current)
         if method == "DELETE":
-            store.delete(key, namespace, name)
+            store.delete(key, namespace or "", name)
             return 200, typed(current)
         if method == "PUT":
             new = _decode(body)

@@ -1,20 +1,26 @@
-"""OpenAPI v3 discovery and server-side field validation, enough for ``kubectl create`` / ``apply``
-with validation on.
+"""OpenAPI documents of the simulated API server (``/openapi/v3`` and ``/openapi/v2``) and its
+server-side field validation: enough for ``kubectl create`` / ``apply`` with validation on and for
+``kubectl explain``.
 
 kubectl (1.27 and later) reads ``/openapi/v3``, then the group-version document, and looks for the
 ``fieldValidation`` query parameter on the kind's PATCH operation; when it is there, kubectl leaves
-validation to the server and sends ``fieldValidation=Strict``.  The documents here describe the
-operations of the resources the simulator serves (with their ``x-kubernetes-group-version-kind``) but
-not full schemas; :func:`unknown_fields` checks field names of Pods and Secrets at the levels where a
-typo matters (object, metadata, pod spec, containers), as the server's strict decoder would.
+validation to the server and sends ``fieldValidation=Strict``.  ``kubectl explain`` finds a kind's
+schema by its ``x-kubernetes-group-version-kind`` among the document's schemas (v3, or v2 with
+``--output plaintext-openapiv2``, which kubectl asks for in protobuf: :mod:`podgahp_sim.kube.openapiv2`).
+The schemas come from :mod:`podgahp_sim.kube.schemas`; :func:`unknown_fields` checks field names of
+Pods and Secrets at the levels where a typo matters (object, metadata, pod spec, containers), as the
+server's strict decoder would.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 from typing import Any, Dict, FrozenSet, List, Mapping, Sequence, Tuple
 
+from kubernetes import __version__ as client_version
+
+from . import schemas
 from .objects import PLAIN_KINDS
 from .store import JsonObj
 
@@ -25,10 +31,12 @@ RESOURCES: Sequence[Resource] = (
     ("", "v1", "pods", "Pod", True, ("get", "list", "create", "update", "patch", "delete", "deletecollection")),
     ("", "v1", "secrets", "Secret", True, ("get", "list", "create", "update", "patch", "delete", "deletecollection")),
     ("", "v1", "events", "Event", True, ("get", "list")),
-    ("", "v1", "namespaces", "Namespace", False, ("get", "list")),
-    ("", "v1", "nodes", "Node", False, ("get", "list")),
+    ("", "v1", "namespaces", "Namespace", False, ("get", "list", "create")),
+    ("", "v1", "nodes", "Node", False, ("get", "list", "update", "patch")),
     ("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ("get", "list")),
     ("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False, ("create",)),
+    ("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", False, ("create",)),
+    ("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False, ("create",)),
 ) + tuple((k.group, k.version, k.plural, k.kind, True,
            ("get", "list", "create", "update", "patch", "delete")) for k in PLAIN_KINDS.values())
 
@@ -44,9 +52,10 @@ def _param(name: str, where: str = "query") -> JsonObj:
             **({"required": True} if where == "path" else {})}
 
 
-def group_version_doc(gv_path: str, server_version: str) -> JsonObj:
-    """The OpenAPI v3 document of one group-version (``api/v1``, ``apis/<group>/<version>``)."""
-    paths: Dict[str, JsonObj] = {}
+def paths(gv_path: str) -> Dict[str, JsonObj]:
+    """The operations of one group-version (``api/v1``, ``apis/<group>/<version>``) by URL path, as
+    OpenAPI v3 writes them."""
+    found: Dict[str, JsonObj] = {}
     for group, version, plural, kind, namespaced, verbs in RESOURCES:
         if _gv_path(group, version) != gv_path:
             continue
@@ -76,11 +85,46 @@ def group_version_doc(gv_path: str, server_version: str) -> JsonObj:
         if "delete" in verbs:
             item["delete"] = op("delete", "delete", ("gracePeriodSeconds", "propagationPolicy", "dryRun"), True)
         if collection:
-            paths[base] = collection
+            found[base] = collection
         if item:
-            paths[base + "/{name}"] = item
+            found[base + "/{name}"] = item
+    return found
+
+
+def kinds(gv_path: str = "") -> List[Tuple[str, str, str]]:
+    """(group, version, kind) of the resources of one group-version (of all when not given)."""
+    return [(g, v, k) for g, v, _, k, _, _ in RESOURCES if not gv_path or _gv_path(g, v) == gv_path]
+
+
+def ref_schema(schema: JsonObj, prefix: str, wrap: bool) -> JsonObj:
+    """A schema from :mod:`schemas` with its ``$ref`` names as paths under ``prefix``; ``wrap``: a
+    field of another type as ``allOf: [$ref]`` beside its description, as kube-apiserver writes v3."""
+    out: JsonObj = {}
+    for key, value in schema.items():
+        if key in ("items", "additionalProperties"):
+            out[key] = ref_schema(value, prefix, wrap)
+        elif key == "properties":
+            out[key] = {name: ref_schema(prop, prefix, wrap) for name, prop in value.items()}
+        elif key != "$ref":
+            out[key] = value
+    if "$ref" in schema:
+        if wrap:
+            out["allOf"] = [{"$ref": prefix + schema["$ref"]}]
+            out["default"] = {}
+        else:
+            out["$ref"] = prefix + schema["$ref"]
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def group_version_doc(gv_path: str, server_version: str) -> JsonObj:
+    """The OpenAPI v3 document of one group-version (``api/v1``, ``apis/<group>/<version>``): its
+    operations, and the schemas of its kinds and of every type they reach (callers do not change it)."""
+    defined = schemas.definitions(kinds(gv_path))
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": server_version},
-            "paths": paths, "components": {"schemas": {}}}
+            "paths": paths(gv_path),
+            "components": {"schemas": {name: ref_schema(schema, "#/components/schemas/", True)
+                                       for name, schema in defined.items()}}}
 
 
 def group_versions() -> List[str]:
@@ -88,12 +132,13 @@ def group_versions() -> List[str]:
 
 
 def root(server_version: str) -> JsonObj:
-    """``/openapi/v3``: each group-version's document URL, with a hash that changes with it."""
-    paths = {}
+    """``/openapi/v3``: each group-version's document URL, with a hash that changes with it (the
+    document follows from the group-version, the server's version and the client models')."""
+    found = {}
     for gv in group_versions():
-        digest = hashlib.sha512(json.dumps(group_version_doc(gv, server_version), sort_keys=True).encode())
-        paths[gv] = {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (gv, digest.hexdigest()[:128].upper())}
-    return {"paths": paths}
+        digest = hashlib.sha512(("%s %s %s" % (gv, server_version, client_version)).encode())
+        found[gv] = {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (gv, digest.hexdigest()[:128].upper())}
+    return {"paths": found}
 
 
 # ------------------------------------------------------------------ field validation

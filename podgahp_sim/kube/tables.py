@@ -2,8 +2,8 @@
 
 kubectl asks for ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` and prints the columns
 the server sends (``-o wide`` adds the columns of priority 1).  The columns and cells follow the
-API server's printers for pods, nodes, events, namespaces and secrets; any other kind gets the
-server's default table (Name, Created At).
+API server's printers for pods, nodes, events, namespaces, secrets, role bindings, service accounts,
+config maps and services; any other kind (a Role) gets the server's default table (Name, Created At).
 """
 
 from __future__ import annotations
@@ -205,6 +205,52 @@ DEFAULT_COLUMNS: Sequence[Column] = (
                               "was created."),
 )
 
+# ------------------------------------------------------------------ objects applied by an admin
+
+_AGE: Column = ("Age", "string", 0, "CreationTimestamp is a timestamp representing the server time when this "
+                                    "object was created.")
+_NAME: Column = ("Name", "string", 0, "Name must be unique within a namespace.")
+
+ROLE_BINDING_COLUMNS: Sequence[Column] = (
+    _NAME, ("Role", "string", 0, "Role of the binding."), _AGE,
+    ("Users", "string", 1, "Users in the binding."), ("Groups", "string", 1, "Groups in the binding."),
+    ("ServiceAccounts", "string", 1, "ServiceAccounts in the binding."),
+)
+
+
+def _role_binding_cells(binding: JsonObj, now: float) -> List[Any]:
+    ref = binding.get("roleRef") or {}
+    subjects = [s for s in binding.get("subjects") or [] if isinstance(s, dict)]
+
+    def names(kind: str) -> str:
+        return ", ".join(str(s.get("name", "")) for s in subjects if s.get("kind") == kind)
+    accounts = ", ".join("%s/%s" % (s.get("namespace") or _meta(binding).get("namespace", ""), s.get("name", ""))
+                         for s in subjects if s.get("kind") == "ServiceAccount")
+    return [_meta(binding).get("name", ""), "%s/%s" % (ref.get("kind", ""), ref.get("name", "")),
+            _since(_meta(binding).get("creationTimestamp"), now), names("User"), names("Group"), accounts]
+
+
+SERVICE_COLUMNS: Sequence[Column] = (
+    _NAME, ("Type", "string", 0, "type determines how the Service is exposed."),
+    ("Cluster-IP", "string", 0, "clusterIP is the IP address of the service."),
+    ("External-IP", "string", 0, "externalIPs is a list of IP addresses for which nodes in the cluster will "
+                                 "also accept traffic for this service."),
+    ("Port(s)", "string", 0, "The list of ports that are exposed by this service."), _AGE,
+    ("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this "
+                              "selector."),
+)
+
+
+def _service_cells(service: JsonObj, now: float) -> List[Any]:
+    spec = service.get("spec") or {}
+    ports = ",".join("%s/%s" % (p.get("port", ""), p.get("protocol") or "TCP")
+                     for p in spec.get("ports") or [] if isinstance(p, dict))
+    selector = ",".join("%s=%s" % kv for kv in sorted((spec.get("selector") or {}).items()))
+    return [_meta(service).get("name", ""), spec.get("type") or "ClusterIP", spec.get("clusterIP") or "<none>",
+            ",".join(spec.get("externalIPs") or []) or "<none>", ports or "<none>",
+            _since(_meta(service).get("creationTimestamp"), now), selector or "<none>"]
+
+
 Printer = Tuple[Sequence[Column], Callable[[JsonObj, float], List[Any]]]
 
 PRINTERS: Dict[str, Printer] = {
@@ -217,6 +263,15 @@ PRINTERS: Dict[str, Printer] = {
     "Secret": (SECRET_COLUMNS, lambda o, now: [
         _meta(o).get("name", ""), o.get("type", "Opaque"), len(o.get("data") or {}),
         _since(_meta(o).get("creationTimestamp"), now)]),
+    "RoleBinding": (ROLE_BINDING_COLUMNS, _role_binding_cells),
+    "ServiceAccount": ((_NAME, ("Secrets", "string", 0, "Secrets is the list of secrets allowed to be used by "
+                                                         "pods running using this ServiceAccount"), _AGE),
+                       lambda o, now: [_meta(o).get("name", ""), len(o.get("secrets") or []),
+                                       _since(_meta(o).get("creationTimestamp"), now)]),
+    "ConfigMap": ((_NAME, ("Data", "string", 0, "The number of entries in the ConfigMap"), _AGE),
+                  lambda o, now: [_meta(o).get("name", ""), len(o.get("data") or {}) + len(o.get("binaryData") or {}),
+                                  _since(_meta(o).get("creationTimestamp"), now)]),
+    "Service": (SERVICE_COLUMNS, _service_cells),
 }
 
 

@@ -4,10 +4,13 @@ apply with validation on, logs, watch, delete, auth can-i."""
 
 from __future__ import annotations
 
+import calendar
+import json
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
@@ -222,3 +225,168 @@ def test_create_namespace_then_rbac_objects_are_stored_only_in_a_namespace_that_
     assert "later" in [row["NAME"] for row in kubectl.table("get", "namespaces")]
     assert "role.rbac.authorization.k8s.io/podgahp created" in kubectl.out("apply", "-f", str(path))
     assert [row["NAME"] for row in kubectl.table("get", "roles", "-n", "later")] == ["podgahp"]
+
+
+REPO = Path(__file__).resolve().parents[3]
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_explain_reads_the_schemas_over_openapi_v3_and_v2(sim: KubeSim, kubectl: Kubectl) -> None:
+    resources = kubectl.out("explain", "pods.spec.containers.resources")
+    assert "FIELD: resources <ResourceRequirements>" in resources
+    assert re.search(r"^  limits\s+<map\[string\]string>", resources, re.M)
+    assert re.search(r"^  requests\s+<map\[string\]string>", resources, re.M)
+    assert re.search(r"^  verbs\s+<\[\]string> -required-", kubectl.out("explain", "roles.rules"), re.M)
+    assert "GROUP:      rbac.authorization.k8s.io" in kubectl.out("explain", "rolebindings")
+    v2 = kubectl.out("explain", "pods.spec.tolerations", "--output=plaintext-openapiv2")
+    assert "RESOURCE: tolerations <[]Object>" in v2
+    assert re.search(r"^   tolerationSeconds\s+<integer>", v2, re.M)
+    asked = sim.requests("GET", r"^/openapi/v2$")
+    assert asked and "protobuf" in asked[-1].headers.get("accept", "")
+    unknown = kubectl.run("explain", "pods.spec.nosuchfield", check=False)
+    assert unknown.returncode != 0 and 'field "nosuchfield" does not exist' in unknown.stderr
+
+
+def resource_rules(kubectl: Kubectl, *args: str) -> Dict[str, str]:
+    """``kubectl auth can-i --list``'s resource rows as {Resources: Verbs} (a non-resource row starts blank)."""
+    lines = kubectl.out("auth", "can-i", "--list", *args).splitlines()
+    assert re.split(r"\s{2,}", lines[0].strip()) == ["Resources", "Non-Resource URLs", "Resource Names", "Verbs"]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[1:] if line[:1].strip()]
+    return {row[0]: row[-1] for row in rows}
+
+
+def test_auth_can_i_list_shows_the_rules(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
+    admin = kubectl.table("auth", "can-i", "--list")
+    assert admin[0] == {"Resources": "*.*", "Non-Resource URLs": "[]", "Resource Names": "[]", "Verbs": "[*]"}
+    assert resource_rules(kubectl)["selfsubjectaccessreviews.authorization.k8s.io"] == "[create]"
+    kubectl.run("apply", "-f", str(REPO / "docs" / "podgahp-rbac.yaml"))
+    account = Kubectl(sim.write_kubeconfig(str(tmp_path / "sa"), namespace="pilots",
+                                           token=sim.service_account_token("pilots", "podgahp")), tmp_path)
+    granted = resource_rules(account)
+    assert granted["pods"] == "[create get list watch patch delete]"
+    assert granted["pods/log"] == "[get]" and granted["secrets"] == "[create get update patch]"
+    assert "*.*" not in granted
+    assert "pods" not in resource_rules(account, "-n", "default")
+    sim.deny("delete", "pods", "pilots")
+    review = kubectl.run("auth", "can-i", "--list")
+    assert review.returncode == 0 and "delete pods in pilots" in review.stderr
+
+
+def test_cluster_info_names_the_control_plane(sim: KubeSim, kubectl: Kubectl) -> None:
+    out = ANSI.sub("", kubectl.out("cluster-info"))
+    assert f"Kubernetes control plane is running at {sim.url}" in out
+
+
+def scheduled_message(sim: KubeSim, name: str) -> str:
+    pod = sim.pod("pilots", name) or {}
+    found = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"]
+    return str(found[0].get("message") or "") if found else ""
+
+
+def test_cordon_taint_and_uncordon_steer_the_scheduler(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
+    assert "node/node-a cordoned" in kubectl.out("cordon", "node-a")
+    kubectl.run("cordon", "node-b")
+    assert [n["STATUS"] for n in kubectl.table("get", "nodes")] == ["Ready,SchedulingDisabled"] * 2
+    assert kubectl.table("get", "nodes")[0]["STATUS"] == "Ready,SchedulingDisabled"
+    create(kubectl, tmp_path, "p1")
+    sim.wait_for(lambda: scheduled_message(sim, "p1") == "0/2 nodes are available: 2 node(s) were unschedulable.",
+                 what="p1 unschedulable on cordoned nodes")
+    assert "node/node-a tainted" in kubectl.out("taint", "node", "node-a", "dedicated=pilots:NoSchedule")
+    assert "node/node-a uncordoned" in kubectl.out("uncordon", "node-a")
+    node = sim.api.cluster.node_objects()[0]
+    assert node["spec"].get("unschedulable") is None and node["spec"]["taints"] == [
+        {"key": "dedicated", "value": "pilots", "effect": "NoSchedule"}]
+    sim.wait_for(lambda: scheduled_message(sim, "p1") == "0/2 nodes are available: 1 node(s) had untolerated "
+                 "taint {dedicated: pilots}, 1 node(s) were unschedulable.", what="p1 held off by the taint")
+    tolerant = tmp_path / "tolerant.yaml"
+    tolerant.write_text(POD.format(name="p2", seconds=60, image_key="image")
+                        + "  tolerations: [{key: dedicated, operator: Equal, value: pilots, effect: NoSchedule}]\n")
+    kubectl.run("create", "-f", str(tolerant))
+    assert sim.wait_for_pod("pilots", "p2", lambda p: bool(p and p["spec"].get("nodeName")))["spec"][
+        "nodeName"] == "node-a"
+    assert not (sim.pod("pilots", "p1") or {})["spec"].get("nodeName")
+    kubectl.run("uncordon", "node-b")
+    assert sim.wait_for_pod("pilots", "p1", lambda p: bool(p and p["spec"].get("nodeName")))["spec"][
+        "nodeName"] == "node-b"
+    kubectl.run("taint", "node", "node-a", "dedicated-")
+    assert "taints" not in kubectl.out("get", "node", "node-a", "-o", "jsonpath={.spec}")
+    refused = kubectl.run("taint", "node", "node-a", "bad key=x:NoSchedule", check=False)
+    assert refused.returncode != 0
+
+
+def test_noexecute_taint_evicts_pods_that_do_not_tolerate_it(sim: KubeSim, kubectl: Kubectl,
+                                                             tmp_path: Path) -> None:
+    for name, tolerations in (("goes", ""), ("stays", "  tolerations: [{key: maint, operator: Exists}]\n"),
+                              ("later", "  tolerations: [{key: maint, operator: Exists, effect: NoExecute, "
+                                        "tolerationSeconds: 2}]\n")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(POD.format(name=name, seconds=60, image_key="image") + "  nodeName: node-a\n" + tolerations)
+        kubectl.run("create", "-f", str(path))
+        sim.wait_for_phase("pilots", name, "Running")
+    kubectl.run("taint", "node", "node-a", "maint=now:NoExecute")
+    tainted = json.loads(kubectl.out("get", "node", "node-a", "-o", "json"))["spec"]["taints"]
+    assert [(t["key"], t["effect"]) for t in tainted] == [("maint", "NoExecute")] and tainted[0]["timeAdded"]
+    sim.wait_for(lambda: sim.pod("pilots", "goes") is None and sim.pod("pilots", "later") is None,
+                 what="the pods not tolerating the taint (for long) evicted")
+    stays = sim.pod("pilots", "stays")
+    assert stays is not None and not stays["metadata"].get("deletionTimestamp")
+    events = json.loads(kubectl.out("get", "events", "-o", "json"))["items"]
+    evicted = {e["involvedObject"]["name"]: e["firstTimestamp"] for e in events
+               if e["reason"] == "TaintManagerEviction"}
+    assert sorted(evicted) == ["goes", "later"]
+    assert all(e["source"]["component"] == "taint-eviction-controller" for e in events
+               if e["reason"] == "TaintManagerEviction")
+
+    def stamp(text: str) -> float:
+        return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
+    # the pod tolerating the taint for 2 s went no sooner (stamps are whole seconds)
+    assert stamp(evicted["later"]) - stamp(tainted[0]["timeAdded"]) >= 2
+
+
+def test_wait_returns_when_met_and_within_its_timeout(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
+    create(kubectl, tmp_path, "p1")
+    assert "pod/p1 condition met" in kubectl.out("wait", "--for=condition=Ready", "pod/p1", "--timeout=30s")
+    kubectl.run("cordon", "node-a")
+    kubectl.run("cordon", "node-b")
+    create(kubectl, tmp_path, "stuck")
+    # kubectl's own timeout ends it: the watch it opens is answered at once even while nothing changes
+    for condition in ("--for=condition=Ready", "--for=delete", "--for=jsonpath={.status.phase}=Running"):
+        waited = subprocess.run([str(KUBECTL), "wait", condition, "pod/stuck", "--timeout=2s"], env=kubectl.env,
+                                capture_output=True, text=True, timeout=30)
+        assert waited.returncode != 0 and "timed out waiting for the condition on pods/stuck" in waited.stderr
+    sim.clear_requests()
+    deleting = subprocess.Popen([str(KUBECTL), "wait", "--for=delete", "pod/stuck", "--timeout=60s"],
+                                env=kubectl.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        sim.wait_for(lambda: any(r.query.get("watch") in ("true", "1") and "stuck" in r.query.get("fieldSelector", "")
+                                 for r in sim.requests("GET", r"/namespaces/pilots/pods$")),
+                     what="kubectl wait's watch open")
+        kubectl.run("delete", "pod", "stuck", "--wait=false")
+        out, err = deleting.communicate(timeout=60)
+    finally:
+        deleting.kill()
+    assert deleting.returncode == 0 and "pod/stuck condition met" in out, (out, err)
+
+
+def test_rbac_manifest_is_stored_and_listed_as_applied(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
+    applied = kubectl.out("apply", "-f", str(REPO / "docs" / "podgahp-rbac.yaml"))
+    assert applied.splitlines() == ["serviceaccount/podgahp created", "role.rbac.authorization.k8s.io/podgahp created",
+                                    "rolebinding.rbac.authorization.k8s.io/podgahp created"]
+    assert [r["NAME"] for r in kubectl.table("get", "roles")] == ["podgahp"]
+    wide = kubectl.out("get", "rolebindings", "-o", "wide").splitlines()
+    assert wide[0].split() == ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]
+    assert re.fullmatch(r"podgahp\s+Role/podgahp\s+\S+\s+pilots/podgahp", wide[1].strip())  # no users, no groups
+    assert [r["NAME"] for r in kubectl.table("get", "serviceaccounts")] == ["podgahp"]
+    everywhere = kubectl.table("get", "roles", "--all-namespaces")
+    assert [(r["NAMESPACE"], r["NAME"]) for r in everywhere] == [("pilots", "podgahp")]
+    assert kubectl.out("get", "roles", "-n", "default").strip() in ("", "No resources found in default namespace.")
+    role = kubectl.out("get", "role", "podgahp", "-o", "jsonpath={.rules[0].verbs}")
+    assert role == '["create","get","list","watch","patch","delete"]'
+    assert "unchanged" in kubectl.out("apply", "-f", str(REPO / "docs" / "podgahp-rbac.yaml")).splitlines()[1]
+    # the token the manifest's comments tell an admin to create acts with the Role's rights
+    token = kubectl.out("create", "token", "podgahp").strip()
+    account = Kubectl(sim.write_kubeconfig(str(tmp_path / "sa"), namespace="pilots", token=token), tmp_path)
+    assert account.out("auth", "can-i", "create", "pods").strip() == "yes"
+    assert account.run("auth", "can-i", "create", "pods", "-n", "default", check=False).stdout.strip() == "no"
+    missing = kubectl.run("create", "token", "nobody", check=False)
+    assert missing.returncode != 0 and 'serviceaccounts "nobody" not found' in missing.stderr
