@@ -77,10 +77,12 @@ clean:
 # statuses against the simulated cluster and the zero-cost memory backend in the same run; a new GAHP
 # facing 20,000 and 50,000 running pilots; HTCondor's blahp kubernetes_*.sh scripts (trixie root, kubectl)
 # and podgahp on the same pilots; pilots end to end through real HTCondor daemons, k8s against memory;
-# Lancium under random API faults.
+# Lancium under random API faults; podgahp provision's decisions against the PRP provisioner's and
+# COBalD's in a model world.
 bench: $(VENV)/.installed system-deps
 	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000 --rounds 1
 	$(VENV)/bin/python benchmarks/k8s_tracked.py --pods 20000 50000
 	$(VENV)/bin/python benchmarks/blahp_k8s.py --pilots 200
 	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 300
 	$(VENV)/bin/python benchmarks/lancium_faults.py
+	$(VENV)/bin/python benchmarks/provision_scenarios.py

@@ -254,7 +254,7 @@ def provision(once: bool) -> None:
     from gahp import logs
     from gahp.config import Knobs, ServerSettings
     from gahp.errors import GahpError
-    from gahp.provision.service import Provisioner
+    from gahp.provision.service import Provisioner, describe
     from gahp.provision.settings import ProvisionSettings
 
     source = _ce_config()
@@ -273,8 +273,7 @@ def provision(once: bool) -> None:
         if decision is None:
             raise click.ClickException(f"the cycle could not decide (log: {where})\n  (read {source.describe()})")
         for row in decision.rows:
-            click.echo(f"{row.key}: {row.waiting} jobs waiting, {row.idle} pilots idle, {row.running} running, "
-                       f"{row.submit} submitted, {row.remove} removed")
+            click.echo(describe(row))
         if decision.failures:
             raise click.ClickException(f"the CE refused {decision.failures} request(s) (log: {where})")
         return

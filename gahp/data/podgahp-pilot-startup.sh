@@ -11,6 +11,9 @@
 #   PODGAHP_PILOT_KIND     shaped (one static slot) or partitionable (one partitionable slot)
 #   PODGAHP_PILOT_GROUP    the group it serves (advertised as PodgahpGroup)
 #   PODGAHP_PILOT_START    which jobs it starts (the START expression)
+#   PODGAHP_PILOT_PROVISIONER, PODGAHP_PILOT_ID  the provisioner's name and the pilot's job id at
+#                          the CE, advertised (PodgahpProvisioner, PodgahpPilotId) so that the
+#                          provisioner counts the pilot idle or busy in the pool
 # The pool's credential (an IDTOKEN) is read from $PODGAHP_PILOT_TOKEN_FILE, default
 # ./pilot.token (an input file of the pilot), and removed once copied.
 #
@@ -36,6 +39,9 @@ case "$START" in *"
 case "$START" in *'$'*) fail "PODGAHP_PILOT_START must not contain \$";; esac
 case "$CONDOR_HOST" in *'$'*|*' '*|*'"'*) fail "CONDOR_HOST must be host[:port]";; esac
 GROUP=$(printf '%s' "${PODGAHP_PILOT_GROUP:-}" | tr -d '"\\\n$')
+PROVISIONER=$(printf '%s' "${PODGAHP_PILOT_PROVISIONER:-}" | tr -d '"\\\n$')
+PILOT_ID=${PODGAHP_PILOT_ID:-}
+case "$PILOT_ID" in ''|*[!0-9.]*) PILOT_ID="";; esac
 
 BASE=${PODGAHP_PILOT_DIR:-$PWD/podgahp-pilot}
 config() {
@@ -54,8 +60,10 @@ SEC_TOKEN_DIRECTORY = \$(LOCAL_DIR)/tokens.d
 NUM_CPUS = $NUM_CPUS
 MEMORY = $MEMORY
 PodgahpGroup = "$GROUP"
+PodgahpProvisioner = "$PROVISIONER"
+PodgahpPilotId = "$PILOT_ID"
 PodgahpPilotRetireTime = $((now + ACCEPT_JOBS_FOR_HOURS * 3600))
-STARTD_ATTRS = \$(STARTD_ATTRS) PodgahpGroup PodgahpPilotRetireTime
+STARTD_ATTRS = \$(STARTD_ATTRS) PodgahpGroup PodgahpProvisioner PodgahpPilotId PodgahpPilotRetireTime
 START = (time() < PodgahpPilotRetireTime) && ($START)
 STARTD_NOCLAIM_SHUTDOWN = $((ACCEPT_IDLE_MINUTES * 60))
 MASTER_PEACEFUL_SHUTDOWN = True

@@ -6,7 +6,9 @@ A pilot carries its group's shape the way the CE's routes read it (``xcount``, `
 ``RequestCpus``/``RequestMemory``/``RequestGPUs``/``RequestDisk``, ``maxWallTime``, ``queue``), and
 its environment tells the pilot which pool to join and which jobs to start (the OSG backfill
 image's variables: ``CONDOR_HOST``, ``NUM_CPUS``, ``MEMORY``, ``NUM_GPUS``, ``ACCEPT_IDLE_MINUTES``,
-``ACCEPT_JOBS_FOR_HOURS``; and ``PODGAHP_PILOT_GROUP``, ``PODGAHP_PILOT_START``).
+``ACCEPT_JOBS_FOR_HOURS``; and ``PODGAHP_PILOT_GROUP``, ``PODGAHP_PILOT_START``,
+``PODGAHP_PILOT_PROVISIONER``, ``PODGAHP_PILOT_ID``, which its startd advertises so that the
+provisioner finds it in the pool).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ log = logging.getLogger(__name__)
 
 IDLE = 1
 HELD = 5
+
+
+#: The pilot's job id at the CE, in its environment: the submit description's only macro.
+PILOT_ID = "PODGAHP_PILOT_ID='$(ClusterId).$(ProcId)'"
 
 
 class CeUnavailable(GahpError):
@@ -78,6 +84,7 @@ def pilot_environment(group: Group, settings: ProvisionSettings) -> List[Tuple[s
              ("ACCEPT_IDLE_MINUTES", str(settings.pilot_idle_minutes)),
              ("ACCEPT_JOBS_FOR_HOURS", str(max(1, settings.pilot_wall_minutes // 60))),
              ("PODGAHP_PILOT_KIND", settings.kind), ("PODGAHP_PILOT_GROUP", str(group)),
+             ("PODGAHP_PILOT_PROVISIONER", settings.name),
              ("PODGAHP_PILOT_START", start_expression(group, settings))]
     if settings.pilot_token_file:
         pairs.append(("PODGAHP_PILOT_TOKEN_FILE", os.path.basename(settings.pilot_token_file)))
@@ -102,7 +109,8 @@ def submit_description(group: Group, settings: ProvisionSettings, directory: str
         "+maxWallTime": str(settings.pilot_wall_minutes),
         "+PodgahpProvisioner": classad_literal(settings.name),
         "+PodgahpGroup": classad_literal(str(group)),
-        "environment": environment_string(pilot_environment(group, settings)),
+        # the pilot's own job id, for its startd to advertise (PodgahpPilotId): the one macro
+        "environment": environment_string(pilot_environment(group, settings))[:-1] + " " + PILOT_ID + '"',
     }
     if shape.gpus:
         description["request_gpus"] = str(shape.gpus)
@@ -156,8 +164,9 @@ class CeQueue:
         found = []
         for ad in ads:
             status = ad.get("JobStatus")
-            found.append(Pilot(job_id=f"{ad.get('ClusterId')}.{ad.get('ProcId')}", group=str(ad.get("PodgahpGroup", "")),
-                               idle=status in (IDLE, HELD), since=float(ad.get("EnteredCurrentStatus") or 0)))
+            found.append(Pilot(job_id=f"{ad.get('ClusterId')}.{ad.get('ProcId')}",
+                               group=str(ad.get("PodgahpGroup", "")), idle=status in (IDLE, HELD),
+                               since=float(ad.get("EnteredCurrentStatus") or 0), held=status == HELD))
         return found
 
     def submit(self, group: Group, count: int) -> str:

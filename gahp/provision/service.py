@@ -1,39 +1,70 @@
-"""The provisioner's cycles: read demand and pilots, decide, act, say what and why.
+"""The provisioner's cycles: read demand, pilots and the pool's slots, decide, act, say what and why.
 
-A cycle that cannot know the demand or the pilots submits nothing (under-provisioning is safe,
-a guess is not). ``--once`` runs one cycle (cron); the service runs one every
-``PODGAHP_PROVISION_INTERVAL_SECONDS`` until stopped.
+A cycle that cannot know the demand, the pilots or the slots submits nothing (under-provisioning is
+safe, a guess is not). ``--once`` runs one cycle (cron); the service runs one every
+``PODGAHP_PROVISION_INTERVAL_SECONDS`` until stopped. What a cycle remembers for the next
+(:mod:`gahp.provision.history`) is kept in memory and in a file next to the pilots' submit
+directory, so that cycles of ``--once`` remember as the service does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from gahp.errors import GahpError
+from gahp.provision import history as histories
 from gahp.provision.demand import Demand, Jobs, group_jobs, read_jobs
+from gahp.provision.history import History, PilotRecord
 from gahp.provision.pilots import CeQueue
-from gahp.provision.plan import Caps, Decision, Pilot, decide
+from gahp.provision.plan import Decision, Pilot, Row, Slot, decide
+from gahp.provision.pool import read_slots
 from gahp.provision.settings import ProvisionSettings
 
 log = logging.getLogger(__name__)
 
 
-def caps(settings: ProvisionSettings) -> Caps:
-    return Caps(settings.max_idle_per_group, settings.max_idle, settings.max_pilots, settings.remove_idle_after_s)
+def history_path(settings: ProvisionSettings, directory: str) -> str:
+    """One history file per provisioner name and CE in ``directory``."""
+    key = "\n".join((settings.name, settings.ce_schedd or "", settings.ce_pool or "")).encode()
+    return os.path.join(directory, "history-" + hashlib.sha256(key).hexdigest()[:16] + ".json")
+
+
+#: A history saved longer ago than this many cycles (and at least 10 minutes) says nothing of the pilots
+#: at the CE now: what became of them is unknown, so their records are dropped (group records stay).
+STALE_CYCLES = 5
+
+
+def describe(row: Row) -> str:
+    """One group's line: what it has, what was done, why not more."""
+    text = (f"{row.key}: {row.waiting} jobs waiting, {row.starting} pilots starting, {row.booting} booting, "
+            f"{row.idle} idle in the pool, {row.busy} running, {row.submit} submitted, {row.remove} removed")
+    return f"{text}; {row.note}" if row.note else text
 
 
 class Provisioner:
     def __init__(self, settings: ProvisionSettings, ce: Optional[CeQueue] = None,
                  read: Callable[[ProvisionSettings], Tuple[Jobs, List[str]]] = read_jobs,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 slots: Optional[Callable[[ProvisionSettings], Sequence[Slot]]] = None,
+                 directory: Optional[str] = None) -> None:
+        """``directory``: where pilots are submitted from and the history kept (default
+        ``~/.podgahp/provision``); None with a given ``ce``: the history is kept in memory only."""
+        if directory is None and ce is None:
+            directory = os.path.join(os.path.expanduser("~"), ".podgahp", "provision")
         self.settings = settings
-        self.ce = ce or CeQueue(settings, os.path.join(os.path.expanduser("~"), ".podgahp", "provision"))
+        self.ce = ce or CeQueue(settings, str(directory))
         self.read = read
+        self.slots = slots or (lambda s: read_slots(s, clock))
         self.clock = clock
+        self.path = history_path(settings, directory) if directory else None
+        self.history = histories.load(self.path) if self.path else History()
+        if clock() - self.history.saved_at > max(600, STALE_CYCLES * settings.interval_s):
+            self.history.pilots.clear()
         self.errors: List[str] = []
         """What went wrong in the last cycle (also logged): why it could not decide, what the CE refused."""
 
@@ -45,48 +76,66 @@ class Provisioner:
             jobs, failed = self.read(settings)
             demand: Demand = group_jobs(jobs, settings)
             pilots: List[Pilot] = self.ce.pilots()
+            slots = list(self.slots(settings))
         except GahpError as e:
             log.error("cycle skipped, nothing submitted: %s", e)
             self.errors.append(f"cycle skipped, nothing submitted: {e}")
             return None
-        decision = decide(demand.groups, pilots, caps(settings), self.clock())
-        for row in decision.rows:
-            row.waiting = demand.waiting.get(row.group, 0) if row.group is not None else 0
-        log.info("demand: %d idle jobs in %d groups (%d unusable%s%s); pilots: %d idle, %d running",
+        now = self.clock()
+        decision = decide(demand.groups, demand.waiting, pilots, slots, settings.policy, self.history, now,
+                          complete=not failed and not demand.deferred_groups)
+        log.info("demand: %d idle jobs in %d groups (%d unusable%s%s); pilots: %d starting, %d booting, "
+                 "%d idle in the pool, %d running; %d slots in the pool",
                  demand.jobs, len(demand.groups), demand.unusable,
                  f"; {demand.deferred_groups} more groups of {demand.deferred} jobs wait for a later cycle "
                  f"(at most {settings.max_groups} groups)" if demand.deferred_groups else "",
                  f"; schedds not answering: {', '.join(failed)}" if failed else "",
-                 sum(r.idle for r in decision.rows), sum(r.running for r in decision.rows))
+                 sum(r.starting for r in decision.rows), sum(r.booting for r in decision.rows),
+                 sum(r.idle for r in decision.rows), sum(r.busy for r in decision.rows), len(slots))
+        self._remove(decision)
         for row in decision.rows:
-            if row.group is None or not row.submit:
-                log.info("group %s: %d jobs waiting, %d pilots idle, %d running, %d to remove, none submitted",
-                         row.key, row.waiting, row.idle, row.running, row.remove)
-                continue
-            try:
-                cluster = self.ce.submit(row.group, row.submit)
-            except GahpError as e:
-                log.error("group %s: %d jobs waiting, %d pilots idle, %d running; submitting %d failed: %s",
-                          row.key, row.waiting, row.idle, row.running, row.submit, e)
-                self.errors.append(f"group {row.key}: submitting {row.submit} failed: {e}")
-                row.submit = 0
-                decision.failures += 1
-                continue
-            log.info("group %s: %d jobs waiting, %d pilots idle, %d running; submitted %d (cluster %s)",
-                     row.key, row.waiting, row.idle, row.running, row.submit, cluster)
+            if row.group is not None and row.submit:
+                self._submit(row, decision, now)
+            log.info("group %s", describe(row))
         if decision.capped:
             log.info("submissions capped: %s", decision.capped)
-        if decision.remove:
-            reason = f"idle at the CE for more than {settings.remove_idle_after_s} s (podgahp provision)"
-            try:
-                self.ce.remove(decision.remove, reason)
-                log.info("removed %d pilots %s: %s", len(decision.remove), reason,
-                         " ".join(p.job_id for p in decision.remove[:20]))
-            except GahpError as e:
-                log.error("removing %d idle pilots failed: %s", len(decision.remove), e)
-                self.errors.append(f"removing {len(decision.remove)} idle pilots failed: {e}")
-                decision.failures += 1
+        self.history = decision.history
+        self.history.saved_at = now
+        if self.path:
+            error = histories.save(self.history, self.path)
+            if error:
+                log.warning("%s", error)
         return decision
+
+    def _submit(self, row: Row, decision: Decision, now: float) -> None:
+        assert row.group is not None
+        try:
+            cluster = self.ce.submit(row.group, row.submit)
+        except GahpError as e:
+            log.error("group %s: submitting %d failed: %s", row.key, row.submit, e)
+            self.errors.append(f"group {row.key}: submitting {row.submit} failed: {e}")
+            row.submit = 0
+            decision.failures += 1
+            return
+        log.info("group %s: submitted %d (cluster %s)", row.key, row.submit, cluster)
+        for proc in range(row.submit):  # remembered now: a pilot may end before the next cycle sees it
+            decision.history.pilots[f"{cluster}.{proc}"] = PilotRecord(row.key, now)
+
+    def _remove(self, decision: Decision) -> None:
+        by_reason: Dict[str, List[Pilot]] = {}
+        for pilot in decision.remove:
+            by_reason.setdefault(decision.reasons.get(pilot.job_id, "podgahp provision"), []).append(pilot)
+        for reason, pilots in by_reason.items():
+            try:
+                self.ce.remove(pilots, reason)
+            except GahpError as e:
+                log.error("removing %d pilots failed (%s): %s", len(pilots), reason, e)
+                self.errors.append(f"removing {len(pilots)} pilots failed: {e}")
+                decision.failures += 1
+                for pilot in pilots:  # still there: the next cycle counts them again
+                    decision.history.pilots.pop(pilot.job_id, None)
+                continue
+            log.info("removed %d pilots, %s: %s", len(pilots), reason, " ".join(p.job_id for p in pilots[:20]))
 
     def serve(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 
 from gahp.config import Knobs, user_name
 from gahp.errors import ConfigError
+from gahp.provision.plan import Policy
 from gahp.provision.shape import Shape
 
 PREFIX = "PODGAHP_PROVISION_"
@@ -24,6 +25,29 @@ ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: A collector's address as pilots are told it (CONDOR_HOST): host[:port] or a sinful string, with
 #: nothing a configuration or a shell would read as more than a name (no blank, quote, backslash, $).
 ADDRESS = re.compile(r"[^\s$\"'\\]+")
+
+#: The provisioner's name as pilots advertise it (``PodgahpProvisioner``): text a startd's configuration
+#: takes as it is.
+NAME = re.compile(r"[^\x00-\x1f\x7f\"'\\$]{1,128}")
+
+#: Defaults of the decision's knobs (chosen with benchmarks/provision_scenarios.py).
+DEFAULTS = {
+    "MAX_PILOTS": 2000,
+    "MAX_PILOTS_PER_GROUP": 1000,
+    "MAX_STARTING": 1000,
+    "RAMP_START": 10,
+    "RAMP_FACTOR": 100,
+    "PRESSURE_PERCENT": 100,
+    "START_SECONDS": 120,
+    "BOOT_SECONDS": 300,
+    "UNMATCHED_SECONDS": 300,
+    "IDLE_SECONDS": 120,
+    "RETRY_SECONDS": 3600,
+    "BACKOFF_MAX_SECONDS": 300,
+    "INTERVAL_SECONDS": 60,
+    "REMOVE_IDLE_AFTER_SECONDS": 7200,
+    "PILOT_IDLE_MINUTES": 20,
+}
 
 #: The shape attributes: always part of a group.
 SHAPE_ATTRIBUTES = ("RequestCpus", "RequestMemory", "RequestGPUs", "RequestDisk")
@@ -53,11 +77,10 @@ class ProvisionSettings:
     ce_owner: str
     """``PODGAHP_PROVISION_CE_OWNER``: the Owner the CE gives this provisioner's pilots; only its jobs
     are counted as pilots and removed (another user's job that claims the provisioner's name is not)."""
-    max_idle_per_group: int
-    max_idle: int
-    max_pilots: int
-    remove_idle_after_s: int
-    interval_s: int
+    policy: Policy
+    """Caps, ramp and tolerances (``MAX_PILOTS``, ``MAX_PILOTS_PER_GROUP``, ``MAX_STARTING``,
+    ``RAMP_START``, ``RAMP_FACTOR``, ``PRESSURE_PERCENT``, ``START_SECONDS``, ``BOOT_SECONDS``,
+    ``UNMATCHED_SECONDS``, ``IDLE_SECONDS``, ``RETRY_SECONDS``, ``BACKOFF_MAX_SECONDS``, ``INTERVAL_SECONDS``, ``REMOVE_IDLE_AFTER_SECONDS``)."""
     kind: str
     partitionable: Shape
     """The shape of partitionable pilots (``PODGAHP_PROVISION_PARTITIONABLE_*``)."""
@@ -70,8 +93,20 @@ class ProvisionSettings:
     """``PODGAHP_PROVISION_PILOT_TOKEN_FILE``: the pool's token, sent with each pilot as an input file."""
     log_file: str
 
+    @property
+    def interval_s(self) -> int:
+        return self.policy.interval_s
+
+    @property
+    def max_pilots(self) -> int:
+        return self.policy.max_pilots
+
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> ProvisionSettings:
+        name = knobs.string(PREFIX + "NAME", f"podgahp@{socket.getfqdn()}")
+        if not NAME.fullmatch(name):
+            raise ConfigError(f"{PREFIX}NAME = {name!r}: at most 128 printable characters, without quotes, "
+                              "backslash or $ (pilots advertise it in the pool)")
         group_by = tuple(knobs.names(PREFIX + "GROUP_BY", []))
         for attribute in group_by:
             if not ATTRIBUTE.fullmatch(attribute) or len(attribute) > 64:
@@ -96,7 +131,7 @@ class ProvisionSettings:
         # that owns the pilots can write; $(LOG) belongs to condor there.
         log_dir = knobs.raw("USER_LOG") or knobs.raw("LOG") or "/tmp"
         return cls(
-            name=knobs.string(PREFIX + "NAME", f"podgahp@{socket.getfqdn()}"),
+            name=name,
             pool=pool,
             job_filter=job_filter,
             group_by=group_by,
@@ -105,11 +140,7 @@ class ProvisionSettings:
             ce_schedd=knobs.optional(PREFIX + "CE_SCHEDD"),
             ce_pool=knobs.optional(PREFIX + "CE_POOL"),
             ce_owner=knobs.string(PREFIX + "CE_OWNER", user_name()),
-            max_idle_per_group=knobs.integer(PREFIX + "MAX_IDLE_PER_GROUP", 5, minimum=0),
-            max_idle=knobs.integer(PREFIX + "MAX_IDLE", 50, minimum=0),
-            max_pilots=knobs.integer(PREFIX + "MAX_PILOTS", 500, minimum=0),
-            remove_idle_after_s=knobs.integer(PREFIX + "REMOVE_IDLE_AFTER_SECONDS", 7200, minimum=0),
-            interval_s=knobs.integer(PREFIX + "INTERVAL_SECONDS", 120, minimum=1),
+            policy=policy(knobs),
             kind=kind,
             partitionable=Shape(
                 cpus=knobs.integer(PREFIX + "PARTITIONABLE_CPUS", 8, minimum=1),
@@ -119,11 +150,36 @@ class ProvisionSettings:
             pilot_executable=knobs.string(PREFIX + "PILOT_EXECUTABLE", _shipped_pilot()),
             pilot_queue=queue,
             pilot_wall_minutes=knobs.integer(PREFIX + "PILOT_WALL_MINUTES", 1440, minimum=1),
-            pilot_idle_minutes=knobs.integer(PREFIX + "PILOT_IDLE_MINUTES", 20, minimum=1),
+            pilot_idle_minutes=knobs.integer(PREFIX + "PILOT_IDLE_MINUTES", DEFAULTS["PILOT_IDLE_MINUTES"], minimum=1),
             pilot_environment=environment,
             pilot_token_file=knobs.optional(PREFIX + "PILOT_TOKEN_FILE"),
             log_file=knobs.string(PREFIX + "LOG", os.path.join(log_dir, f"PodgahpProvisionLog.{user_name()}")),
         )
+
+
+def policy(knobs: Knobs) -> Policy:
+    """The decision's knobs, with the defaults the scenario benchmark chose
+    (``benchmarks/provision_scenarios.py``; trade-offs in docs/provision.md)."""
+    max_pilots = knobs.integer(PREFIX + "MAX_PILOTS", DEFAULTS["MAX_PILOTS"], minimum=0)
+    return Policy(
+        max_pilots=max_pilots,
+        max_pilots_per_group=knobs.integer(PREFIX + "MAX_PILOTS_PER_GROUP", DEFAULTS["MAX_PILOTS_PER_GROUP"],
+                                           minimum=0),
+        max_starting=knobs.integer(PREFIX + "MAX_STARTING", DEFAULTS["MAX_STARTING"], minimum=0),
+        ramp_start=knobs.integer(PREFIX + "RAMP_START", DEFAULTS["RAMP_START"], minimum=1),
+        ramp_factor=knobs.integer(PREFIX + "RAMP_FACTOR", DEFAULTS["RAMP_FACTOR"], minimum=1),
+        pressure_percent=knobs.integer(PREFIX + "PRESSURE_PERCENT", DEFAULTS["PRESSURE_PERCENT"], minimum=1,
+                                       maximum=1000),
+        start_s=knobs.integer(PREFIX + "START_SECONDS", DEFAULTS["START_SECONDS"], minimum=1),
+        boot_s=knobs.integer(PREFIX + "BOOT_SECONDS", DEFAULTS["BOOT_SECONDS"], minimum=1),
+        unmatched_s=knobs.integer(PREFIX + "UNMATCHED_SECONDS", DEFAULTS["UNMATCHED_SECONDS"], minimum=1),
+        idle_s=knobs.integer(PREFIX + "IDLE_SECONDS", DEFAULTS["IDLE_SECONDS"], minimum=1),
+        retry_s=knobs.integer(PREFIX + "RETRY_SECONDS", DEFAULTS["RETRY_SECONDS"], minimum=1),
+        backoff_max_s=knobs.integer(PREFIX + "BACKOFF_MAX_SECONDS", DEFAULTS["BACKOFF_MAX_SECONDS"], minimum=1),
+        interval_s=knobs.integer(PREFIX + "INTERVAL_SECONDS", DEFAULTS["INTERVAL_SECONDS"], minimum=1),
+        remove_idle_after_s=knobs.integer(PREFIX + "REMOVE_IDLE_AFTER_SECONDS", DEFAULTS["REMOVE_IDLE_AFTER_SECONDS"],
+                                          minimum=0),
+    )
 
 
 def _check_expression(knob: str, text: str) -> None:

@@ -82,7 +82,9 @@ def test_environment_quoting() -> None:
     ({"PILOT_ENVIRONMENT": "A=\"x\""}, "PILOT_ENVIRONMENT"),
     ({"PILOT_ENVIRONMENT": "A=1 B"}, "PILOT_ENVIRONMENT"),
     ({"PILOT_ENVIRONMENT": "1A=1"}, "PILOT_ENVIRONMENT"),
-    ({"MAX_IDLE": "-1"}, "MAX_IDLE"),
+    ({"MAX_PILOTS": "-1"}, "MAX_PILOTS"),
+    ({"PRESSURE_PERCENT": "0"}, "PRESSURE_PERCENT"),
+    ({"NAME": 'prov"1'}, "NAME"),
 ])
 def test_bad_knobs_are_named(knobs: Dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):

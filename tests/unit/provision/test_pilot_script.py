@@ -41,16 +41,25 @@ def test_the_provisioners_environment_makes_a_startd_configuration(kind: str, tm
     settings = ProvisionSettings.from_knobs(Knobs({"PODGAHP_PROVISION_POOL": "pool.example:9618",
                                                    "PODGAHP_PROVISION_PILOT_KIND": kind,
                                                    "PODGAHP_PROVISION_JOB_FILTER": 'Owner =!= "bob"'}))
-    env = dict(pilot_environment(group, settings))
+    env = {**dict(pilot_environment(group, settings)), "PODGAHP_PILOT_ID": "12.3"}
     out = run(env, "--print-config")
     assert out.returncode == 0, out.stderr
     values = read_config(out.stdout, tmp_path, ["CONDOR_HOST", "NUM_CPUS", "MEMORY", "START",
-                                                "SLOT_TYPE_1_PARTITIONABLE", "PodgahpGroup", "STARTD_NOCLAIM_SHUTDOWN"])
+                                                "SLOT_TYPE_1_PARTITIONABLE", "PodgahpGroup", "STARTD_NOCLAIM_SHUTDOWN",
+                                                "PodgahpProvisioner", "PodgahpPilotId", "STARTD_ATTRS"])
     assert values["CONDOR_HOST"] == "pool.example:9618" and values["NUM_CPUS"] == "4" and values["MEMORY"] == "8192"
     assert env["PODGAHP_PILOT_START"] in values["START"] and 'Owner =!= "bob"' in values["START"]
     assert values["SLOT_TYPE_1_PARTITIONABLE"] == ("True" if kind == "partitionable" else "False")
     assert values["PodgahpGroup"] == '"4c/8192MiB,Project=\'astro\'"'
     assert values["STARTD_NOCLAIM_SHUTDOWN"] == str(20 * 60)
+    # what the provisioner finds it by in the pool
+    assert values["PodgahpProvisioner"] == f'"{settings.name}"' and values["PodgahpPilotId"] == '"12.3"'
+    assert {"PodgahpGroup", "PodgahpProvisioner", "PodgahpPilotId"} <= set(values["STARTD_ATTRS"].split())
+
+
+def test_a_pilot_id_that_is_not_one_is_not_advertised(tmp_path: Path) -> None:
+    out = run({"CONDOR_HOST": "h", "PODGAHP_PILOT_ID": '1.0"; START = true'}, "--print-config")
+    assert out.returncode == 0 and read_config(out.stdout, tmp_path, ["PodgahpPilotId"])["PodgahpPilotId"] == '""'
 
 
 @pytest.mark.parametrize("env, message", [

@@ -2,34 +2,38 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import threading
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
 from gahp.config import Knobs, user_name
 from gahp.provision.demand import DemandUnknown
 from gahp.provision.pilots import CeUnavailable
-from gahp.provision.plan import Pilot
-from gahp.provision.service import Provisioner
+from gahp.provision.history import History
+from gahp.provision.plan import Pilot, Slot
+from gahp.provision.pool import SupplyUnknown
+from gahp.provision.service import Provisioner, describe
 from gahp.provision.settings import ProvisionSettings
 from gahp.provision.shape import Group
 from gahp_driver import gahp_env, script
 
-SETTINGS = ProvisionSettings.from_knobs(Knobs({"PODGAHP_PROVISION_MAX_IDLE_PER_GROUP": "3",
+SETTINGS = ProvisionSettings.from_knobs(Knobs({"PODGAHP_PROVISION_RAMP_START": "3",
                                                "PODGAHP_PROVISION_REMOVE_IDLE_AFTER_SECONDS": "100"}))
 Jobs = List[Tuple[Dict[str, object], int]]
 
 
 class FakeCe:
-    def __init__(self, existing: Sequence[Pilot] = (), fail_submit: bool = False, fail_query: bool = False) -> None:
+    def __init__(self, existing: Sequence[Pilot] = (), fail_submit: bool = False, fail_query: bool = False,
+                 fail_remove: bool = False) -> None:
         self.existing = list(existing)
         self.submitted: List[Tuple[str, int]] = []
-        self.removed: List[str] = []
-        self.fail_submit, self.fail_query = fail_submit, fail_query
+        self.removed: List[Tuple[str, str]] = []
+        self.fail_submit, self.fail_query, self.fail_remove = fail_submit, fail_query, fail_remove
 
     def pilots(self) -> List[Pilot]:
         if self.fail_query:
@@ -43,11 +47,23 @@ class FakeCe:
         return str(len(self.submitted))
 
     def remove(self, pilots: Sequence[Pilot], reason: str) -> None:
-        self.removed += [p.job_id for p in pilots]
+        if self.fail_remove:
+            raise CeUnavailable("refused")
+        self.removed += [(p.job_id, reason) for p in pilots]
 
 
 def reader(jobs: Jobs) -> object:
     return lambda settings: (jobs, [])
+
+
+def no_slots(settings: ProvisionSettings) -> List[Slot]:
+    return []
+
+
+def provisioner(ce: FakeCe, read: object, settings: ProvisionSettings = SETTINGS, clock: float = 1000.0,
+                slots: object = no_slots, directory: Optional[str] = None) -> Provisioner:
+    return Provisioner(settings, ce, read, clock=lambda: clock, slots=slots,  # type: ignore[arg-type]
+                       directory=directory)
 
 
 JOBS: Jobs = [({"RequestCpus": 1, "RequestMemory": 2048}, 10), ({"RequestCpus": 4, "RequestMemory": 8192}, 1)]
@@ -56,37 +72,80 @@ JOBS: Jobs = [({"RequestCpus": 1, "RequestMemory": 2048}, 10), ({"RequestCpus": 
 def test_a_cycle_submits_per_group_and_logs_each_decision(caplog: pytest.LogCaptureFixture) -> None:
     ce = FakeCe([Pilot("7.0", "1c/2048MiB", True, 0.0)])
     with caplog.at_level(logging.INFO, logger="gahp.provision"):
-        decision = Provisioner(SETTINGS, ce, reader(JOBS), clock=lambda: 1000.0).cycle()  # type: ignore[arg-type]
+        decision = provisioner(ce, reader(JOBS)).cycle()
     assert decision is not None
-    assert ce.submitted == [("1c/2048MiB", 3), ("4c/8192MiB", 1)] and ce.removed == ["7.0"]
+    assert ce.submitted == [("1c/2048MiB", 3), ("4c/8192MiB", 1)]
+    assert ce.removed == [("7.0", "idle at the CE for more than 100 s (podgahp provision)")]
     lines = [r.getMessage() for r in caplog.records]
-    assert "group 1c/2048MiB: 10 jobs waiting, 0 pilots idle, 0 running; submitted 3 (cluster 1)" in lines
-    assert any(line.startswith("removed 1 pilots idle at the CE for more than 100 s") for line in lines)
+    assert "group 1c/2048MiB: submitted 3 (cluster 1)" in lines
+    assert "group 1c/2048MiB: 10 jobs waiting, 0 pilots starting, 0 booting, 0 idle in the pool, 0 running, " \
+           "3 submitted, 1 removed" in lines
+    assert any(line.startswith("removed 1 pilots, idle at the CE for more than 100 s") for line in lines)
 
 
 def test_no_demand_no_pilots() -> None:
     ce = FakeCe()
-    Provisioner(SETTINGS, ce, reader([])).cycle()  # type: ignore[arg-type]
+    provisioner(ce, reader([])).cycle()
     assert ce.submitted == []
 
 
-@pytest.mark.parametrize("ce, read", [
-    (FakeCe(fail_query=True), reader(JOBS)),
-    (FakeCe(), lambda settings: (_ for _ in ()).throw(DemandUnknown("no schedd of pool.example could be asked"))),
-], ids=["CE unknown", "demand unknown"])
-def test_a_cycle_that_cannot_know_submits_nothing(ce: FakeCe, read: object,
+@pytest.mark.parametrize("ce, read, slots", [
+    (FakeCe(fail_query=True), reader(JOBS), no_slots),
+    (FakeCe(), lambda settings: (_ for _ in ()).throw(DemandUnknown("no schedd of pool.example could be asked")),
+     no_slots),
+    (FakeCe(), reader(JOBS), lambda settings: (_ for _ in ()).throw(SupplyUnknown("collector down"))),
+], ids=["CE unknown", "demand unknown", "pool's slots unknown"])
+def test_a_cycle_that_cannot_know_submits_nothing(ce: FakeCe, read: object, slots: object,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR, logger="gahp.provision"):
-        assert Provisioner(SETTINGS, ce, read).cycle() is None  # type: ignore[arg-type]
+        assert provisioner(ce, read, slots=slots).cycle() is None
     assert ce.submitted == [] and "cycle skipped, nothing submitted" in caplog.text
 
 
 def test_a_refused_submit_is_logged_and_the_cycle_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     ce = FakeCe(fail_submit=True)
     with caplog.at_level(logging.ERROR, logger="gahp.provision"):
-        decision = Provisioner(SETTINGS, ce, reader(JOBS)).cycle()  # type: ignore[arg-type]
+        decision = provisioner(ce, reader(JOBS)).cycle()
     assert decision is not None and decision.submissions == 0 and decision.failures == 2
     assert caplog.text.count("submitting") == 2
+
+
+def test_a_group_held_back_says_why_and_the_history_survives_a_restart(tmp_path: Path) -> None:
+    """Pilots idle in the pool while their jobs wait: removed, and the group gets none until that
+    changes, in this process and in the next one (the history is in a file, as for --once)."""
+    idle = [Pilot(f"5.{i}", "1c/2048MiB", False, 0.0) for i in range(2)]
+    slots = [Slot(p.job_id, p.group, False, 400.0) for p in idle]
+    ce = FakeCe(idle)
+    first = provisioner(ce, reader(JOBS[:1]), slots=lambda s: slots, directory=str(tmp_path)).cycle()
+    assert first is not None and first.submissions == 0 and sorted(j for j, _ in ce.removed) == ["5.0", "5.1"]
+    assert "do not match" in first.rows[0].note and "do not match" in describe(first.rows[0])
+    later = provisioner(FakeCe(), reader(JOBS[:1]), clock=1600.0, directory=str(tmp_path)).cycle()
+    assert later is not None and later.submissions == 0 and "do not match" in later.rows[0].note
+    more = provisioner(FakeCe(), reader([(JOBS[0][0], 11)]), clock=1700.0, directory=str(tmp_path)).cycle()
+    assert more is not None and more.submissions == 3
+
+
+def test_a_history_file_that_cannot_be_read_is_a_fresh_start(tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    first = provisioner(FakeCe(), reader(JOBS), directory=str(tmp_path))
+    assert first.path is not None
+    Path(first.path).write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="gahp.provision"):
+        again = provisioner(FakeCe(), reader(JOBS), directory=str(tmp_path))
+    assert again.history == History() and "starting afresh" in caplog.text
+    assert again.cycle() is not None and "1.0" in json.loads(Path(first.path).read_text())["pilots"]
+
+
+def test_submitted_pilots_are_remembered_before_any_cycle_sees_them() -> None:
+    ce = FakeCe()
+    p = provisioner(ce, reader(JOBS[:1]))
+    p.cycle()
+    assert set(p.history.pilots) == {"1.0", "1.1", "1.2"}
+    # they end before the next cycle sees them, never having joined the pool: the group backs off
+    later = Provisioner(SETTINGS, ce, reader(JOBS[:1]), clock=lambda: 1060.0, slots=no_slots)  # type: ignore[arg-type]
+    later.history = p.history
+    decision = later.cycle()
+    assert decision is not None and decision.submissions == 0 and "without joining" in decision.rows[0].note
 
 
 def test_the_service_runs_cycles_until_stopped() -> None:
@@ -101,8 +160,8 @@ def test_the_service_runs_cycles_until_stopped() -> None:
 
     ce = FakeCe()
     settings = ProvisionSettings.from_knobs(Knobs({"PODGAHP_PROVISION_INTERVAL_SECONDS": "1"}))
-    Provisioner(settings, ce, read).serve(stop)  # type: ignore[arg-type]
-    assert len(calls) == 2 and len(ce.submitted) == 4  # two groups, two cycles
+    Provisioner(settings, ce, read, slots=no_slots).serve(stop)  # type: ignore[arg-type]
+    assert len(calls) == 2 and len(ce.submitted) == 2  # two groups; the second cycle waits for them to start
 
 
 def provision_once(tmp_path: Path, **knobs: str) -> "subprocess.CompletedProcess[str]":
@@ -128,3 +187,18 @@ def test_the_command_without_a_pool_says_it_could_not_decide(tmp_path: Path) -> 
     assert "(read HTCondor configuration ONLY_ENV (CONDOR_CONFIG in the environment))" in result.stderr
     log = tmp_path / f"PodgahpProvisionLog.{user_name()}"
     assert "cycle skipped, nothing submitted" in log.read_text()
+
+
+def test_a_history_from_long_ago_forgets_its_pilots(tmp_path: Path) -> None:
+    """Pilots recorded an hour ago are not evidence now (the CE may have been another): their records
+    go; a group held back stays held."""
+    from gahp.provision import history as histories
+    from gahp.provision.history import GroupRecord, PilotRecord
+
+    first = provisioner(FakeCe(), reader(JOBS), directory=str(tmp_path))
+    assert first.path is not None
+    old = History({"1.0": PilotRecord("1c/2048MiB", 0.0)}, {"1c/2048MiB": GroupRecord(unmatched_at=900.0)}, 1000.0)
+    assert histories.save(old, first.path) is None
+    assert provisioner(FakeCe(), reader(JOBS), clock=1300.0, directory=str(tmp_path)).history.pilots != {}
+    later = provisioner(FakeCe(), reader(JOBS), clock=1000.0 + 3600, directory=str(tmp_path))
+    assert later.history.pilots == {} and later.history.groups == old.groups

@@ -19,7 +19,8 @@ import pytest
 from gahp.config import Knobs
 from gahp.provision.demand import group_jobs, tally
 from gahp.provision.pilots import pilot_environment, start_expression, submit_description
-from gahp.provision.plan import Caps, Pilot, decide
+from gahp.provision.history import History
+from gahp.provision.plan import Pilot, decide
 from gahp.provision.settings import SHAPE_ATTRIBUTES, ProvisionSettings
 from gahp.provision.shape import Group, Shape, group_of
 
@@ -144,14 +145,14 @@ def test_grouping_values_are_never_expanded_on_the_way_to_the_pilot(value: str) 
     [group] = groups_of([ad])
     description = submit_description(group, SETTINGS, "/tmp/pilots")
     after = expanded(description)
-    # nothing but the pilot's own output names is a macro
-    assert {k: v for k, v in after.items() if k not in ("output", "error")} == \
-        {k: v for k, v in description.items() if k not in ("output", "error")}
+    # nothing but the pilot's own job id (its output names, PODGAHP_PILOT_ID) is a macro
+    ours = {k: v.replace("$(ClusterId).$(ProcId)", "1.0") for k, v in description.items()}
+    assert after == ours
     assert SECRET not in json.dumps(after)
     # the CE gives back the group the provisioner made: its pilots are counted, none is added
     assert classad2.ExprTree(after["+PodgahpGroup"]).eval() == str(group)
     pilot = Pilot("1.0", str(group), True, 0.0)
-    assert decide({group: 1}, [pilot], Caps(5, 50, 500, 0), 0.0).submissions == 0
+    assert decide({group: 1}, {group: 1}, [pilot], [], SETTINGS.policy, History(), 0.0).submissions == 0
     # the pilot's START, as its environment carries it, starts the job it was made for
     env = environment_of(after["environment"])
     assert env["PODGAHP_PILOT_GROUP"] == str(group) and "$" not in env["PODGAHP_PILOT_GROUP"]
@@ -232,9 +233,10 @@ def test_a_pilot_starts_the_jobs_rounded_up_to_it(requests: Dict[str, float], ot
 def test_a_flood_of_distinct_shapes_is_bounded() -> None:
     flood = [({"RequestCpus": 1, "RequestMemory": 100 + i}, 1) for i in range(20_000)]
     big = [({"RequestCpus": 4, "RequestMemory": 8192}, 50)]
-    demand = group_jobs(flood + big, settings(MAX_GROUPS="100"))
+    chosen = settings(MAX_GROUPS="100", MAX_STARTING="50")
+    demand = group_jobs(flood + big, chosen)
     assert len(demand.groups) == 100 and Group(Shape(4, 8192)) in demand.groups  # the largest first
     assert demand.deferred_groups == 20_001 - 100 and demand.deferred == 20_000 - 99
     assert demand.jobs == 20_050
-    decision = decide(demand.groups, [], Caps(5, 50, 500, 0), 0.0)
+    decision = decide(demand.groups, demand.waiting, [], [], chosen.policy, History(), 0.0)
     assert len(decision.rows) == 100 and decision.submissions == 50
