@@ -176,7 +176,7 @@ def test_partitionable_pilots_on_lancium(make_pool: Callable[..., Pool], install
                      "2 submitted, 0 removed"], lines
 
     def jobs() -> Optional[List[Dict[str, Any]]]:
-        found = [j for j in lancium_sim.jobs().values() if str(j.get("name", "")).startswith("podgahp:")]
+        found = [j for j in lancium_sim.jobs().values() if str(j.get("name", "")).startswith("podgahp-")]
         return found if len(found) == 2 else None
     made = ce.wait_for(jobs, timeout=120, interval=0.5, what="2 Lancium jobs")
     assert {(j["resources"]["core_count"], j["resources"]["memory"]) for j in made} == {(8, 16)}, made
