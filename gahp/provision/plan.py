@@ -191,7 +191,7 @@ def decide(demand: Mapping[Group, int], waiting: Mapping[Group, int], pilots: Se
         row = work.row
         record = memory.pilots.setdefault(pilot.job_id, PilotRecord(pilot.group, now))
         if pilot.idle:
-            if caps_remove(pilot, policy, now):
+            if _idle_too_long(pilot, policy, now):
                 _remove(decision, row, pilot, record, f"idle at the CE for more than {policy.remove_idle_after_s} s "
                         "(podgahp provision)")
                 continue
@@ -278,7 +278,7 @@ def _remove(decision: Decision, row: Row, pilot: Pilot, record: PilotRecord, rea
     row.remove += 1
 
 
-def caps_remove(pilot: Pilot, policy: Policy, now: float) -> bool:
+def _idle_too_long(pilot: Pilot, policy: Policy, now: float) -> bool:
     """Whether a pilot idle at the CE has been so past the limit."""
     return bool(policy.remove_idle_after_s) and now - pilot.since >= policy.remove_idle_after_s
 
