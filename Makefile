@@ -73,16 +73,18 @@ rpm: $(VENV)/.installed system-deps
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) build dist *.egg-info
 
-# Speed figures (not a test), each script printing a table (README "Benchmarks"): the GAHP's submits and
-# statuses against the simulated cluster and the zero-cost memory backend in the same run; a new GAHP
-# facing 20,000 and 50,000 running pilots; HTCondor's blahp kubernetes_*.sh scripts (trixie root, kubectl)
-# and podgahp on the same pilots; pilots end to end through real HTCondor daemons, k8s against memory;
-# Lancium under random API faults; podgahp provision's decisions against the PRP provisioner's and
-# COBalD's in a model world.
+# Speed figures (not a test), each script printing a Markdown table (README "Benchmarks") with the load
+# average: every figure the median of --repeat runs (3) taking turns with its baseline measured in the
+# same run (the zero-cost memory backend, or HTCondor's blahp scripts), the simulated cluster in a
+# process of its own. The GAHP's submits and statuses; a new GAHP facing 20,000 and 50,000 running
+# pilots; the blahp's kubernetes_*.sh scripts (trixie root, kubectl) and podgahp on the same pilots;
+# the CE as a whole (1,000 pilots through real HTCondor daemons with the shipped CE configuration, and
+# with one knob changed); Lancium under random API faults; podgahp provision's decisions against the PRP
+# provisioner's and COBalD's in a model world. About 30 minutes on the 2-core machine.
 bench: $(VENV)/.installed system-deps
-	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000 --rounds 1
+	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000 --rounds 3
 	$(VENV)/bin/python benchmarks/k8s_tracked.py --pods 20000 50000
 	$(VENV)/bin/python benchmarks/blahp_k8s.py --pilots 200
-	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 300
+	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 1000
 	$(VENV)/bin/python benchmarks/lancium_faults.py
 	$(VENV)/bin/python benchmarks/provision_scenarios.py

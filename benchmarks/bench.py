@@ -48,6 +48,19 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def threads_cpu_s(pid: int) -> float:
+    """CPU seconds of the live threads of a process, to the nanosecond (``schedstat``): for short
+    intervals in which no thread ends (a status round), where :func:`cpu_s`'s clock ticks (10 ms)
+    would be most of the figure."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
 def memory_mb(pid: int) -> Tuple[float, float]:
     """Resident memory of a process now and at its peak (VmRSS, VmHWM), in MB."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)

@@ -8,7 +8,7 @@ shipped ``ce-config/htcondor-ce/02-ce-podgahp-defaults.conf``; it gets N pilots 
 ``condor_submit``; the gridmanager runs ``k8s_gahp`` against the simulated cluster (in its own
 process), or ``podgahp gahp --backend memory`` (pilots that take the same time, with no API behind
 them). Reported, from the submit: routed/s (grid jobs the JobRouter made), submitted/s (grid jobs
-with the GAHP's job id), pods/s (pods created, seen by the simulator), seconds until every pod ran
+with the job id the GAHP answered their submit with), pods/s (pods created, seen by the simulator), seconds until every pod ran
 and until every pilot completed, and the CPU seconds of each daemon and of the GAHP (per pilot: the
 GAHP's whole life, its start included). Each figure of the shipped configuration is the median of
 ``--repeat`` runs, the two backends taking turns, with the median ratio of the pairs; each variant
@@ -64,11 +64,16 @@ JOB_ROUTER_DEBUG = D_ALWAYS
 
 #: One knob changed from the shipped configuration: its effect is what the README reports.
 VARIANTS: Dict[str, str] = {
+    "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60 (HTCondor's)": "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60\n",
     "JOB_ROUTER_POLLING_PERIOD = 2": "JOB_ROUTER_POLLING_PERIOD = 2\n",
     "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1": "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1\n",
-    "GRIDMANAGER_JOB_PROBE_INTERVAL = 20": "GRIDMANAGER_JOB_PROBE_INTERVAL = 20\n",
     "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5 (HTCondor's)": "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5\n",
 }
+#: The variants `make bench` runs (the others: --variants).
+DEFAULT_VARIANTS = ("GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60 (HTCondor's)", "JOB_ROUTER_POLLING_PERIOD = 2")
+
+#: Print when each stage was reached, every 5 s of each run (--timeline).
+TIMELINE = False
 
 #: The daemons whose CPU is reported, by the name the kernel gives their process (15 characters).
 DAEMONS = {"condor_schedd": "schedd", "condor_job_rout": "JobRouter", "condor_gridmana": "gridmanager",
@@ -154,7 +159,8 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
                 sources = {f"{a['ClusterId']}.{a['ProcId']}": a for a in reversed(ads)
                            if a.get("ClusterId") == cluster and "RoutedFromJobId" not in a}
                 routed.append((now, len(grid)))
-                submitted.append((now, sum(1 for a in grid.values() if a.get("GridJobId"))))
+                # "batch k8s <sandbox id>" until the GAHP answered the submit, then "... <job id>"
+                submitted.append((now, sum(1 for a in grid.values() if len(str(a.get("GridJobId", "")).split()) >= 4)))
                 held = [a.get("HoldReason") for a in sources.values() if a.get("JobStatus") == HELD]
                 if held:
                     raise SystemExit(f"{len(held)} of {pilots} pilots held ({backend}), e.g. {held[0]}")
@@ -168,6 +174,14 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
             timeline = [(t - started, created, ran) for t, created, ran, _ in sim.timeline()]
         finally:
             pool.stop()
+    if TIMELINE:
+        print(f"timeline of a run ({backend}): seconds from the submit, grid jobs routed, submitted by the GAHP, "
+              "pods created, pods that ran")
+        for second in range(0, int(completed_s) + 5, 5):
+            def at(series: List[Tuple[float, int]]) -> int:
+                return max([n for t, n in series if t <= second], default=0)
+            print(f"  {second:4d} s {at(routed):6d} {at(submitted):6d} {at([(t, c) for t, c, _ in timeline]):6d} "
+                  f"{at([(t, r) for t, _, r in timeline]):6d}")
     routed_s = _first(routed, pilots) or completed_s
     submitted_s = _first(submitted, pilots) or completed_s
     row: Row = {"routed_per_s": pilots / routed_s, "submitted_per_s": pilots / submitted_s,
@@ -193,11 +207,14 @@ def _print(label: str, r: Row) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pilots", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each backend per rate (the median counts)")
-    parser.add_argument("--variants", nargs="*", default=list(VARIANTS),
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each backend (the medians count)")
+    parser.add_argument("--variants", nargs="*", default=list(DEFAULT_VARIANTS),
                         help="knob changes to run once each with podgahp (names of VARIANTS); none: skip")
     parser.add_argument("--series", default="trixie", help="HTCondor of the harness: trixie (23.x), sid (25.x)")
+    parser.add_argument("--timeline", action="store_true", help="print how far each stage got, every 5 s of each run")
     args = parser.parse_args()
+    global TIMELINE
+    TIMELINE = args.timeline
     installation = get_installation(args.series)
     installation.acquire()
     try:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench import SimProcess, alternate, cpu_s, load, medians, memory_mb, ratio  # noqa: E402
+from bench import SimProcess, alternate, cpu_s, load, medians, memory_mb, ratio, threads_cpu_s  # noqa: E402
 from podgahp_sim.k8s import SimConfig, SimNode  # noqa: E402
 from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
 
@@ -76,7 +76,7 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
             request = 100000
             gahp.wait_results([_status(gahp, (request := request + 1), j) for j in job_ids], timeout=600)
             sim.clear_requests()
-            cpu = cpu_s(gahp.proc.pid)
+            cpu = threads_cpu_s(gahp.proc.pid)
             started = time.monotonic()
             for _ in range(rounds):
                 ids = []
@@ -85,7 +85,7 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
                     ids.append(_status(gahp, request, job_id))
                 gahp.wait_results(ids, timeout=600)
             status_s = time.monotonic() - started
-            status_us = (cpu_s(gahp.proc.pid) - cpu) * 1e6 / (pilots * rounds)
+            status_us = (threads_cpu_s(gahp.proc.pid) - cpu) * 1e6 / (pilots * rounds)
             # The GAHP's own capacity: every status line written at once (the gridmanager waits for each
             # "S", so its rate is also bounded by the pipe's round trip).
             started = time.monotonic()

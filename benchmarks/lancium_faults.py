@@ -18,8 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from podgahp_sim.lancium import LanciumSim, LanciumSimSettings  # noqa: E402
+from bench import load  # noqa: E402
 from lancium_pilots import run, table  # noqa: E402
 
 
@@ -29,6 +31,7 @@ def main() -> None:
     parser.add_argument("--rates", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3])
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    print(f"`benchmarks/lancium_faults.py`: {args.pilots} pilots per fault rate; {load()} at the start")
     outcomes = []
     for rate in args.rates:
         settings = LanciumSimSettings(tick=0.01, submit_seconds=0.02, queue_seconds=0.05, run_seconds=0.3,
@@ -40,6 +43,7 @@ def main() -> None:
                 f.write(sim.api_key + "\n")
             outcomes.append(run(sim, key, tmp, args.pilots, rate, seed=args.seed, deadline_s=600))
     print(table(outcomes, args.rates))
+    print(f"{load()} at the end")
 
 
 if __name__ == "__main__":

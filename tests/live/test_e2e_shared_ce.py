@@ -69,6 +69,7 @@ def reap_config(installation: Installation) -> str:
     """The shipped schedd cron job running ``podgahp reap`` every 5 s, with a grace of 3 s."""
     return (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
             f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
+            "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 2\n"  # the tests' pace (E2E_FAST), not the CE's
             f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
             "PODGAHP_REAP_PERIOD = 5\nPODGAHP_K8S_REAP_GRACE_SECONDS = 3\n")
 
@@ -178,6 +179,7 @@ def test_health_figures_reach_the_collector_and_match_the_servers_log(make_pool:
     those the API server logged from them (their User-Agent names podgahp's GAHP)."""
     config = (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
               f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
+              "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 2\n"  # the tests' pace (E2E_FAST), not the CE's
               f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
               f"PODGAHP_REAP_PERIOD = 5\nPODGAHP_PROMETHEUS_FILE = $(LOG)/podgahp.prom\n")
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
