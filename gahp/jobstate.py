@@ -1,6 +1,6 @@
-"""The neutral job state every backend reports, the hold codes they share, and its BLAHP form (the
-status code and the status ad the gridmanager reads). Knows nothing about the wire format or any
-backend; rules about how states may follow each other are in :mod:`gahp.reports`.
+"""The neutral job state every backend reports and its BLAHP form (the status code and the status ad
+the gridmanager reads). Knows nothing about the wire format or any backend; rules about how states may
+follow each other are in :mod:`gahp.reports`, the hold codes in :mod:`gahp.holds`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,6 @@ class Phase(enum.Enum):
     REMOVED = "removed"
 
 
-# HoldReasonCode values of the holds podgahp's backends report (HTCondor's own codes are small
-# numbers), shared so that one site policy or pilot factory release rule covers every backend;
-# each backend's subcodes say why.
-HOLD_RETRYABLE = 1001
-"""The infrastructure failed the pilot; releasing the job (a fresh submit) may well succeed."""
-HOLD_FATAL = 1002
-"""The pilot cannot run as configured (image, container config); fix the route or knobs first."""
-SUB_OUTPUT = 5
-"""HoldReasonSubCode of every backend when ``Out`` or ``Err`` cannot be written (with HOLD_RETRYABLE)."""
 
 #: BLAHP ``<jobstatus>`` code for each phase (1 IDLE, 2 RUNNING, 3 REMOVED, 4 COMPLETED, 5 HELD).
 BLAHP_STATUS: Mapping[Phase, int] = {

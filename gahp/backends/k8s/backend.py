@@ -13,7 +13,6 @@ periodic clean-up pass, which also removes pods superseded by a resubmission of 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import datetime
 import logging
 import threading
@@ -32,7 +31,7 @@ from gahp.backends.k8s.resubmit import RESUBMIT_RULES, is_live, resubmit_case
 from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
 from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
-from gahp.backends.k8s.state import SUB_OUTPUT, Classified, classify, job_state
+from gahp.backends.k8s.state import Classified, classify, job_state
 from gahp.backends.k8s.view import PodView, decode_pod
 from gahp.blackhole import Guard, verdict
 from gahp.health import Stats, scope_of
@@ -42,7 +41,8 @@ from gahp.errors import (BackendError, ConfigError, Conflict, GahpError, Invalid
                          TransientError)
 from gahp.files import read_input
 from gahp.job import PilotJob
-from gahp.jobstate import HOLD_RETRYABLE, JobState, Phase
+from gahp import holds
+from gahp.jobstate import JobState, Phase
 from gahp.reports import Reports
 
 log = logging.getLogger(__name__)
@@ -378,10 +378,8 @@ class KubernetesBackend(Backend):
             write_outputs(api, pod, state, jid, self.settings.output_max_bytes)
         except OSError as e:
             log.warning("[%s] outputs cannot be written: %s", jid, e)
-            return dataclasses.replace(
-                state, phase=Phase.HELD, hold_code=HOLD_RETRYABLE, hold_subcode=SUB_OUTPUT,
-                hold_reason=f"pod finished but its output cannot be written: {e.filename or ''}: "
-                            f"{e.strerror or e}")
+            return holds.OUTPUT.of(state, f"pod finished but its output cannot be written: {e.filename or ''}: "
+                                          f"{e.strerror or e}")
         self._mark_reported(api, pod, jid)
         return state
 

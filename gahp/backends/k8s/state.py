@@ -19,20 +19,13 @@ from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unuse
 
 from gahp.backends.k8s.pod import CONTAINER
 from gahp.backends.k8s.view import PodView, container_state
-from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, JobState, Phase
-from gahp.jobstate import SUB_OUTPUT as SUB_OUTPUT  # shared by every backend; listed with the others here
+from gahp import holds
+from gahp.holds import Hold
+from gahp.jobstate import JobState, Phase
 
 JsonObj = Dict[str, Any]
 
 
-# HoldReasonSubCode values.
-SUB_UNSCHEDULABLE = 1
-SUB_EVICTED = 2
-SUB_PREEMPTED = 3
-SUB_NODE_SHUTDOWN = 4
-SUB_IMAGE_PULL = 10
-SUB_INVALID_IMAGE = 11
-SUB_CONTAINER_CONFIG = 12
 
 
 @dataclass(frozen=True)
@@ -40,8 +33,8 @@ class Rule:
     """One row of the state table."""
 
     phase: Phase
-    hold_code: int = 0
-    hold_subcode: int = 0
+    hold: Optional[Hold] = None
+    """The hold (:mod:`gahp.holds`) of a held row."""
     reason: str = ""
     """Prefix of ``ExitReason`` (completed) or ``HoldReason`` (held)."""
 
@@ -50,15 +43,15 @@ class Rule:
 POD_STATES: Mapping[str, Rule] = {
     "Pending": Rule(Phase.IDLE),
     "Pending/Unschedulable": Rule(Phase.IDLE),
-    "Pending/Unschedulable/TimedOut": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_UNSCHEDULABLE,
+    "Pending/Unschedulable/TimedOut": Rule(Phase.HELD, holds.UNSCHEDULABLE,
                                            "pod could not be scheduled"),
-    "Pending/ErrImagePull": Rule(Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, "image cannot be pulled"),
-    "Pending/ImagePullBackOff": Rule(Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, "image cannot be pulled"),
-    "Pending/ErrImageNeverPull": Rule(Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, "image is not on the node"),
-    "Pending/InvalidImageName": Rule(Phase.HELD, HOLD_FATAL, SUB_INVALID_IMAGE, "image name is invalid"),
-    "Pending/CreateContainerConfigError": Rule(Phase.HELD, HOLD_FATAL, SUB_CONTAINER_CONFIG,
+    "Pending/ErrImagePull": Rule(Phase.HELD, holds.IMAGE_PULL, "image cannot be pulled"),
+    "Pending/ImagePullBackOff": Rule(Phase.HELD, holds.IMAGE_PULL, "image cannot be pulled"),
+    "Pending/ErrImageNeverPull": Rule(Phase.HELD, holds.IMAGE_PULL, "image is not on the node"),
+    "Pending/InvalidImageName": Rule(Phase.HELD, holds.INVALID_IMAGE, "image name is invalid"),
+    "Pending/CreateContainerConfigError": Rule(Phase.HELD, holds.CONTAINER_CONFIG,
                                                "container cannot be configured"),
-    "Pending/CreateContainerError": Rule(Phase.HELD, HOLD_FATAL, SUB_CONTAINER_CONFIG,
+    "Pending/CreateContainerError": Rule(Phase.HELD, holds.CONTAINER_CONFIG,
                                          "container cannot be created"),
     "Running": Rule(Phase.RUNNING),
     "Unknown": Rule(Phase.IDLE),
@@ -70,9 +63,9 @@ POD_STATES: Mapping[str, Rule] = {
     "Failed/Evicted": Rule(Phase.COMPLETED, reason="Evicted by the kubelet"),
     "Failed/Preempted": Rule(Phase.COMPLETED, reason="Preempted or evicted by Kubernetes"),
     "Failed/NodeShutdown": Rule(Phase.COMPLETED, reason="Terminated by a node shutdown"),
-    "Failed/Evicted/Hold": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_EVICTED, "pod was evicted"),
-    "Failed/Preempted/Hold": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_PREEMPTED, "pod was preempted or evicted"),
-    "Failed/NodeShutdown/Hold": Rule(Phase.HELD, HOLD_RETRYABLE, SUB_NODE_SHUTDOWN,
+    "Failed/Evicted/Hold": Rule(Phase.HELD, holds.EVICTED, "pod was evicted"),
+    "Failed/Preempted/Hold": Rule(Phase.HELD, holds.PREEMPTED, "pod was preempted or evicted"),
+    "Failed/NodeShutdown/Hold": Rule(Phase.HELD, holds.NODE_SHUTDOWN,
                                      "pod was terminated by a node shutdown"),
     "Missing": Rule(Phase.REMOVED),
 }
@@ -253,11 +246,10 @@ def job_state(pod: Optional[JsonObj], classified: Classified, job_id: str) -> Jo
         memory_provisioned_mb=provisioned["memory"],
         disk_provisioned_kb=provisioned["disk"],
     )
-    if rule.phase is Phase.HELD:
+    if rule.hold is not None:
         text = f"{rule.reason}: pod {name}: {classified.message}" if classified.message else (
             f"{rule.reason}: pod {name}")
-        return JobState(Phase.HELD, hold_reason=text, hold_code=rule.hold_code,
-                        hold_subcode=rule.hold_subcode, **common)
+        return rule.hold.of(JobState(Phase.HELD, **common), text)
     if rule.phase is Phase.COMPLETED:
         terminated = container_state(view.container_status(CONTAINER), "terminated")
         started = parse_time(terminated.get("startedAt") or view.start_time)

@@ -31,9 +31,9 @@ from gahp.backends.lancium.refusals import LanciumConflict, LanciumHTTPError, La
 from gahp.backends.lancium.identity import job_id_of, key_of_name, lancium_id_of
 from gahp.backends.lancium.jobs import JobList, Snapshot
 from gahp.backends.lancium.settings import LanciumSettings, settings_from_knobs
-from gahp.backends.lancium.state import (CLEANUP_STATES, GONE, HOLD_OUTPUT, HOLD_REMOTE_ERROR, HOLD_RUN_TIME,
-                                         STATE_TABLE)
+from gahp.backends.lancium.state import CLEANUP_STATES, GONE, STATE_TABLE
 from gahp.backends.lancium.submit import Submitter, delete_quietly
+from gahp import holds
 from gahp.blackhole import Guard, verdict
 from gahp.cancels import CancelRetries
 from gahp.config import Knobs, user_name
@@ -253,14 +253,14 @@ class LanciumBackend(Backend):
         exit_code = (detail or {}).get("exit_code")
         run = (detail or {}).get("execution_time")
         limit = (detail or {}).get("max_run_time")
-        code = HOLD_REMOTE_ERROR
+        hold = holds.REMOTE_ERROR
         reason = f"Lancium job {lancium_id} failed: {truncate(str(error))}"
         if isinstance(exit_code, int):
             reason += f" (exit code {exit_code})"
         if isinstance(run, (int, float)) and isinstance(limit, int) and run >= limit:
-            code = HOLD_RUN_TIME
+            hold = holds.RUN_TIME
             reason += f"; it ran {run} s, its max_run_time (BatchRuntime) of {limit} s"
-        return replace(state, hold_reason=reason, hold_code=code.code, hold_subcode=code.subcode)
+        return hold.of(state, reason)
 
     # -- outputs -------------------------------------------------------------------------------
 
@@ -272,10 +272,8 @@ class LanciumBackend(Backend):
         try:
             ready = self._write_outputs(tracked, job_id, best_effort=False)
         except OSError as e:
-            return replace(state, phase=Phase.HELD, exit_code=None,
-                           hold_reason=f"cannot write the output of Lancium job {tracked.lancium_id}: "
-                                       f"{e.strerror or e} (errno {e.errno}, {e.filename})",
-                           hold_code=HOLD_OUTPUT.code, hold_subcode=HOLD_OUTPUT.subcode)
+            return holds.OUTPUT.of(state, f"cannot write the output of Lancium job {tracked.lancium_id}: "
+                                          f"{e.strerror or e} (errno {e.errno}, {e.filename})")
         waited = time.monotonic() - tracked.finished_seen
         if not ready and waited < self.settings.output_wait_s:
             if first:

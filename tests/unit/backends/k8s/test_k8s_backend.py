@@ -13,11 +13,11 @@ import pytest
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import sandbox_key
 from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX
-from gahp.backends.k8s.state import (SUB_CONTAINER_CONFIG, SUB_EVICTED,
-                                     SUB_IMAGE_PULL, SUB_INVALID_IMAGE, SUB_OUTPUT, SUB_UNSCHEDULABLE)
+from gahp.holds import CONTAINER_CONFIG, EVICTED, IMAGE_PULL, INVALID_IMAGE, OUTPUT, UNSCHEDULABLE
 from gahp.config import Knobs
 from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
-from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, Phase
+from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
+from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, PodQuota
 
 from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, make_job, pod_of, wait_state
@@ -94,13 +94,13 @@ def _held(state: Any, code: int, subcode: int, *words: str) -> None:
 def test_image_pull_error_holds_naming_the_image(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, settings={"k8s_image": "registry.example/does-not-exist:9"})
     state = wait_state(backend, backend.submit(job), *DONE)
-    _held(state, HOLD_FATAL, SUB_IMAGE_PULL, "registry.example/does-not-exist:9")
+    _held(state, HOLD_FATAL, IMAGE_PULL.subcode, "registry.example/does-not-exist:9")
 
 
 def test_invalid_image_name_holds(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, settings={"k8s_image": "Not A Valid Image"})
     state = wait_state(backend, backend.submit(job), *DONE)
-    _held(state, HOLD_FATAL, SUB_INVALID_IMAGE, "Not A Valid Image")
+    _held(state, HOLD_FATAL, INVALID_IMAGE.subcode, "Not A Valid Image")
 
 
 def test_unschedulable_past_the_queue_timeout_holds_with_the_scheduler_message(
@@ -108,7 +108,7 @@ def test_unschedulable_past_the_queue_timeout_holds_with_the_scheduler_message(
     backend = make_backend(PODGAHP_K8S_UNSCHEDULABLE_TIMEOUT_SECONDS="1")
     job_id = backend.submit(make_job(tmp_path, cpus=64))
     state = wait_state(backend, job_id, *DONE)
-    _held(state, HOLD_RETRYABLE, SUB_UNSCHEDULABLE, "Insufficient cpu")
+    _held(state, HOLD_RETRYABLE, UNSCHEDULABLE.subcode, "Insufficient cpu")
 
 
 def test_unschedulable_within_the_timeout_stays_idle(make_backend: BackendFactory, sim: KubeSim,
@@ -149,7 +149,7 @@ def test_evicted_completes_by_default_and_holds_when_configured(make_backend: Ba
             assert state.phase is Phase.COMPLETED and state.exit_reason and "Evicted" in state.exit_reason
             assert "low on resource: memory" in state.exit_reason and state.exit_code != 0
         else:
-            _held(state, HOLD_RETRYABLE, SUB_EVICTED, "evicted", "low on resource")
+            _held(state, HOLD_RETRYABLE, EVICTED.subcode, "evicted", "low on resource")
 
 
 def test_preempted_pod_deleted_by_kubernetes_still_reports_its_outcome(backend: KubernetesBackend,
@@ -175,13 +175,13 @@ spec:
 """)
     backend = make_backend(PODGAHP_K8S_POD_TEMPLATE=str(template))
     state = wait_state(backend, backend.submit(make_job(tmp_path)), *DONE)
-    _held(state, HOLD_FATAL, SUB_CONTAINER_CONFIG, "missing-secret")
+    _held(state, HOLD_FATAL, CONTAINER_CONFIG.subcode, "missing-secret")
 
 
 def test_unwritable_output_holds_instead_of_losing_it(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, stdout=str(tmp_path / "no-such-dir" / "pilot.out"))
     state = wait_state(backend, backend.submit(job), *DONE)
-    _held(state, HOLD_RETRYABLE, SUB_OUTPUT, "no-such-dir")
+    _held(state, HOLD_RETRYABLE, OUTPUT.subcode, "no-such-dir")
 
 
 def test_pod_deleted_by_someone_else_is_removed(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:

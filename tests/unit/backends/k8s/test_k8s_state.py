@@ -9,12 +9,12 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from gahp.backends.k8s.state import (POD_STATES, SUB_CONTAINER_CONFIG, SUB_EVICTED,
-                                     SUB_IMAGE_PULL, SUB_INVALID_IMAGE, SUB_NODE_SHUTDOWN, SUB_PREEMPTED,
-                                     SUB_UNSCHEDULABLE, _provisioned, classify, job_state, parse_time,
+from gahp.backends.k8s.state import (POD_STATES, _provisioned, classify, job_state, parse_time,
                                      quantity)
 from gahp.backends.k8s.pod import CONTAINER
-from gahp.jobstate import HOLD_FATAL, HOLD_RETRYABLE, Phase
+from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
+from gahp import holds
+from gahp.jobstate import Phase
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=datetime.timezone.utc)
 JsonObj = Dict[str, Any]
@@ -56,21 +56,21 @@ ROWS = [
     ("Pending/Unschedulable", pod("Pending", conditions=UNSCHEDULABLE), "complete", Phase.IDLE, 0, 0, None,
      None, ""),
     ("Pending/Unschedulable/TimedOut", pod("Pending", conditions=UNSCHEDULABLE, age_s=7200), "complete",
-     Phase.HELD, HOLD_RETRYABLE, SUB_UNSCHEDULABLE, None, None, "Insufficient nvidia.com/gpu"),
+     Phase.HELD, HOLD_RETRYABLE, holds.UNSCHEDULABLE.subcode, None, None, "Insufficient nvidia.com/gpu"),
     ("Pending/ErrImagePull", pod("Pending", waiting={"reason": "ErrImagePull", "message": "not found"}),
-     "complete", Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, None, None, 'image "img:1"'),
+     "complete", Phase.HELD, HOLD_FATAL, holds.IMAGE_PULL.subcode, None, None, 'image "img:1"'),
     ("Pending/ImagePullBackOff", pod("Pending", waiting={"reason": "ImagePullBackOff",
                                                          "message": 'Back-off pulling image "img:1"'}),
-     "complete", Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, None, None, 'image "img:1"'),
+     "complete", Phase.HELD, HOLD_FATAL, holds.IMAGE_PULL.subcode, None, None, 'image "img:1"'),
     ("Pending/ErrImageNeverPull", pod("Pending", waiting={"reason": "ErrImageNeverPull"}), "complete",
-     Phase.HELD, HOLD_FATAL, SUB_IMAGE_PULL, None, None, "img:1"),
+     Phase.HELD, HOLD_FATAL, holds.IMAGE_PULL.subcode, None, None, "img:1"),
     ("Pending/InvalidImageName", pod("Pending", waiting={"reason": "InvalidImageName"}), "complete",
-     Phase.HELD, HOLD_FATAL, SUB_INVALID_IMAGE, None, None, "img:1"),
+     Phase.HELD, HOLD_FATAL, holds.INVALID_IMAGE.subcode, None, None, "img:1"),
     ("Pending/CreateContainerConfigError", pod("Pending", waiting={
         "reason": "CreateContainerConfigError", "message": 'secret "t" not found'}), "complete", Phase.HELD,
-     HOLD_FATAL, SUB_CONTAINER_CONFIG, None, None, 'secret "t" not found'),
+     HOLD_FATAL, holds.CONTAINER_CONFIG.subcode, None, None, 'secret "t" not found'),
     ("Pending/CreateContainerError", pod("Pending", waiting={"reason": "CreateContainerError"}), "complete",
-     Phase.HELD, HOLD_FATAL, SUB_CONTAINER_CONFIG, None, None, "CreateContainerError"),
+     Phase.HELD, HOLD_FATAL, holds.CONTAINER_CONFIG.subcode, None, None, "CreateContainerError"),
     ("Running", pod("Running"), "complete", Phase.RUNNING, 0, 0, None, None, ""),
     ("Unknown", pod("Unknown"), "complete", Phase.IDLE, 0, 0, None, None, ""),
     ("Succeeded", pod("Succeeded", terminated={"exitCode": 0, "reason": "Completed"}), "complete",
@@ -91,11 +91,11 @@ ROWS = [
                                 message="Pod was terminated in response to imminent node shutdown."),
      "complete", Phase.COMPLETED, 0, 0, None, 9, "node shutdown"),
     ("Failed/Evicted/Hold", pod("Failed", reason="Evicted", message=EVICTED_MSG), "hold", Phase.HELD,
-     HOLD_RETRYABLE, SUB_EVICTED, None, None, "low on resource"),
+     HOLD_RETRYABLE, holds.EVICTED.subcode, None, None, "low on resource"),
     ("Failed/Preempted/Hold", pod("Failed", conditions=DISRUPTED), "hold", Phase.HELD, HOLD_RETRYABLE,
-     SUB_PREEMPTED, None, None, "preempting"),
+     holds.PREEMPTED.subcode, None, None, "preempting"),
     ("Failed/NodeShutdown/Hold", pod("Failed", reason="Terminated", message="imminent node shutdown"), "hold",
-     Phase.HELD, HOLD_RETRYABLE, SUB_NODE_SHUTDOWN, None, None, "node shutdown"),
+     Phase.HELD, HOLD_RETRYABLE, holds.NODE_SHUTDOWN.subcode, None, None, "node shutdown"),
     ("Missing", None, "complete", Phase.REMOVED, 0, 0, None, None, ""),
 ]
 

@@ -13,15 +13,13 @@ import pytest
 
 from gahp.backends.lancium.backend import (
     GONE,
-    HOLD_OUTPUT,
-    HOLD_REMOTE_ERROR,
-    HOLD_RUN_TIME,
     STATE_TABLE,
     LanciumBackend,
     lancium_id_of,
 )
 from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name
 from gahp.backends.lancium.spec import LAUNCHER
+from gahp.holds import OUTPUT as HOLD_OUTPUT, REMOTE_ERROR as HOLD_REMOTE_ERROR, RUN_TIME as HOLD_RUN_TIME
 from gahp.records import JobRecord
 from gahp.errors import BackendError, InvalidJob, TransientError
 from gahp.jobstate import JobState, Phase
