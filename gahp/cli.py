@@ -1,4 +1,5 @@
-"""Command-line entry points: ``k8s_gahp``, ``lancium_gahp`` and the ``podgahp`` tool for people.
+"""Command-line entry points: the GAHP programs ``<backend>_gahp`` (one for each backend the registry
+holds, :mod:`gahp.plugins`) and the ``podgahp`` tool for people.
 
 Each command parses its options, calls one library function and turns errors into click errors.
 """
@@ -11,8 +12,7 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 import click
 
-from gahp import __version__
-from gahp.backends import BACKENDS
+from gahp import __version__, plugins
 from gahp.config import ConfigSource, find_config, use_config
 
 
@@ -68,14 +68,19 @@ def _gahp_program(backend: str, knob: str) -> None:
     _exit(run_gahp(backend))
 
 
-def k8s_gahp() -> None:
-    """The GAHP for ``GridResource = "batch k8s"`` (set ``K8S_GAHP`` to this program)."""
-    _gahp_program("k8s", "K8S_GAHP")
+def __getattr__(name: str) -> Callable[[], None]:
+    """``<backend>_gahp``: the GAHP program for ``GridResource = "batch <backend>"`` (set
+    ``<BACKEND>_GAHP`` to it), for every backend of the registry; its console script in ``setup.cfg``
+    names it ``gahp.cli:<backend>_gahp``."""
+    backend = name[:-len("_gahp")] if name.endswith("_gahp") else ""
+    if backend not in plugins.entries(plugins.BACKENDS):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+    def program() -> None:
+        _gahp_program(backend, f"{backend.upper()}_GAHP")
 
-def lancium_gahp() -> None:
-    """The GAHP for ``GridResource = "batch lancium"`` (set ``LANCIUM_GAHP`` to this program)."""
-    _gahp_program("lancium", "LANCIUM_GAHP")
+    program.__name__ = program.__qualname__ = name
+    return program
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -107,7 +112,7 @@ def _failed(error: Exception, source: ConfigSource) -> click.ClickException:
 
 
 @main.command()
-@click.option("--backend", "backend", type=click.Choice(sorted(BACKENDS)), required=True,
+@click.option("--backend", "backend", type=click.Choice(plugins.backend_names()), required=True,
               help="Which backend serves the requests.")
 def gahp(backend: str) -> None:
     """Run the GAHP server on stdin/stdout by hand (as the gridmanager would), with the HTCondor
@@ -464,13 +469,7 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
 def _add_plugins() -> None:
     """Commands other installed packages add under ``podgahp`` (entry point group ``podgahp.commands``):
     ``podgahp sim`` comes from the simulators' package where it is installed, never from the product."""
-    from importlib.metadata import entry_points
-
-    if sys.version_info >= (3, 10):
-        found = list(entry_points(group="podgahp.commands"))
-    else:  # a mapping of group -> entry points
-        found = list(entry_points().get("podgahp.commands", ()))
-    for entry in found:
+    for entry in plugins.entries(plugins.COMMANDS).values():
         if entry.name not in main.commands:
             main.add_command(entry.load(), entry.name)
 

@@ -13,7 +13,7 @@ import sys
 from typing import Callable, NoReturn, Optional
 
 from gahp import __version__, logs
-from gahp.backends import BACKENDS
+from gahp.backends import backend_class
 from gahp.backends.base import Backend
 from gahp.commands import Commands
 from gahp.config import Knobs, ServerSettings
@@ -60,7 +60,7 @@ class UnusableBackend(Backend):
 def build_backend(name: str, knobs: Knobs) -> Backend:
     """The named backend built from ``knobs``, or an :class:`UnusableBackend` saying why not."""
     try:
-        return BACKENDS[name]().from_knobs(knobs)
+        return backend_class(name).from_knobs(knobs)
     except GahpError as e:
         reason = str(e)
     except Exception as e:  # noqa: BLE001 - e.g. a client library that fails to import

@@ -19,9 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from gahp.errors import GahpError
+from gahp.hops import DONE, FAILED, WAITING, Hop
 from gahp.schedd import gahp_type
-
-DONE, WAITING, FAILED = "done", "waiting", "failed"
 
 #: Every hop, in order.
 HOPS = ("submitted", "routed", "grid job", "GAHP request", "pod created", "scheduled", "running", "completed",
@@ -39,16 +38,6 @@ HELD, COMPLETED, REMOVED = 5, 4, 3
 
 class TraceError(GahpError):
     """The trace cannot start (no such job, the schedd cannot be asked)."""
-
-
-@dataclass(frozen=True)
-class Hop:
-    name: str
-    state: str
-    """``done``, ``waiting`` or ``failed``."""
-    detail: str
-    events: List[str] = field(default_factory=list)
-    """The pod's latest Events, on a hop that waits or failed."""
 
 
 @dataclass

@@ -1,36 +1,27 @@
 """Backends: one adapter per kind of remote service, all behind :class:`gahp.backends.base.Backend`.
 
-:data:`BACKENDS` maps each backend's name to a function returning its class, so that starting
-one GAHP imports only the client library its backend needs.
+Which backends exist is read from one registry, the ``podgahp.backends`` entry points
+(:mod:`gahp.plugins`); :func:`backend_class` imports only the backend asked for, so starting one GAHP
+imports only the client library its backend needs. Nothing here names a backend.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Type
+from typing import Type
 
+from gahp import plugins
 from gahp.backends.base import Backend
+from gahp.errors import ConfigError
 
 
-def _k8s() -> Type[Backend]:
-    from gahp.backends.k8s.backend import KubernetesBackend
-
-    return KubernetesBackend
-
-
-def _lancium() -> Type[Backend]:
-    from gahp.backends.lancium.backend import LanciumBackend
-
-    return LanciumBackend
-
-
-def _memory() -> Type[Backend]:
-    from gahp.backends.memory import MemoryBackend
-
-    return MemoryBackend
-
-
-BACKENDS: Dict[str, Callable[[], Type[Backend]]] = {
-    "k8s": _k8s,
-    "lancium": _lancium,
-    "memory": _memory,
-}
+def backend_class(name: str) -> Type[Backend]:
+    """The class of the backend registered as ``name``; ConfigError when there is none, ImportError
+    (or another exception of its module) when its package is not installed whole."""
+    entry = plugins.entries(plugins.BACKENDS).get(name)
+    if entry is None:
+        raise ConfigError(f"no backend is registered as {name!r} (registered: "
+                          f"{', '.join(plugins.backend_names()) or 'none: is podgahp installed?'})")
+    found = entry.load()
+    if not (isinstance(found, type) and issubclass(found, Backend) and found.name == name):
+        raise ConfigError(f"backend entry point {name} = {entry.value} is not a Backend named {name!r}")
+    return found

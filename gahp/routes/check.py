@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
+from gahp import plugins
 from gahp.errors import InvalidJob, RoutesError
 from gahp.job import ce_requirements
 from gahp.routes.pilots import RouteCondition, condition, meets, pilot_for
@@ -256,7 +257,7 @@ class _Check:
         grid_resource = resource if isinstance(resource, str) else ""
         routed_text = "\n".join(f"{k} = {routed.lookup(k)}" for k in sorted(routed.keys(), key=str.lower))
         batch, _ = grid_type(grid_resource)
-        if batch not in ("k8s", "lancium"):
+        if batch not in plugins.backend_names():
             return SampleResult(sample.name, source, sample.description, route_name, grid_resource,
                                 routed_ad=routed_text, error=f"not a podgahp route (GridResource \"{grid_resource}\")")
         try:
@@ -349,11 +350,11 @@ def spelling_warnings(routes: Sequence[Route]) -> List[str]:
         started = gahp_type(r.grid_resource)
         words = r.grid_resource.split()
         looks = words[1].lower() if len(words) == 2 and words[0].lower() == "batch" else ""
-        if started in ("k8s", "lancium") and r.grid_resource != f"batch {started}":
+        if started in plugins.backend_names() and r.grid_resource != f"batch {started}":
             warnings.append(f"route {r.name}: GridResource \"{r.grid_resource}\" starts {started.upper()}_GAHP "
                             f"(the gridmanager lower-cases the batch type), but tools comparing the exact text "
                             f"miss its jobs; write \"batch {started}\"")
-        elif started is None and looks in ("k8s", "lancium"):
+        elif started is None and looks in plugins.backend_names():
             warnings.append(f"route {r.name}: GridResource \"{r.grid_resource}\" starts no podgahp GAHP (the "
                             f"gridmanager needs exactly \"batch\", one space and the type); write "
                             f"\"batch {looks}\"")

@@ -11,7 +11,8 @@ import pytest
 from gahp.backends.k8s.podtrace import pod_hops, pod_of
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
-from gahp.trace import DONE, FAILED, WAITING, Ce, Hop, Trace, follow, schedd_hops, text_lines, verdict
+from gahp.hops import DONE, FAILED, WAITING, Hop
+from gahp.trace import Ce, Trace, follow, schedd_hops, text_lines, verdict
 
 SOURCE = {"ClusterId": 12, "ProcId": 0, "Owner": "pilot", "JobStatus": 1}
 ROUTED = {"ClusterId": 13, "ProcId": 0, "JobStatus": 1, "RouteName": "K8s_Cpu", "GridResource": "batch k8s",

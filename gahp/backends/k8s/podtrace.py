@@ -19,7 +19,7 @@ from gahp.backends.k8s.state import POD_STATES, classify
 from gahp.backends.k8s.view import PodView, container_state
 from gahp.errors import GahpError, InvalidJob, NotFound
 from gahp.jobstate import Phase
-from gahp.trace import DONE, FAILED, WAITING, Hop
+from gahp.hops import DONE, FAILED, WAITING, Hop
 
 JsonObj = Dict[str, Any]
 
