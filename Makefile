@@ -27,12 +27,16 @@ $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 # mmdebstrap builds the Debian root filesystems that provide the HTCondor daemons (harness/rootfs.py).
-# rpm (rpmbuild) builds and inspects the RPM in tests/packaging. kubectl drives the simulated cluster
-# in tests/sim/test_kubectl.py: the machine's own when it has one, else Debian's kubernetes-client.
+# rpm (rpmbuild) builds and inspects the RPM in tests/packaging, rpmlint checks it (python3-packaging:
+# rpm's Python dependency generator runs on /usr/bin/python3); man shows the man pages it ships.
+# kubectl drives the simulated cluster in tests/sim/test_kubectl.py: the machine's own when it has
+# one, else Debian's kubernetes-client.
 # runc runs the containers of the simulated cluster's real runtime (podgahp_sim/kube/runc.py).
 system-deps:
 	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null && command -v cpio >/dev/null && \
-		command -v runc >/dev/null || { apt-get update -q && apt-get install -y -q mmdebstrap rpm cpio runc; }
+		command -v runc >/dev/null && command -v rpmlint >/dev/null && command -v man >/dev/null && \
+		/usr/bin/python3 -c 'import packaging' 2>/dev/null || \
+		{ apt-get update -q && apt-get install -y -q mmdebstrap rpm cpio runc rpmlint python3-packaging man-db; }
 	@command -v kubectl >/dev/null || { apt-get update -q && apt-get install -y -q kubernetes-client; }
 
 check: $(VENV)/.installed
@@ -60,15 +64,19 @@ live: $(VENV)/.installed system-deps
 demo: $(VENV)/.installed system-deps
 	$(VENV)/bin/python -m demo $(DEMO_ARGS)
 
-# The RPMs (podgahp, -k8s, -lancium, -standalone, -sim) from the checkout's tracked files, in dist/.
+# The RPMs (podgahp, -ce, -k8s, -lancium, -standalone, -sim) from the checkout's tracked files, in
+# dist/, for EL9's Python (RPM_PYTHON_VERSION), the unit tests run by %check, then rpmlint.
+RPM_PYTHON_VERSION ?= 3.9
 rpm: $(VENV)/.installed system-deps
 	rm -rf dist/rpmbuild && mkdir -p dist/rpmbuild/SOURCES
 	git ls-files --cached --others --exclude-standard | \
 		tar -czf dist/rpmbuild/SOURCES/podgahp-$$($(VENV)/bin/python -c 'import gahp; print(gahp.__version__)').tar.gz \
 		--transform "s|^|podgahp-$$($(VENV)/bin/python -c 'import gahp; print(gahp.__version__)')/|S" -T -
+	cp rpm/podgahp.rpmlintrc dist/rpmbuild/SOURCES/
 	rpmbuild -ba rpm/podgahp.spec --define "_topdir $(CURDIR)/dist/rpmbuild" \
-		--define "build_python $(CURDIR)/$(VENV)/bin/python"
+		--define "build_python $(CURDIR)/$(VENV)/bin/python" --define "python3_version $(RPM_PYTHON_VERSION)"
 	ls dist/rpmbuild/RPMS/noarch/
+	rpmlint -r rpm/podgahp.rpmlintrc dist/rpmbuild/RPMS/noarch/*.rpm dist/rpmbuild/SRPMS/*.rpm rpm/podgahp.spec
 
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) build dist *.egg-info

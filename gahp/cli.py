@@ -43,6 +43,11 @@ By hand (the protocol is typed, one command per line; see docs/gahp-by-hand.md):
 """
 
 
+def gahp_help(prog: str, backend: str, knob: str) -> str:
+    """What ``k8s_gahp --help`` (``lancium_gahp --help``) prints; its man page says the same."""
+    return _GAHP_HELP.format(prog=prog, backend=backend, knob=knob)
+
+
 def _gahp_program(backend: str, knob: str) -> None:
     """A GAHP server program: answers ``--help`` and ``--version``, refuses to start without an HTCondor
     configuration (creating nothing), else serves the protocol until EOF."""
@@ -51,7 +56,7 @@ def _gahp_program(backend: str, knob: str) -> None:
     prog = os.path.basename(sys.argv[0]) or f"{backend}_gahp"
     args = sys.argv[1:]
     if args and args[0] in ("-h", "--help"):
-        sys.stdout.write(_GAHP_HELP.format(prog=prog, backend=backend, knob=knob))
+        sys.stdout.write(gahp_help(prog, backend, knob))
         sys.exit(0)
     if args == ["--version"]:
         sys.stdout.write(f"{prog} (podgahp) {__version__}\n")

@@ -1,11 +1,13 @@
-"""The RPM builds with rpmbuild and puts every file where HTCondor-CE reads it."""
+"""The RPMs build with rpmbuild for EL9's Python, pass rpmlint, run the unit tests in %check, and
+put every file where HTCondor-CE reads it."""
 
 from __future__ import annotations
 
+import gzip
+import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tarfile
 from pathlib import Path
 from typing import Dict, List, Set
@@ -23,25 +25,49 @@ def _tracked_files() -> List[str]:
     return [name for name in out.splitlines() if (ROOT / name).is_file()]
 
 
-PACKAGES = ("podgahp", "podgahp-k8s", "podgahp-lancium", "podgahp-standalone", "podgahp-sim")
+PACKAGES = ("podgahp", "podgahp-ce", "podgahp-k8s", "podgahp-lancium", "podgahp-standalone", "podgahp-sim")
+#: EL9's Python, which the packages are built for (make rpm's RPM_PYTHON_VERSION).
+TARGET_PYTHON = "3.9"
+SITE = f"/usr/lib/python{TARGET_PYTHON}/site-packages"
+#: A quick part of the unit tests for %check here (make rpm's build runs all of them).
+CHECK_TESTS = "tests/unit/test_protocol.py"
 
 
-@pytest.fixture(scope="module")
-def rpms(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
-    """Every binary RPM the spec builds, by package name."""
-    if shutil.which("rpmbuild") is None:
-        pytest.fail("rpmbuild not found: `make system-deps` installs Debian's rpm package")
-    top = tmp_path_factory.mktemp("rpmbuild")
+def _sources(top: Path) -> None:
     sources = top / "SOURCES"
     sources.mkdir()
     prefix = f"podgahp-{__version__}"
     with tarfile.open(sources / f"{prefix}.tar.gz", "w:gz") as tar:
         for name in _tracked_files():
             tar.add(ROOT / name, arcname=f"{prefix}/{name}")
-    build = subprocess.run(["rpmbuild", "-bb", str(ROOT / "rpm" / "podgahp.spec"),
-                            "--define", f"_topdir {top}", "--define", f"build_python {sys.executable}"],
-                           capture_output=True, text=True)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    shutil.copy(ROOT / "rpm" / "podgahp.rpmlintrc", sources)
+
+
+def _rpmbuild(top: Path, stage: str, *defines: str) -> "subprocess.CompletedProcess[str]":
+    args = ["rpmbuild", stage, str(ROOT / "rpm" / "podgahp.spec"), "--define", f"_topdir {top}",
+            "--define", f"build_python {sys.executable}", "--define", f"python3_version {TARGET_PYTHON}"]
+    for define in defines:
+        args += ["--define", define]
+    return subprocess.run(args, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> "subprocess.CompletedProcess[str]":
+    """``rpmbuild -ba`` for EL9 (its %check running part of the unit tests); the tree is in ``_topdir``."""
+    if shutil.which("rpmbuild") is None:
+        pytest.fail("rpmbuild not found: `make system-deps` installs Debian's rpm package")
+    top = tmp_path_factory.mktemp("rpmbuild")
+    _sources(top)
+    done = _rpmbuild(top, "-ba", f"check_tests {CHECK_TESTS}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done.args.append(str(top))
+    return done
+
+
+@pytest.fixture(scope="module")
+def rpms(build: "subprocess.CompletedProcess[str]") -> Dict[str, Path]:
+    """Every binary RPM the spec builds, by package name."""
+    top = Path(build.args[-1])
     found = {p.name.rsplit("-", 2)[0]: p for p in (top / "RPMS" / "noarch").glob("podgahp*.noarch.rpm")}
     assert sorted(found) == sorted(PACKAGES)
     return found
@@ -59,11 +85,13 @@ def _owner(rpms: Dict[str, Path]) -> Dict[str, str]:
 
 def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
     owner = _owner(rpms)
-    site = sysconfig.get_path("purelib", vars={"base": "/usr"})
+    site = SITE
     expected = {
         "/usr/bin/podgahp": "podgahp", f"{site}/gahp/server.py": "podgahp",
         f"{site}/gahp/data/ce-router-defaults.conf": "podgahp",
-        "/etc/condor/config.d/60-podgahp-ce-schedd2.conf": "podgahp",
+        "/etc/condor/config.d/60-podgahp-ce-schedd2.conf": "podgahp-ce",
+        "/usr/share/man/man1/podgahp.1.gz": "podgahp", "/usr/share/man/man1/k8s_gahp.1.gz": "podgahp-k8s",
+        "/usr/share/man/man1/lancium_gahp.1.gz": "podgahp-lancium",
         "/usr/bin/k8s_gahp": "podgahp-k8s", f"{site}/gahp/backends/k8s/backend.py": "podgahp-k8s",
         "/usr/bin/lancium_gahp": "podgahp-lancium", f"{site}/gahp/backends/lancium/backend.py": "podgahp-lancium",
         f"{site}/podgahp_sim/k8s.py": "podgahp-sim", f"{site}/podgahp_sim/lancium.py": "podgahp-sim",
@@ -77,9 +105,7 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
     }
     for conf in list((ROOT / "condor_config.d").glob("*.conf")) + list((ROOT / "ce-config/htcondor-ce").glob("*.conf")):
         where = "/usr/share/condor-ce" if conf.name.endswith("-defaults.conf") else "/etc/condor-ce"
-        pkg = ("podgahp-k8s" if "-k8s" in conf.name or "reap" in conf.name
-               else "podgahp-lancium" if "-lancium" in conf.name else "podgahp")
-        expected[f"{where}/config.d/{conf.name}"] = pkg
+        expected[f"{where}/config.d/{conf.name}"] = "podgahp-ce"
     for route in (ROOT / "routes").iterdir():
         expected[f"/usr/share/doc/podgahp/routes/{route.name}"] = "podgahp"
     for doc in (ROOT / "docs").iterdir():
@@ -98,11 +124,9 @@ def test_license_and_versioned_requires(rpms: Dict[str, Path]) -> None:
     assert "python3-kubernetes >= 30.1" in requires["podgahp-k8s"]
     assert "python3-requests >= 2.25" in requires["podgahp-lancium"]
     assert "python3-condor >= 23.9" in requires["podgahp"]
-    import re
-
     spec = (Path(__file__).resolve().parents[2] / "rpm" / "podgahp.spec").read_text()
     release = re.search(r"^Release:\s*(\d+)", spec, re.MULTILINE).group(1)  # type: ignore[union-attr]
-    for name in ("podgahp-k8s", "podgahp-lancium", "podgahp-standalone"):
+    for name in ("podgahp-ce", "podgahp-k8s", "podgahp-lancium", "podgahp-standalone"):
         assert f"podgahp = {__version__}-{release}" in requires[name], name
     assert "podgahp" not in requires["podgahp-sim"].replace("podgahp-sim", "")
 
@@ -148,3 +172,100 @@ def test_the_packaged_pool_finds_its_config(rpms: Dict[str, Path], tmp_path: Pat
         if line.startswith("include ifexist : /"):
             path = line.split(" : ", 1)[1]
             assert (tmp_path / path.lstrip("/")).is_file(), path
+
+
+def _requires(rpm: Path) -> List[str]:
+    return subprocess.run(["rpm", "-qp", "--requires", str(rpm)], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+def test_built_for_el9_python(rpms: Dict[str, Path]) -> None:
+    """Built here with another Python, the packages are still for EL9's: its site-packages, and the
+    python(abi) rpm's generator derives from it, so dnf on EL9 (Python 3.9) can install them."""
+    for name in ("podgahp", "podgahp-k8s", "podgahp-lancium", "podgahp-sim"):
+        requires = _requires(rpms[name])
+        assert f"python(abi) = {TARGET_PYTHON}" in requires, (name, requires)
+        assert not [r for r in requires if r.startswith("python(abi)") and r != f"python(abi) = {TARGET_PYTHON}"]
+        python_files = [f for f in _query(rpms[name], "-l") if f.endswith(".py")]
+        assert python_files and all(f.startswith(SITE + "/") for f in python_files), name
+    # the metadata's requirements (every backend's) are not put on the core package
+    assert not [r for r in _requires(rpms["podgahp"]) if "dist(" in r]
+
+
+def test_ce_package_requires_htcondor_ce_and_owns_its_directories(rpms: Dict[str, Path]) -> None:
+    requires = _requires(rpms["podgahp-ce"])
+    assert "htcondor-ce" in requires
+    ce_files = _query(rpms["podgahp-ce"], "-l")
+    for directory in ("/etc/condor-ce/config.d", "/usr/share/condor-ce/config.d", "/etc/condor/config.d"):
+        assert directory in ce_files
+    # nothing else installs into the CE's directories (a CE-less stand-alone site needs no htcondor-ce)
+    others = {f for name, rpm in rpms.items() if name != "podgahp-ce" for f in _query(rpm, "-l")}
+    assert not [f for f in others if "condor-ce" in f.split("/")[:3] or f.startswith("/etc/condor/")]
+    assert not [r for name in PACKAGES if name != "podgahp-ce" for r in _requires(rpms[name]) if "htcondor-ce" in r]
+
+
+#: Directories the packages podgahp's depend on own (filesystem, man, python3, condor).
+SYSTEM_DIRS = {"/etc", "/usr/bin", "/usr/share/man/man1", SITE, "/usr/share/doc", "/usr/share/licenses", "/usr/share",
+               "/etc/condor"}
+
+
+def test_every_directory_a_package_installs_into_is_owned(rpms: Dict[str, Path]) -> None:
+    """By the package, by the core package it requires, or by the system's own packages."""
+    for name, rpm in rpms.items():
+        owned = _query(rpm, "-l") | (_query(rpms["podgahp"], "-l") if name != "podgahp-sim" else set())
+        for path in _query(rpm, "-l"):
+            parent = str(Path(path).parent)
+            assert parent in owned or parent in SYSTEM_DIRS, (name, path)
+
+
+def test_rpmlint_reports_no_error(build: "subprocess.CompletedProcess[str]", rpms: Dict[str, Path]) -> None:
+    """rpmlint (Debian's, with the filters and reasons of rpm/podgahp.rpmlintrc) on the binary and
+    source packages and the spec: no error, and no warning the rpmlintrc does not explain."""
+    if shutil.which("rpmlint") is None:
+        pytest.fail("rpmlint not found: `make system-deps` installs Debian's rpmlint package")
+    top = Path(build.args[-1])
+    sources = list((top / "SRPMS").glob("podgahp-*.src.rpm"))
+    assert len(sources) == 1
+    lint = subprocess.run(["rpmlint", "-r", str(ROOT / "rpm" / "podgahp.rpmlintrc"), *map(str, rpms.values()),
+                           str(sources[0]), str(ROOT / "rpm" / "podgahp.spec")],
+                          capture_output=True, text=True, timeout=300)
+    summary = re.search(r"(\d+) errors, (\d+) warnings", lint.stdout)
+    assert summary is not None, lint.stdout + lint.stderr
+    assert summary.groups() == ("0", "0"), lint.stdout
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_man_pages_render_each_programs_help(rpms: Dict[str, Path], tmp_path: Path) -> None:
+    _extract(rpms, tmp_path)
+    for program, words in (("podgahp", ("podgahp q", "podgahp trace", "--condor-config")),
+                           ("k8s_gahp", ("K8S_GAHP", "BLAH_PING 1 k8s")), ("lancium_gahp", ("LANCIUM_GAHP",))):
+        page = gzip.decompress((tmp_path / "usr/share/man/man1" / f"{program}.1.gz").read_bytes()).decode()
+        assert page.startswith(f'.TH {program.upper()} 1 ""'), page[:80]
+        assert f"{program.replace('_', '_')} \\- " in page
+        for word in words:
+            assert word.replace("-", "\\-") in page, (program, word)
+        if shutil.which("man"):
+            shown = subprocess.run(["man", "-l", "-"], input=page, capture_output=True, text=True, timeout=60,
+                                   env={"MANWIDTH": "100", "PATH": "/usr/bin:/bin"})
+            assert shown.returncode == 0 and "SYNOPSIS" in shown.stdout, shown.stderr
+    assert "podgahp sim" not in gzip.decompress((tmp_path / "usr/share/man/man1/podgahp.1.gz").read_bytes()).decode()
+
+
+def test_check_runs_the_unit_tests(build: "subprocess.CompletedProcess[str]", tmp_path: Path) -> None:
+    """%check runs the unit tests against the installed tree (by default all of tests/unit), and a
+    failing test fails the build."""
+    log = build.stdout + build.stderr
+    assert re.search(r"^Executing\(%check\)", log, re.M)
+    assert re.search(rf"PYTHONPATH=\S+/usr/lib/python{re.escape(TARGET_PYTHON)}/site-packages \S+ -m pytest .*"
+                     rf"{re.escape(CHECK_TESTS)}", log)
+    assert re.search(r"^\d+ passed in ", log, re.M)
+    spec = (ROOT / "rpm" / "podgahp.spec").read_text()
+    assert "%{!?check_tests:tests/unit}" in spec.split("%check", 1)[1].split("%files", 1)[0]
+    failing = tmp_path / "test_fails.py"
+    failing.write_text("def test_fails() -> None:\n    assert False, 'a failing unit test'\n")
+    top = tmp_path / "top"
+    top.mkdir()
+    _sources(top)
+    broken = _rpmbuild(top, "-bi", f"check_tests {failing}")
+    assert broken.returncode != 0
+    assert "a failing unit test" in broken.stdout + broken.stderr
