@@ -14,16 +14,17 @@ PYTEST_ARGS ?=
 
 test: check unit oldest live
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+# The product (.) and the simulators, a distribution of their own (sim/), both editable.
+$(VENV)/.installed: setup.cfg pyproject.toml sim/setup.cfg sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test]' -e ./sim
 	touch $@
 
-$(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
+$(VENV_OLDEST)/.installed: setup.cfg pyproject.toml sim/setup.cfg sim/pyproject.toml
 	$(OLDEST_PYTHON) -m venv $(VENV_OLDEST)
 	$(VENV_OLDEST)/bin/pip install -q --upgrade pip setuptools wheel
-	$(VENV_OLDEST)/bin/pip install -q -e '.[test]' 'kubernetes==$(OLDEST_K8S_CLIENT)'
+	$(VENV_OLDEST)/bin/pip install -q -e '.[test]' -e ./sim 'kubernetes==$(OLDEST_K8S_CLIENT)'
 	touch $@
 
 # mmdebstrap builds the Debian root filesystems that provide the HTCondor daemons (harness/rootfs.py).
@@ -31,7 +32,7 @@ $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml
 # rpm's Python dependency generator runs on /usr/bin/python3); man shows the man pages it ships.
 # kubectl drives the simulated cluster in tests/sim/test_kubectl.py: the machine's own when it has
 # one, else Debian's kubernetes-client.
-# runc runs the containers of the simulated cluster's real runtime (podgahp_sim/kube/runc.py).
+# runc runs the containers of the simulated cluster's real runtime (sim/podgahp_sim/kube/runc.py).
 system-deps:
 	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null && command -v cpio >/dev/null && \
 		command -v runc >/dev/null && command -v rpmlint >/dev/null && command -v man >/dev/null && \

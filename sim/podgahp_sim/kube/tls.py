@@ -41,7 +41,7 @@ class ClusterCa:
     def __init__(self, hosts: Tuple[str, ...] = ("127.0.0.1", "localhost")) -> None:
         if trustme is None:
             raise TlsUnavailable("the simulated API server needs the 'trustme' package for HTTPS "
-                                 "(pip install 'podgahp[sim]'), or run it with plain HTTP")
+                                 "(pip install trustme; podgahp-sim requires it), or run it with plain HTTP")
         self._ca: Any = trustme.CA(organization_name="podgahp simulated cluster")
         self._server = self._ca.issue_cert(*hosts, common_name="kube-apiserver")
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
