@@ -25,6 +25,7 @@ import classad2
 from gahp import plugins
 from gahp.errors import InvalidJob, RoutesError
 from gahp.job import ce_requirements
+from gahp.routes.convert import bad_entry_line, parse_entries
 from gahp.routes.pilots import RouteCondition, condition, meets, pilot_for
 from gahp.routes.report import Report, Route, SampleResult
 from gahp.routes.samples import SAMPLES, Sample, samples_text
@@ -108,6 +109,7 @@ class _Check:
         self.problems: List[str] = []
         self.warnings: List[str] = list(safe.warnings)
         self.locations: Dict[str, Tuple[str, str]] = {}
+        self.entry_names: List[str] = []
         self.version = tools.version()
 
     def report(self, **fields: object) -> Report:
@@ -150,14 +152,15 @@ class _Check:
             return []
         where = locations.get("JOB_ROUTER_ENTRIES", ("", self.path))[1]
         try:
-            ads = list(classad2.parseAds(text, classad2.ParserType.New))
-        except Exception as e:  # noqa: BLE001 - the bindings raise a bare exception type on parse errors
-            self.problems.append(f"{where}: JOB_ROUTER_ENTRIES is not a list of ClassAds: {e}")
+            ads = parse_entries(text)
+        except RoutesError:
+            self.problems.append(self._bad_entry(where))
             return []
         entries = []
         for index, ad in enumerate(ads):
             value = ad_value(ad, "Name")
             entries.append(value if isinstance(value, str) else f"(entry {index + 1})")
+        self.entry_names = list(entries)
         knob = (self.tools.value("JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES") or "").strip().lower()
         convert = f"convert them with `podgahp routes convert {self.path}`"
         if any("no longer supported" in m for m in messages):
@@ -177,6 +180,18 @@ class _Check:
                 "JOB_ROUTER_DEFAULTS for that instead")
         return entries
 
+    def _bad_entry(self, where: str) -> str:
+        """Where JOB_ROUTER_ENTRIES stops being ClassAds, and what to do."""
+        path, _, line = where.rpartition(":")
+        statement = self.safe.statement(path, int(line)) if line.isdigit() else None
+        entry = self.safe.copies.get(path)
+        if statement is not None and entry is not None:
+            bad = bad_entry_line(entry.lines, statement)
+            if bad is not None:
+                where = f"{path}:{bad + 1}"
+        return (f"{where}: this entry of JOB_ROUTER_ENTRIES is not a ClassAd (an unclosed string or bracket, a "
+                "missing ';'): the JobRouter reads none of the entries")
+
     def _names(self, routes: Sequence[Route], entries: Sequence[str], by_route: Dict[str, List[str]],
                messages: List[str], locations: Dict[str, Tuple[str, str]]) -> List[str]:
         """JOB_ROUTER_ROUTE_NAMES against the routes defined and the routes HTCondor kept."""
@@ -191,7 +206,7 @@ class _Check:
         defined = {name[len("JOB_ROUTER_ROUTE_"):].upper(): spelled[len("JOB_ROUTER_ROUTE_"):]
                    for name, (spelled, _) in locations.items()
                    if name.startswith("JOB_ROUTER_ROUTE_") and name != "JOB_ROUTER_ROUTE_NAMES"}
-        known = {n.upper() for n in entries} | set(defined)
+        known = {n.upper() for n in self.entry_names} | set(defined)
         kept = {r.name.upper() for r in routes}
         if value is None and defined:
             self.problems.append(f"no JOB_ROUTER_ROUTE_NAMES: the JobRouter uses none of the routes defined "
@@ -204,7 +219,7 @@ class _Check:
                 hint = f"; did you mean {guess[0]} (JOB_ROUTER_ROUTE_{guess[0]} is defined)?" if guess else ""
                 self.problems.append(f"{names_at}: JOB_ROUTER_ROUTE_NAMES lists {name}, but no JOB_ROUTER_ROUTE_{name} "
                                      f"is defined{hint}")
-            elif upper not in kept:
+            elif upper not in kept and upper not in {n.upper() for n in self.entry_names if n not in entries}:
                 at = locations.get(f"JOB_ROUTER_ROUTE_{upper}", ("", names_at))[1]
                 reasons = by_route.get(name) or by_route.get(upper) or []
                 why = "; ".join(reasons) if reasons else "see the JobRouter messages below"

@@ -254,6 +254,10 @@ def convert_entry(route: classad2.ClassAd, index: int) -> ConvertedRoute:
             requirements = inline(route, expr, untarget=True)
         elif lower in _MACROS:
             settings.append((ROUTE_MACROS.index(_MACROS[lower]), f"{_MACROS[lower]} = {expr}"))
+            if lower == "targetuniverse" and route.eval(attr) == 5:
+                notes.append(f"route {name}: TargetUniverse = 5 kept as the macro HTCondor-CE's WholeNode transform "
+                             "reads (HTCondor's own converter writes UNIVERSE 5, which that transform does not see: "
+                             "its whole-node pilots would ask for 1 core)")
         elif lower in _CE_DEFAULTS:
             defaults.append(_default_macro(_CE_DEFAULTS[lower], route, expr, evaluate=True))
         elif lower == "default_cerequirements":
@@ -336,6 +340,30 @@ def _entry_comments(old: OldRoutes, count: int) -> Dict[int, List[str]]:
     return found
 
 
+def bad_entry_line(lines: Sequence[str], statement: Statement) -> Optional[int]:
+    """The (0-based) line where the first entry of the ``JOB_ROUTER_ENTRIES`` statement that is not
+    a ClassAd begins, or None when every entry parses."""
+    if statement.kind == "block":
+        numbered = list(range(statement.first + 1, statement.last))
+        texts = [lines[i] for i in numbered]
+    else:
+        numbered = list(range(statement.first, statement.last + 1))
+        texts = [lines[i].rstrip().rstrip("\\") for i in numbered]
+        texts[0] = texts[0].split("=", 1)[1] if "=" in texts[0] else ""
+    body: List[str] = []
+    complete, start = 0, None
+    for index, text in zip(numbered, texts):
+        if text.strip().startswith("#"):
+            continue
+        if start is None and text.strip():
+            start = index
+        body.append(re.sub(r"\$\([^)]*\)", "0", text))
+        done = _complete_ads(" ".join(body))
+        if done > complete:
+            complete, start = done, None
+    return start
+
+
 def _complete_ads(text: str) -> int:
     """How many whole ClassAds ``text`` begins with."""
     count = 0
@@ -352,7 +380,15 @@ def _complete_ads(text: str) -> int:
 def convert_routes(old: OldRoutes) -> Conversion:
     """Rewrite ``old``'s file with its entries as ``JOB_ROUTER_ROUTE_*`` routes (see the module)."""
     defaults = merged_defaults(old.defaults, old.merge_defaults) if old.defaults.strip() else classad2.ClassAd()
-    entries = parse_entries(old.entries)
+    try:
+        entries = parse_entries(old.entries)
+    except RoutesError as e:
+        knob = [s for s in old.statements if s.knob == "JOB_ROUTER_ENTRIES" and s.kind in ("assign", "block")]
+        line = bad_entry_line(old.lines, knob[-1]) if knob else None
+        if line is None:
+            raise
+        raise RoutesError(f"{old.path}:{line + 1}: this entry of JOB_ROUTER_ENTRIES is not a ClassAd (an unclosed "
+                          "string or bracket, a missing ';'): fix it and convert again") from None
     routes: List[ConvertedRoute] = []
     for index, entry in enumerate(entries, start=1):
         route = convert_entry(merge(defaults, entry), index)

@@ -24,13 +24,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import classad2
 
 from gahp.errors import InvalidJob, RoutesError
-from gahp.job import PilotJob
+from gahp.job import split_env_v2
 from gahp.routes.check import job_id, lay_out, parse_listing, pilots, route
 from gahp.routes.convert import (Conversion, OldRoutes, convert_routes, merge, merged_defaults, parse_entries,
                                  read_old_routes)
 from gahp.routes.samples import Sample, samples_text
 from gahp.routes.sources import CE_ROUTER_EMULATION, CE_ROUTER_ENTRIES_DEFAULTS, SafeConfig
-from gahp.routes.submit_ad import ad_value, gahp_view
+from gahp.routes.submit_ad import ad_value, gahp_view, grid_type
 
 #: What podgahp receives that the proof compares.
 FIELDS: Tuple[Tuple[str, str], ...] = (
@@ -57,20 +57,49 @@ class RouteProof:
         return bool(self.pilots) and not self.differences
 
 
-def _view(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "") -> Tuple[Optional[PilotJob], str]:
+def _observed(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "") -> Tuple[Dict[str, object], str]:
+    """What the destination of a routed pilot receives: for a podgahp route (``batch k8s`` /
+    ``batch lancium``) what podgahp reads from the gridmanager's submit ad; for any other route
+    the routed job's own requests."""
     if grid_resource and "GridResource" not in routed:
         routed["GridResource"] = grid_resource
+    resource = ad_value(routed, "GridResource")
+    if not (isinstance(resource, str) and grid_type(resource)[0] in ("k8s", "lancium")):
+        return _requests(routed), ""
     try:
-        return gahp_view(routed, "proof_" + job_id(sample).replace(".", "_"))[1], ""
+        job = gahp_view(routed, "proof_" + job_id(sample).replace(".", "_"))[1]
     except InvalidJob as e:
-        return None, f"podgahp would hold it: {e}"
-
-
-def _values(job: Optional[PilotJob]) -> Dict[str, object]:
-    if job is None:
-        return {}
+        return {}, f"podgahp would hold it: {e}"
     return {name: (dict(getattr(job, name)) if name in ("settings", "environment") else getattr(job, name))
-            for name, _ in FIELDS}
+            for name, _ in FIELDS}, ""
+
+
+#: The slot a routed job of an HTCondor pool is matched to, for requests that depend on it
+#: (a whole-node job asks for the slot's TotalCpus and TotalMemory).
+SLOT = '[ TotalCpus = 16; TotalMemory = 64000; TotalGPUs = 0; Cpus = 16; Memory = 64000; Gpus = 0 ]'
+
+
+def _requests(routed: classad2.ClassAd) -> Dict[str, object]:
+    """A routed job's requests as its batch system reads them from the job itself, matched to a
+    slot of :data:`SLOT`."""
+    slot = classad2.parseOne(SLOT)
+
+    def value(name: str) -> object:
+        if name not in routed:
+            return None
+        found = classad2.ExprTree(str(routed.lookup(name))).eval(routed, slot)
+        return None if isinstance(found, classad2.Value) else found
+
+    environment = value("Environment")
+    try:
+        env = dict(split_env_v2(environment)) if isinstance(environment, str) else {}
+    except ValueError:
+        env = {"(unparsable)": str(environment)}
+    queue = value("remote_queue") if "remote_queue" in routed else value("BatchQueue")
+    return {"queue": queue or None,
+            "cpus": value("RequestCpus"), "memory_mb": value("RequestMemory"), "disk_kb": value("RequestDisk"),
+            "gpus": value("RequestGPUs"), "wall_time_s": value("BatchRuntime"), "whole_node": value("WholeNodes"),
+            "settings": value("CERequirements"), "environment": env}
 
 
 def _compare(pilot: str, old: Dict[str, object], new: Dict[str, object], what: str) -> List[str]:
@@ -190,20 +219,20 @@ def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[R
                 differences.append(f"pilot {sample.name}: the old route's Requirements do not take it, the converted "
                                    "route's REQUIREMENTS do")
                 continue
-            old_job, old_error = _view(old_ad, sample, converted.grid_resource)
-            new_job, new_error = _view(routed[source], sample)
+            old_seen, old_error = _observed(old_ad, sample, converted.grid_resource)
+            new_seen, new_error = _observed(routed[source], sample)
             if old_error or new_error:
                 differences.append(f"pilot {sample.name}: {old_error or 'fine'} under the old route, "
                                    f"{new_error or 'fine'} under the converted one")
                 continue
-            differences += _compare(sample.name, _values(old_job), _values(new_job), "the converted route")
+            differences += _compare(sample.name, old_seen, new_seen, "the converted route")
             if theirs is not None and htcondor_routed is not None:
                 their_ad = htcondor_routed.get(source)
                 if their_ad is None:
                     theirs.append(f"pilot {sample.name}: no route of HTCondor's conversion takes it")
                 else:
-                    their_job, _ = _view(their_ad, sample)
-                    theirs += _compare(sample.name, _values(old_job), _values(their_job), "HTCondor's conversion")
+                    their_seen, _ = _observed(their_ad, sample)
+                    theirs += _compare(sample.name, old_seen, their_seen, "HTCondor's conversion")
         proofs.append(RouteProof(converted.name, tuple(compared), tuple(differences),
                                  tuple(theirs) if theirs is not None else None))
     return proofs

@@ -9,6 +9,8 @@ The harness needs root. Daemon logs of a failing test's pools are printed in its
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from typing import Any, Callable, Dict, Generator, Iterator, List, Optional
 
 import pytest
@@ -80,14 +82,23 @@ def installation(request: pytest.FixtureRequest) -> Installation:
     return inst
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def acquired(installation: Installation) -> Iterator[Installation]:
-    """The installation, with its mounts held for the test (tools run in it without daemons)."""
+    """The installation, with its mounts held for a module's tests (tools run in it without daemons)."""
     installation.acquire()
     try:
         yield installation
     finally:
         installation.release()
+
+
+@pytest.fixture
+def scratch(acquired: Installation) -> Iterator[str]:
+    """A scratch directory inside the installation (its path as the tools see it), removed after."""
+    path = f"/tmp/podgahp-test-{uuid.uuid4().hex[:8]}"
+    acquired.host_path(path).mkdir(parents=True)
+    yield path
+    shutil.rmtree(acquired.host_path(path), ignore_errors=True)
 
 
 @pytest.fixture

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import uuid
-from typing import Any, Dict, Iterator
+from typing import Any, Dict
 
 import pytest
 
@@ -96,22 +94,14 @@ RequestDisk = 1000000
 
 
 
-@pytest.fixture(scope="module")
-def inst(installation: Installation) -> Iterator[Installation]:
-    installation.acquire()
-    try:
-        yield installation
-    finally:
-        installation.release()
+@pytest.fixture
+def inst(acquired: Installation) -> Installation:
+    return acquired
 
 
 @pytest.fixture
-def workdir(inst: Installation) -> Iterator[str]:
-    """A scratch directory inside the installation (path as the tools see it)."""
-    path = f"/tmp/podgahp-routes-test-{uuid.uuid4().hex[:8]}"
-    inst.host_path(path).mkdir(parents=True)
-    yield path
-    shutil.rmtree(inst.host_path(path), ignore_errors=True)
+def workdir(scratch: str) -> str:
+    return scratch
 
 
 def src(inst: Installation, path: str) -> str:

@@ -156,7 +156,7 @@ def test_ce_defaults_become_the_macros_the_ce_reads() -> None:
 @pytest.mark.parametrize("entry, message", [
     ('[ name = "A"; set_default_queue = strcat("q", Owner) ]', "default_queue"),
     ('[ name = "A"; GridResource = "batch k8s" ] [ name = "A"; GridResource = "batch k8s" ]', "two entries are named A"),
-    ('[ name = "A"; Requirements = ', "not a list of ClassAds"),
+    ('[ name = "A"; Requirements = ', ":2: this entry of JOB_ROUTER_ENTRIES is not a ClassAd"),
     ('[ name = "A"; copy_X = 5 ]', "copy_X must name the attribute to copy to"),
 ], ids=["queue-expression", "duplicate", "parse-error", "copy-target"])
 def test_what_cannot_be_converted_is_refused_saying_why(entry: str, message: str) -> None:

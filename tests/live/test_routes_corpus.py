@@ -1,0 +1,162 @@
+"""``podgahp routes check`` and ``convert`` on route files sites really have, against HTCondor's own
+tools, on each series.
+
+tests/data/routes-corpus holds reduced copies (written for these tests; each file says where its
+case comes from) of the route examples of HTCondor-CE's manuals (v23, v25), the routes its packages
+ship, the OSG documentation's examples and two production sites' published routes, mistakes
+included. For each file:
+
+* new syntax: the routes the check reports are those ``condor_job_router_info -config`` lists;
+  the check passes a valid file and fails an invalid one naming file:line;
+* old syntax: the check says to convert; ``condor_transform_ads -convert`` and ``podgahp routes
+  convert`` convert the same routes, and the proof finds every converted route routing the pilots
+  as the old one did behind HTCondor-CE (the old one with HTCondor-CE 23.0's own defaults), showing
+  where HTCondor's conversion would not; a file HTCondor cannot read as ClassAds is refused naming
+  the line; the converted file passes the check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple
+
+import pytest
+
+from gahp.routes.check import parse_listing
+from harness import Installation
+
+pytestmark = pytest.mark.live
+
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "routes-corpus"
+
+
+@dataclass(frozen=True)
+class Case:
+    """What HTCondor makes of a corpus file, and what podgahp must say about it."""
+
+    routes: Sequence[str] = ()
+    """Routes HTCondor accepts (new syntax) or converts (old syntax), in order."""
+    valid: bool = True
+    """The check passes (new syntax), or the converted file passes it (old syntax)."""
+    problems: Sequence[str] = ()
+    """Each a ``:<line>: text`` a problem must hold, after the file's path."""
+    warnings: Sequence[str] = ()
+    refused: str = ""
+    """Old syntax HTCondor cannot read as ClassAds: ``:<line>: text`` of convert's refusal."""
+    htcondor_loses: bool = False
+    """HTCondor's own conversion loses what the route gave (the CE's defaults)."""
+    notes: Sequence[str] = field(default_factory=tuple)
+
+
+CASES: Dict[str, Case] = {
+    "ce-docs-v25-routes.conf": Case(routes=("Production_Jobs", "Gpu_Jobs", "Slurm_Cluster")),
+    "ce-docs-v25-misnamed.conf": Case(
+        valid=False,
+        problems=(":10: JOB_ROUTER_ROUTE_NAMES lists Condor_Pool, but no JOB_ROUTER_ROUTE_Condor_Pool is defined; "
+                  "did you mean Condor_Poole",),
+        warnings=(":5: route Condor_Poole is defined but not in JOB_ROUTER_ROUTE_NAMES",)),
+    "ce-docs-v25-environment.conf": Case(
+        valid=False, problems=(":12: JOB_ROUTER_ROUTE_NAMES lists Condor_Pool, but no JOB_ROUTER_ROUTE_Condor_Pool "
+                               "is defined",)),
+    "ce-docs-v25-environment-fixed.conf": Case(routes=("Condor_Pool",)),
+    "ce-package-batch-defaults.conf": Case(
+        routes=("Condor_Pool", "Slurm_Cluster"),
+        warnings=(":11: no sample pilot matched route Slurm_Cluster, and none could be built",)),
+    "ce-docs-v23-defaults.entries.conf": Case(routes=("Condor_Pool",), htcondor_loses=True),
+    "ce-docs-v23-queue.entries.conf": Case(routes=("Slurm_Cluster",), htcondor_loses=True),
+    "ce-docs-v23-names.entries.conf": Case(
+        routes=("Condor_Pool",), valid=False,
+        problems=(":14: JOB_ROUTER_ROUTE_NAMES lists My_HTCONDOR, but no JOB_ROUTER_ROUTE_My_HTCONDOR is defined",),
+        notes=("route Condor_Pool is not in the file's JOB_ROUTER_ROUTE_NAMES",)),
+    "ce-23.0-pbs.entries.conf": Case(routes=("Local_PBS", "Local_K8s"), htcondor_loses=True),
+    "site-aglt2.entries.conf": Case(routes=("Analysis_Queue", "MCORE_Queue", "Other_Jobs"), htcondor_loses=True,
+                                    notes=("route Analysis_Queue was named 'Analysis Queue'",)),
+    "site-bnl.entries.conf": Case(routes=("BNL_Condor_Pool_long", "BNL_Condor_Pool"), htcondor_loses=True,
+                                  notes=("route BNL_Condor_Pool: TargetUniverse = 5 kept as the macro",)),
+    "osg-covid19.entries.conf": Case(
+        valid=False, refused=":13: this entry of JOB_ROUTER_ENTRIES is not a ClassAd",
+        problems=(":13: this entry of JOB_ROUTER_ENTRIES is not a ClassAd",)),
+}
+
+
+def test_every_corpus_file_has_a_case() -> None:
+    assert sorted(p.name for p in CORPUS.glob("*.conf")) == sorted(CASES)
+
+
+def podgahp(inst: Installation, *args: str) -> Tuple[int, str, str]:
+    proc = inst.run([inst.bin("podgahp"), "routes", *args], check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def check(inst: Installation, path: str) -> Dict[str, Any]:
+    code, out, err = podgahp(inst, "check", "--json", "--emulated-ce", path)
+    report: Dict[str, Any] = json.loads(out)
+    assert code == (0 if report["ok"] else 1), err
+    return report
+
+
+def holds(found: Sequence[str], path: str, expected: Sequence[str]) -> None:
+    for text in expected:
+        assert any(f"{path}{text}" in line for line in found), (text, found)
+
+
+def htcondor_routes(inst: Installation, workdir: str, path: str) -> List[str]:
+    """The routes condor_job_router_info lists for ``path`` behind podgahp's CE emulation."""
+    config = f"{workdir}/condor_config"
+    inst.host_path(config).write_text(f"include : {inst.src_dir}/gahp/data/ce-router-defaults.conf\ninclude : {path}\n")
+    proc = inst.run(["condor_job_router_info", "-config"], env={"CONDOR_CONFIG": config}, check=False)
+    return [r.name for r in parse_listing(proc.stdout + proc.stderr)]
+
+
+def htcondor_conversion(inst: Installation, path: str) -> List[str]:
+    """The names of the routes condor_transform_ads -convert writes ('' for a route without a name)."""
+    proc = inst.run(["condor_transform_ads", "-convert"], env={"CONDOR_CONFIG": path}, check=False)
+    sections = re.split(r"^##### JOB_ROUTER_ENTRIES \[\d+\] #####$", proc.stdout, flags=re.M)[1:]
+    names = []
+    for section in sections:
+        found = re.search(r"^NAME (.+)$", section, re.M)
+        names.append(re.sub(r"[^A-Za-z0-9_]", "_", found.group(1).strip()) if found else "")
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_corpus_file(acquired: Installation, scratch: str, name: str) -> None:
+    inst, workdir, case = acquired, scratch, CASES[name]
+    path = f"{workdir}/{name}"
+    inst.host_path(path).write_text((CORPUS / name).read_text())
+    report = check(inst, path)
+    old = name.endswith(".entries.conf")
+    if not old:
+        assert report["ok"] is case.valid, report["problems"]
+        assert [r["name"] for r in report["routes"]] == htcondor_routes(inst, workdir, path) == list(case.routes)
+        holds(report["problems"], path, case.problems)
+        holds(report["warnings"], path, case.warnings)
+        return
+
+    assert not report["ok"]
+    if case.refused:
+        holds(report["problems"], path, case.problems)
+        code, out, err = podgahp(inst, "convert", path)
+        assert code == 1 and f"{path}{case.refused}" in err and not out, err
+        assert "" in htcondor_conversion(inst, path)  # HTCondor's converter makes unnamed routes of it
+        return
+    assert any("convert them with `podgahp routes convert" in p for p in report["problems"]), report["problems"]
+    assert htcondor_conversion(inst, path) == list(case.routes)
+    code, converted, err = podgahp(inst, "convert", path)
+    assert code == 0, err
+    for route in case.routes:
+        if not any(route in n and "not in the file's" in n for n in case.notes):  # a route the JobRouter used
+            assert re.search(rf"^  {route}: same for [1-9]", err, re.M), err
+    assert ("HTCondor's own converter (condor_transform_ads -convert) would lose this" in err) is case.htcondor_loses
+    for note in case.notes:
+        assert f"note: {note}" in err, err
+    converted_path = f"{workdir}/converted-{name}"
+    inst.host_path(converted_path).write_text(converted)
+    after = check(inst, converted_path)
+    assert after["ok"] is case.valid, after["problems"]
+    assert [r["name"] for r in after["routes"]] == htcondor_routes(inst, workdir, converted_path)
+    for text in case.problems:  # the same mistake, now at its line of the converted file
+        assert any(re.sub(r"^:\d+: ", "", text) in p for p in after["problems"]), after["problems"]
