@@ -1059,6 +1059,27 @@ class Cluster:
         run.frozen = True
         run.dirty = True
 
+    def eviction(self, namespace: str, name: str, grace: Optional[int] = None) -> JsonObj:
+        """The Eviction API: DisruptionTarget=True (EvictionByEvictionAPI), then graceful deletion
+        (``grace`` seconds, else the pod's own); a pod on no node, or finished, goes at once."""
+        with self.store.lock:
+            pod = self._pod(namespace, name)
+            if pod["metadata"].get("deletionTimestamp"):
+                return pod
+            run = self._run_for(pod)
+            now = time.time()
+            run.disruption = {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
+                              "lastTransitionTime": now_rfc3339(now), "reason": "EvictionByEvictionAPI",
+                              "message": "Eviction API: evicting"}
+            run.dirty = True
+            self.wake(pod)
+            if run.node is None:
+                self._flush(pod, run, now)
+                return self.store.delete("pods", namespace, name) or pod
+            pod = self._flush(pod, run, now)
+            seconds = grace if grace is not None else int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+            return self.graceful_delete(pod, max(seconds, 0), now)
+
     def preempt(self, namespace: str, name: str) -> JsonObj:
         """Scheduler preemption: DisruptionTarget=True (PreemptionByScheduler), then graceful deletion."""
         with self.store.lock:

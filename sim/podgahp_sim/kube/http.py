@@ -354,6 +354,11 @@ class Api:
                 return Reply(200, json_copy(event))
         if len(rest) == 4:
             return self.item(method, resource, namespace, name, query, headers, body)
+        if len(rest) == 5 and resource == "pods" and rest[4] == "eviction":
+            self.authorize("create", "pods/eviction", namespace, name)
+            if method != "POST":
+                raise method_not_allowed()
+            return self.eviction(namespace, name, body)
         if len(rest) == 5 and resource == "pods" and rest[4] in ("status", "log"):
             if rest[4] == "log":
                 self.authorize("get", "pods/log", namespace, name)
@@ -478,6 +483,7 @@ class Api:
                 res("pods", "Pod", True, crud, "pod", ("po",), ("all",)),
                 res("pods/log", "Pod", True, ["get"]),
                 res("pods/status", "Pod", True, ["get", "patch", "update"]),
+                dict(res("pods/eviction", "Eviction", True, ["create"]), group="policy", version="v1"),
                 res("secrets", "Secret", True, crud, "secret"),
                 res("events", "Event", True, ["get", "list", "watch"], "event", ("ev",)),
                 res("configmaps", "ConfigMap", True, crud, "configmap", ("cm",)),
@@ -596,6 +602,31 @@ class Api:
         return Reply(201, {"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
                            "metadata": {"creationTimestamp": None},
                            "status": {"userInfo": {"username": user, "groups": groups}}})
+
+    def eviction(self, namespace: str, name: str, body: bytes) -> Reply:
+        """The Eviction API (``kubectl drain``): the pod is marked ``DisruptionTarget``
+        (EvictionByEvictionAPI) and deleted gracefully (the Eviction's ``deleteOptions`` may give
+        the grace period). No PodDisruptionBudget is simulated: every eviction is allowed."""
+        eviction = self._decode(body)
+        if not isinstance(eviction, dict):
+            raise bad_request("Eviction in version \"v1\" cannot be handled as a Eviction")
+        meta: JsonObj = eviction["metadata"] if isinstance(eviction.get("metadata"), dict) else {}
+        if meta.get("name") not in (None, name):
+            raise bad_request("name in URL does not match name in Eviction object")
+        options: JsonObj = eviction["deleteOptions"] if isinstance(eviction.get("deleteOptions"), dict) else {}
+        grace = options.get("gracePeriodSeconds")
+        if grace is not None and not isinstance(grace, int):
+            raise bad_request("Eviction in version \"v1\" cannot be handled as a Eviction: gracePeriodSeconds")
+        if options.get("dryRun"):
+            with self.store.lock:
+                if self.store.get("pods", namespace, name) is None:
+                    raise not_found("pods", name)
+        else:
+            try:
+                self.cluster.eviction(namespace, name, grace)
+            except KeyError:
+                raise not_found("pods", name) from None
+        return Reply(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 
     def token_request(self, namespace: str, name: str, body: bytes) -> Reply:
         """``kubectl create token``: a token for an existing service account, authorized from then on

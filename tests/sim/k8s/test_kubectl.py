@@ -343,6 +343,26 @@ def test_noexecute_taint_evicts_pods_that_do_not_tolerate_it(sim: KubeSim, kubec
     assert stamp(evicted["later"]) - stamp(tainted[0]["timeAdded"]) >= 2
 
 
+def test_drain_evicts_through_the_eviction_api(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
+    for name in ("a1", "a2"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(POD.format(name=name, seconds=60, image_key="image") + "  nodeName: node-a\n")
+        kubectl.run("create", "-f", str(path))
+        sim.wait_for_phase("pilots", name, "Running")
+    drained = kubectl.run("drain", "node-a", "--force", "--timeout=60s")
+    assert "evicting pod pilots/a1" in drained.stderr + drained.stdout
+    assert "pod/a1 evicted" in drained.stdout and "node/node-a drained" in drained.stdout
+    assert sim.pod("pilots", "a1") is None and sim.pod("pilots", "a2") is None
+    assert [r.method for r in sim.requests("POST", r"/pods/a1/eviction$")] == ["POST"]
+    # each pod was marked before it went, as the Eviction API marks it (the watch history keeps it)
+    with sim.store.lock:
+        history = [e.obj for e in sim.store.events_after("pods", 0) if e.obj["metadata"]["name"] in ("a1", "a2")]
+    marked = {pod["metadata"]["name"]: c["reason"] for pod in history
+              for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "DisruptionTarget"}
+    assert marked == {"a1": "EvictionByEvictionAPI", "a2": "EvictionByEvictionAPI"}
+    assert kubectl.table("get", "nodes")[0]["STATUS"] == "Ready,SchedulingDisabled"
+
+
 def test_wait_returns_when_met_and_within_its_timeout(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
     create(kubectl, tmp_path, "p1")
     assert "pod/p1 condition met" in kubectl.out("wait", "--for=condition=Ready", "pod/p1", "--timeout=30s")
