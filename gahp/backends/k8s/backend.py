@@ -43,7 +43,9 @@ from gahp.files import read_input
 from gahp.job import PilotJob
 from gahp import holds
 from gahp.jobstate import JobState, Phase
+from gahp.records import JobRecord, JobRecords
 from gahp.reports import Reports
+from gahp.statedir import state_directories
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ class KubernetesBackend(Backend):
         self._reaper: Optional[threading.Thread] = None
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
         scope = scope_of(settings.ce_name, self.user, "k8s")
+        self.records = JobRecords(state_directories(settings.blackhole.state_dir, self.user), settings.ce_name, "k8s")
         self.guard = Guard(settings.blackhole, scope)
         self.stats = Stats(settings.blackhole.state_dir, scope, self._api_totals)
         self.stats.start()
@@ -99,6 +102,10 @@ class KubernetesBackend(Backend):
         threading.Thread(target=self._warm_up, name="warm-up", daemon=True).start()
 
     def _warm_up(self) -> None:
+        try:
+            self.records.prune()
+        except OSError as e:
+            log.warning("old job records cannot be pruned: %s", e)
         for queue in self.settings.queues.values():
             try:
                 api = self._api(queue)
@@ -252,6 +259,7 @@ class KubernetesBackend(Backend):
                 jid = job_id(namespace, name)
                 log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
                          job.sandbox_id, case)
+                self._record(job, jid, name)
                 if case == "live":
                     ensure_secret(api, newest, staged, jid)
                 self.reports.forget(jid)
@@ -264,6 +272,7 @@ class KubernetesBackend(Backend):
             body = build_pod(job, queue, template, name=name, namespace=namespace,
                              ce_name=self.settings.ce_name, generation=generation, user=self.user,
                              staged=staged)
+            self._record(job, jid, name)
             try:
                 created = api.call(f"create pod {namespace}/{name}", "create_namespaced_pod", namespace, body,
                                    job_id=jid, decode=decode_pod)
@@ -287,6 +296,16 @@ class KubernetesBackend(Backend):
             return jid
         raise TransientError(f"sandbox {job.sandbox_id}: pods kept appearing under the names podgahp chose; "
                              "another process is submitting the same sandbox")
+
+    def _record(self, job: PilotJob, jid: str, name: str) -> None:
+        """Record where the pilot's outputs go (:mod:`gahp.records`) before its pod may run: they are
+        written only there, whatever the pod's annotations say."""
+        try:
+            self.records.put(JobRecord(key=jid, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
+                                       stderr=job.stderr, made_at=time.time(), name=name))
+        except OSError as e:
+            raise BackendError(f"the pilot cannot be recorded, so no pod is made: {e} (PODGAHP_STATE_DIR must "
+                               f"be a directory where job owners can write, mode 1777 like $(USER_LOG))") from e
 
     def _read_into(self, api: KubeApi, cache: PodCache, namespace: str, name: str, jid: str) -> Optional[JsonObj]:
         """Read one pod the watch copy lacks into it (None if there is no such pod); a pod of that name
@@ -375,7 +394,7 @@ class KubernetesBackend(Backend):
     def _finish(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> JobState:
         """Write Out/Err, then mark the pod reported; a write failure holds the job instead."""
         try:
-            write_outputs(api, pod, state, jid, self.settings.output_max_bytes)
+            write_outputs(api, pod, state, jid, self.settings.output_max_bytes, self.records.get(jid))
         except OSError as e:
             log.warning("[%s] outputs cannot be written: %s", jid, e)
             return holds.OUTPUT.of(state, f"pod finished but its output cannot be written: {e.filename or ''}: "
@@ -398,14 +417,23 @@ class KubernetesBackend(Backend):
     # -- cancel and refresh ----------------------------------------------------------------
 
     def cancel(self, job_id: str) -> None:
+        """Delete the pod (idempotent). When the API server does not take the delete, the cancel is an
+        error result, so that the gridmanager keeps a held job's pod id and its view matches the
+        cluster; the delete is retried in the background meanwhile (the gridmanager forgets a removed
+        job whatever the answer), and ``podgahp reap`` deletes the pod once its job is gone should this
+        GAHP exit first."""
         parse_job_id(job_id)
         try:
             self._cancel_once(job_id)
         except (TransientError, BackendError) as e:
-            # The gridmanager forgets the job whatever we answer: keep deleting until the pod is gone.
             log.warning("[%s] cancel failed (%s); retrying in the background", job_id, truncate(str(e)))
             self._cancels.add(job_id, lambda: self._cancel_once(job_id))
-        self.reports.forget(job_id)
+            raise TransientError(f"the pod could not be deleted now ({truncate(str(e), 300)}); the delete is "
+                                 f"retried in the background, and podgahp reap deletes the pod once its job is "
+                                 f"gone") from e
+        finally:
+            self.reports.forget(job_id)
+        self.records.drop(job_id)
 
     def _cancel_once(self, job_id: str) -> None:
         pod, api, _ = self._find(job_id)
@@ -486,8 +514,11 @@ class KubernetesBackend(Backend):
 
     def reap(self, cache: PodCache) -> List[str]:
         """One clean-up pass over ``cache``'s namespace (:func:`gahp.backends.k8s.retention.clean_up`)."""
-        return clean_up(cache, due_for_cleanup(cache.pods(), _now(), self.settings.finished_retention_s,
-                                               self.settings.unreported_retention_s), self.stats)
+        deleted = clean_up(cache, due_for_cleanup(cache.pods(), _now(), self.settings.finished_retention_s,
+                                                  self.settings.unreported_retention_s), self.stats)
+        for name in deleted:
+            self.records.drop(job_id(cache.namespace, name))
+        return deleted
 
     def close(self) -> None:
         self.stats.close()

@@ -3,22 +3,26 @@
 Kubernetes keeps one log per container with standard output and standard error merged, so:
 ``Out`` gets the whole pilot container log; ``Err`` gets a few ``podgahp:`` lines describing how the
 pod ended (node, exit code or signal, reason) — and when ``Err`` is the same file as ``Out`` those
-lines are appended after the log. With no ``Out``, the log goes to ``Err``. Files are written
-atomically (temporary file + rename) with the GAHP's (the job owner's) identity.
+lines follow the log. With no ``Out``, the log goes to ``Err``. Where they go is what the GAHP
+recorded at submit (:mod:`gahp.records`), never the pod's annotations (anyone allowed to patch pods
+can change those); files are written inside the job's directory only, atomically, with the GAHP's
+(the job owner's) identity (:mod:`gahp.outputs`).
 Knows the API only through the :class:`~gahp.backends.k8s.api.KubeApi` it is given.
 """
 
 from __future__ import annotations
 
 import logging
+import itertools
 from typing import Any, Dict, Iterator, Optional
 
 from gahp.backends.k8s.api import KubeApi, translate
-from gahp.backends.k8s.pod import ANN_ERR, ANN_OUT, CONTAINER
+from gahp.backends.k8s.pod import CONTAINER
 from gahp.backends.k8s.view import PodView
 from gahp.errors import BackendError, NotFound
 from gahp.jobstate import JobState
-from gahp.outputs import write_atomic
+from gahp.outputs import write_output
+from gahp.records import JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +60,17 @@ def _stream(response: Any, what: str) -> Iterator[bytes]:
         raise translate(e, what) from e
 
 
-def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_bytes: int) -> None:
-    """Write ``Out``/``Err`` of a finished pod. OSError when a file cannot be written; TransientError
-    when the log cannot be read now (a missing log is written as empty, with a note in ``Err``)."""
+def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_bytes: int,
+                  record: Optional[JobRecord]) -> None:
+    """Write ``Out``/``Err`` of a finished pod where ``record`` says. OSError when a file cannot be
+    written; TransientError when the log cannot be read now (a missing log is written as empty, with a
+    note in ``Err``). Without a record (a pod made before records were kept), nothing is written."""
     view = PodView(pod)
-    out: Optional[str] = view.annotation(ANN_OUT) or None
-    err: Optional[str] = view.annotation(ANN_ERR) or None
+    if record is None:
+        log.warning("[%s] no record of where this pilot's outputs go: they are not written (podgahp writes "
+                    "them only where it recorded at submit, never where a pod's annotations say)", job_id)
+        return
+    out, err = record.stdout, record.stderr
     if not out and not err:
         return
     where = f"pod {view.namespace}/{view.name}"
@@ -82,16 +91,13 @@ def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_
     chunks: Iterator[bytes] = iter(())
     if response is not None:
         chunks = _stream(response, f"read log of {where}")
+    text = note + summary(pod, extra, out if err != out else None)
     try:
-        written = write_atomic(log_path, chunks)
+        written = write_output(record.iwd, log_path, itertools.chain(chunks, [text] if err == log_path else []))
     finally:
         if response is not None:
             response.release_conn()
-    text = note + summary(pod, extra, out if err != out else None)
-    if err and err != out:
-        write_atomic(err, [text])
-    elif err:
-        with open(err, "ab") as f:
-            f.write(text)
+    if err and err != log_path:
+        write_output(record.iwd, err, [text])
     log.info("[%s] wrote %d bytes of pod log to %s%s", job_id, written, log_path,
              f" and the outcome to {err}" if err else "")

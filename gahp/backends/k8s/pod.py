@@ -52,7 +52,7 @@ ANN_REPORTED = f"{DOMAIN}/reported"
 #: What podgahp reads back of the labels and annotations it puts on a pod (the watch copy keeps only
 #: these; sandbox-id, iwd and cmd are for people reading the pod).
 LABELS_READ = frozenset({LABEL_MANAGED_BY, LABEL_CE, LABEL_OWNER, LABEL_SANDBOX, LABEL_QUEUE, LABEL_GENERATION})
-ANNOTATIONS_READ = frozenset({ANN_USER, ANN_OUT, ANN_ERR, ANN_PROXY_KEY, ANN_REPORTED})
+ANNOTATIONS_READ = frozenset({ANN_USER, ANN_PROXY_KEY, ANN_REPORTED})
 
 CONTAINER = "pilot"
 """Name of the pilot container (the template's container of that name, else its first one)."""

@@ -5,6 +5,7 @@ kubeconfig for it, backends built from knobs) are in ``conftest.py``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -20,6 +21,8 @@ BackendFactory = Callable[..., KubernetesBackend]
 
 
 def knobs_for(kubeconfig: str, **extra: str) -> Dict[str, str]:
+    """Knobs of a backend of the cluster of ``kubeconfig``; its state (job records, black-hole state,
+    figures) next to the kubeconfig, the test's own."""
     knobs = {"PODGAHP_K8S_KUBECONFIG": kubeconfig, "PODGAHP_K8S_IMAGE": IMAGE,
              "PODGAHP_K8S_CE_NAME": "ce.test", "PODGAHP_K8S_BACKOFF_SECONDS": "0.05",
              "PODGAHP_K8S_BACKOFF_MAX_SECONDS": "0.2", "PODGAHP_K8S_REQUEST_TIMEOUT_SECONDS": "3",
@@ -28,6 +31,9 @@ def knobs_for(kubeconfig: str, **extra: str) -> Dict[str, str]:
              # allow-lists themselves are tested with their defaults in test_k8s_policy.py.
              "PODGAHP_K8S_MAX_CPUS": "128", "PODGAHP_K8S_MAX_GPUS": "8",
              "PODGAHP_K8S_ALLOWED_IMAGES": "*", "PODGAHP_K8S_ALLOWED_PRIORITY_CLASSES": "*"}
+    if kubeconfig and "PODGAHP_STATE_DIR" not in extra:
+        knobs["PODGAHP_STATE_DIR"] = os.path.join(os.path.dirname(kubeconfig), "state")
+        os.makedirs(knobs["PODGAHP_STATE_DIR"], exist_ok=True)
     knobs.update(extra)
     return knobs
 

@@ -76,7 +76,7 @@ def test_in_cluster_service_account(tls_sim: KubeSim, tmp_path: Path, monkeypatc
     env = tls_sim.write_service_account(str(tmp_path / "sa"), namespace=NAMESPACE)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    knobs = knobs_for("", PODGAHP_K8S_SERVICE_ACCOUNT_DIR=str(tmp_path / "sa"))
+    knobs = knobs_for("", PODGAHP_K8S_SERVICE_ACCOUNT_DIR=str(tmp_path / "sa"), PODGAHP_STATE_DIR=str(tmp_path))
     del knobs["PODGAHP_K8S_KUBECONFIG"]
     backend = backend_from(knobs)
     try:

@@ -4,6 +4,7 @@ Every attack is refused with a message naming why, and the victim's pod sees no 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterator, List
 
@@ -118,3 +119,42 @@ def test_pilot_pods_get_no_service_account_token(users: List[KubernetesBackend],
     alice, _ = users
     pod = pod_of(sim, alice.submit(make_job(tmp_path)))
     assert pod is not None and pod["spec"]["automountServiceAccountToken"] is False  # type: ignore[index]
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["same-gahp", "fresh-gahp"])
+def test_a_patched_out_annotation_sends_no_output_elsewhere(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
+                                                            kubeconfig: str, tmp_path: Path, fresh: bool) -> None:
+    """Someone allowed to patch pods in the namespace points the pod's out/err annotations at a private
+    file of the victim, outside the pilot's directory. The victim's GAHP (the same one, or a fresh one
+    that only has the job id) writes the pod log to the pilot's own Out, and nothing else."""
+    from kubernetes import client, config
+
+    alice, _ = users
+    private = tmp_path / "alice-home" / ".ssh" / "authorized_keys"
+    private.parent.mkdir(parents=True)
+    private.write_text("alice's key\n")
+    os.chmod(private, 0o600)
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    job = make_job(iwd, env=[("PODGAHP_SIM_RUN_SECONDS", "1"), ("PODGAHP_SIM_LOG", "ssh-rsa mallory")])
+    jid = alice.submit(job)
+    name = parse_job_id(jid)[1]
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig, persist_config=False))
+    try:
+        core.patch_namespaced_pod(name, NAMESPACE, {"metadata": {"annotations": {
+            "podgahp.htcondor.org/out": str(private), "podgahp.htcondor.org/err": str(private),
+            "podgahp.htcondor.org/iwd": str(private.parent)}}})
+    finally:
+        core.api_client.close()
+    gahp = alice
+    if fresh:
+        gahp = KubernetesBackend(alice.settings, user="alice")
+    try:
+        state = wait_state(gahp, jid, Phase.COMPLETED)
+    finally:
+        if fresh:
+            gahp.close()
+    assert state.exit_code == 0
+    assert private.read_text() == "alice's key\n"
+    assert "ssh-rsa mallory" in Path(job.stdout or "").read_text()
+    assert "podgahp: exit code 0" in Path(job.stderr or "").read_text()
