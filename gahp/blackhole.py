@@ -11,10 +11,11 @@ without a success in between (at most ``PODGAHP_BLACKHOLE_BACKOFF_MAX_SECONDS``)
 queue fail at once with a reason naming the queue, the cause and when it opens again; after the
 back-off the queue takes pilots again, and a pilot that succeeds ends the doubling.
 
-The state is kept in a file per (CE, user, backend) in ``PODGAHP_STATE_DIR`` (default: where the GAHP
-logs, ``$(USER_LOG)`` on a CE), written atomically on each change and read at start, so a GAHP
-restarted by the gridmanager keeps the queue closed. A file that is not the user's own (another user
-may create files in a shared log directory) or is a symbolic link is not read.
+The state is kept in a file per (CE, user, backend) in the user's own state directory
+(:mod:`gahp.statedir`, in ``PODGAHP_STATE_DIR``, by default where the GAHP logs, ``$(USER_LOG)`` on a
+CE), written atomically on each change and read at start, so a GAHP restarted by the gridmanager keeps
+the queue closed. No other user can create a name there; a file that is not the user's own anyway, or
+is a symbolic link, is not read.
 The rule is the GAHP's, not a backend's: backends only say what failed.
 """
 
@@ -141,13 +142,16 @@ def verdict(state: JobState, fast_s: float, held_cause: str = "") -> Optional[Tu
 class Guard:
     """Per-queue failure accounting and back-off for one GAHP (thread-safe)."""
 
-    def __init__(self, settings: GuardSettings, scope: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: GuardSettings, scope: str, clock: Callable[[], float] = time.time,
+                 directory: Optional[str] = None) -> None:
+        """``directory``: where the state file is kept (the user's own state directory); default the
+        shared ``PODGAHP_STATE_DIR`` itself."""
         self.settings = settings
         self._clock = clock
         self._lock = threading.Lock()
         self._queues: Dict[str, QueueRecord] = {}
         self._saved_at = float("-inf")
-        self.path = os.path.join(settings.state_dir, f"PodgahpBlackholes.{scope}.json")
+        self.path = os.path.join(directory or settings.state_dir, f"PodgahpBlackholes.{scope}.json")
         if settings.enabled:
             self._load()
 

@@ -113,7 +113,9 @@ def _ce_config() -> ConfigSource:
 
 def _failed(error: Exception, source: ConfigSource) -> click.ClickException:
     """A command's error, with the configuration it read (a wrong one is the first thing to rule out)."""
-    return click.ClickException(f"{error}\n  (read {source.describe()})")
+    from gahp.logs import printable
+
+    return click.ClickException(f"{printable(str(error))}\n  (read {source.describe()})")
 
 
 @main.command()
@@ -229,6 +231,7 @@ def reap(dry_run: bool) -> None:
     from gahp import health
     from gahp.config import Knobs
     from gahp.errors import GahpError
+    from gahp.logs import printable
     from gahp.reaper import ce_health, classad_lines, publish_prometheus, reap as reap_once
 
     source = _ce_config()
@@ -242,7 +245,7 @@ def reap(dry_run: bool) -> None:
         click.echo(line)
     publish_prometheus(knobs, figures, result)
     if result.errors:
-        click.echo(f"podgahp reap: {len(result.errors)} errors, first: {result.errors[0]}\n"
+        click.echo(f"podgahp reap: {len(result.errors)} errors, first: {printable(result.errors[0])}\n"
                    f"  (read {source.describe()})", err=True)
         sys.exit(1)
 
@@ -312,6 +315,7 @@ def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> No
     from gahp.backends.k8s.settings import KubernetesSettings
     from gahp.config import Knobs
     from gahp.errors import GahpError
+    from gahp.logs import printable
     from gahp.reaper import ce_health
 
     source = _ce_config()
@@ -332,10 +336,10 @@ def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> No
             try:
                 found, errors, ce_name = figures()
             except GahpError as e:
-                click.echo(f"podgahp health: {e}", err=True)
+                click.echo(f"podgahp health: {printable(str(e))}", err=True)
                 return []
             for error in errors:
-                click.echo(f"podgahp health: {error}", err=True)
+                click.echo(f"podgahp health: {printable(error)}", err=True)
             return health.metric_families(found, ce_name)
 
         _serve_until_stopped(lambda: health.serve_metrics(families, address or "127.0.0.1", int(port_text)),
@@ -350,7 +354,7 @@ def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> No
     else:
         click.echo("\n".join(health.classad_lines(found)))
     for error in errors:
-        click.echo(f"podgahp health: {error}", err=True)
+        click.echo(f"podgahp health: {printable(error)}", err=True)
     if errors:
         click.echo(f"  (read {source.describe()})", err=True)
         sys.exit(1)
@@ -389,6 +393,7 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
 
     from gahp.backends.k8s.overview import long_form as long_text, matches, table
     from gahp.errors import GahpError
+    from gahp.logs import printable
     from gahp.reaper import pilots
 
     source = _ce_config()
@@ -404,7 +409,7 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
     else:
         click.echo(table(rows))
     for error in errors:
-        click.echo(f"podgahp q: {error}", err=True)
+        click.echo(f"podgahp q: {printable(error)}", err=True)
     if errors:
         click.echo(f"  (read {source.describe()})", err=True)
         sys.exit(1)

@@ -1,13 +1,16 @@
 """Health figures: what each GAHP counts, and their sum for the CE, published the HTCondor way.
 
 Each GAHP (one per job owner and backend) keeps counters in memory and writes them, at most every
-``STATS_PERIOD_S`` seconds while it works, to ``PodgahpStats.<ce>-<user>-<backend>.json`` in
-``PODGAHP_STATE_DIR`` (next to its black-hole state). ``podgahp reap`` (the CE's schedd cron job, as
+``STATS_PERIOD_S`` seconds while it works, to ``PodgahpStats.<ce>-<user>-<backend>.json`` in its
+user's own directory in ``PODGAHP_STATE_DIR`` (:mod:`gahp.statedir`, next to its black-hole state). ``podgahp reap`` (the CE's schedd cron job, as
 the condor user) adds the files of all users up, with what its own LIST of the cluster shows (pods per
 queue and phase) and the black-hole state of each queue, and prints them as ClassAd attributes that the
 schedd merges into its ad (``condor_ce_status -schedd -l``); ``PODGAHP_PROMETHEUS_FILE`` also gets them
-in Prometheus text exposition format (for node_exporter's textfile collector). A file whose owner is
-not the user its name says is not counted (the directory may be shared). Each figure is described in
+in Prometheus text exposition format (for node_exporter's textfile collector). Only a user's own
+directory is read for that user (another user can neither write there nor pre-create its name), and a
+file whose owner is not that user is not counted: a user's files make that user's figures, no one
+else's. A closure is counted at most until ``PODGAHP_BLACKHOLE_BACKOFF_MAX_SECONDS`` from now (no
+GAHP closes a queue longer), and every text from a file is made printable (:func:`gahp.logs.printable`). Each figure is described in
 :data:`FIGURES` and ``docs/kubernetes.md``.
 """
 
@@ -24,10 +27,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from gahp.logs import printable
+from gahp.statedir import user_directories
+
 log = logging.getLogger(__name__)
 
 #: Seconds between two writes of a GAHP's counters.
 STATS_PERIOD_S = 5.0
+#: Most closures of one queue a GAHP's file may claim (one a second for 11 days): beyond, not counted.
+MAX_CLOSURES = 10 ** 6
 #: Counter files older than this are from GAHPs long gone: not counted.
 STALE_S = 7 * 86400.0
 
@@ -161,28 +169,19 @@ class CeHealth:
 
 
 def gather(state_dir: str, ce_name: str, backend: str, pods_by_queue: Mapping[str, Mapping[str, int]],
-           now: Optional[float] = None) -> CeHealth:
-    """Add up the GAHPs' files of this CE and backend in ``state_dir``."""
+           now: Optional[float] = None, max_closed_s: Optional[float] = None) -> CeHealth:
+    """Add up the GAHPs' files of this CE and backend in each user's own directory in ``state_dir``;
+    ``max_closed_s``: the longest a GAHP closes a queue (``PODGAHP_BLACKHOLE_BACKOFF_MAX_SECONDS``)."""
     now = time.time() if now is None else now
     health = CeHealth(pods={q: dict(p) for q, p in pods_by_queue.items()})
-    prefix, suffix = f"{_safe(ce_name)}-", f"-{_safe(backend)}.json"
-    try:
-        names = sorted(os.listdir(state_dir))
-    except OSError as e:
-        log.warning("%s cannot be read: %s", state_dir, e)
-        names = []
-    for name in names[:10000]:
-        for kind in ("PodgahpStats.", "PodgahpBlackholes."):
-            if not (name.startswith(kind + prefix) and name.endswith(suffix)):
-                continue
-            user = name[len(kind + prefix):-len(suffix)]
-            data = read_owned(os.path.join(state_dir, name), user)
-            if not isinstance(data, dict):
-                continue
-            if kind == "PodgahpStats.":
-                _add_counters(health, data, now)
-            else:
-                _add_blackholes(health, data.get("queues"), now)
+    for user, directory in sorted(user_directories(state_dir).items())[:10000]:
+        scope = scope_of(ce_name, user, backend)
+        stats = read_owned(os.path.join(directory, f"PodgahpStats.{scope}.json"), user)
+        if isinstance(stats, dict):
+            _add_counters(health, stats, now)
+        holes = read_owned(os.path.join(directory, f"PodgahpBlackholes.{scope}.json"), user)
+        if isinstance(holes, dict):
+            _add_blackholes(health, holes.get("queues"), now, max_closed_s)
     return health
 
 
@@ -197,18 +196,22 @@ def _add_counters(health: CeHealth, data: Mapping[str, Any], now: float) -> None
             health.counters[key] = health.counters.get(key, 0) + value
 
 
-def _add_blackholes(health: CeHealth, queues: Any, now: float) -> None:
-    for queue, record in (queues.items() if isinstance(queues, dict) else []):
+def _add_blackholes(health: CeHealth, queues: Any, now: float, max_closed_s: Optional[float]) -> None:
+    for queue, record in list(queues.items() if isinstance(queues, dict) else [])[:256]:
         if not isinstance(queue, str) or not isinstance(record, dict):
             continue
-        entry = health.blackholes.setdefault(queue, {"closed": False, "until": 0.0, "cause": "", "closures": 0})
+        entry = health.blackholes.setdefault(printable(queue[:200]),
+                                             {"closed": False, "until": 0.0, "cause": "", "closures": 0})
         until = record.get("closed_until")
         closures = record.get("closed_count")
-        if isinstance(closures, int) and not isinstance(closures, bool) and 0 <= closures < 10 ** 9:
+        if isinstance(closures, int) and not isinstance(closures, bool) and 0 <= closures < MAX_CLOSURES:
             entry["closures"] += closures
-        if isinstance(until, (int, float)) and until > now and until > entry["until"]:
+        if isinstance(until, (int, float)) and not isinstance(until, bool) and until > now and until > entry["until"]:
+            if max_closed_s is not None:
+                until = min(float(until), now + max_closed_s)
             cause = record.get("cause")
-            entry.update(closed=True, until=float(until), cause=cause[:300] if isinstance(cause, str) else "")
+            entry.update(closed=True, until=float(until),
+                         cause=printable(cause[:300]) if isinstance(cause, str) else "")
 
 
 def _attr_part(text: str) -> str:
@@ -216,7 +219,7 @@ def _attr_part(text: str) -> str:
 
 
 def _classad_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+    return '"' + printable(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def classad_lines(health: CeHealth) -> List[str]:

@@ -58,14 +58,19 @@ class _ContextFilter(logging.Filter):
         return True
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return "\\x%02x" % code if code < 0x100 else "\\u%04x" % code if code < 0x10000 else "\\U%08x" % code
 
 
 def printable(text: str) -> str:
-    """``text`` safe for one log line: control characters (newlines too: a user's field must not
-    forge a line) and bytes that were not UTF-8 (surrogate escapes) become backslash escapes."""
-    text = _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group()), text)
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """``text`` safe for one line of a log or a terminal: every character that is not printable becomes a
+    backslash escape. That is control characters (newlines too: a user's field must not forge a line;
+    ESC, BEL, CR: it must not drive an admin's terminal), the C1 controls, format characters such as
+    bidirectional overrides, line separators, and bytes that were not UTF-8 (surrogate escapes)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
 
 
 class _MaskingFormatter(logging.Formatter):

@@ -20,6 +20,7 @@ from gahp.backends.k8s.census import ce_pods
 from gahp.backends.k8s.reaper import ReapResult, reap_orphans
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
+from gahp.logs import printable
 from gahp.schedd import GRID_UNIVERSE, SCHEDD_KNOBS, ScheddUnavailable, gahp_type, grid_jobs, query
 
 if TYPE_CHECKING:
@@ -63,8 +64,8 @@ def classad_lines(result: ReapResult) -> List[str]:
     lines = [f"Pods = {result.pods}", f"Orphans = {result.orphans}", f"Deleted = {result.deleted}",
              f"Errors = {len(result.errors)}", f"ApiRequests = {result.requests}"]
     if result.errors:
-        first = result.errors[0].replace("\\", "\\\\").replace('"', '\\"')
-        lines.append(f'LastError = "{first[:500]}"')
+        first = printable(result.errors[0][:500]).replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'LastError = "{first}"')
     return lines
 
 
@@ -98,7 +99,8 @@ def ce_health(knobs: Knobs, by_queue: Dict[str, Dict[str, int]]) -> "CeHealth":
     # Every configured queue has its series, 0 while it has no pods (as the pods' queue label names it).
     pods: Dict[str, Dict[str, int]] = {label_value(name.lower()): {} for name in backend_settings.queues}
     pods.update({q: dict(phases) for q, phases in by_queue.items()})
-    return gather(backend_settings.blackhole.state_dir, backend_settings.ce_name, "k8s", pods)
+    return gather(backend_settings.blackhole.state_dir, backend_settings.ce_name, "k8s", pods,
+                  max_closed_s=backend_settings.blackhole.backoff_max_s)
 
 
 def publish_prometheus(knobs: Knobs, health: "CeHealth", result: ReapResult) -> None:

@@ -226,7 +226,7 @@ def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[
 
     kube_sim.publish_image(BAD_IMAGE)  # the image is fixed
     # The GAHP's state file says until when the queue is closed; wait for that time to pass.
-    state = next(pool.path(pool.log_dir).glob("PodgahpBlackholes.*-pilot-k8s.json"))
+    state = next(pool.path(pool.log_dir).glob("Podgahp.pilot.*/PodgahpBlackholes.*-pilot-k8s.json"))
     until = json.loads(state.read_text())["queues"]["broken"]["closed_until"]
     pool.wait_for(lambda: time.time() > until, timeout=60, what="the back-off over")
     fourth = pool.submit(pilot_submit(home, "fourth", extra=['+queue = "broken"']), cwd=home)

@@ -6,10 +6,11 @@ import json
 import os
 import pwd
 import stat
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
-from gahp.health import COUNTERS, STALE_S, Stats, classad_lines, gather, prometheus_text
+from gahp.health import COUNTERS, STALE_S, Stats, classad_lines, gather, prometheus_text, scope_of
 
 NOW = 1_800_000_000.0
 NOBODY = pwd.getpwnam("nobody")
@@ -36,16 +37,27 @@ def test_a_gahp_writes_its_counters_readable_by_the_cron(tmp_path: Path) -> None
     assert stat.S_IMODE((tmp_path / "PodgahpStats.ce-alice-k8s.json").stat().st_mode) == 0o644
 
 
+def user_dir(shared: Path, user: str, owner: int) -> Path:
+    """A user's own state directory (gahp.statedir) as its owner made it."""
+    path = shared / f"Podgahp.{user}.abcdef"
+    path.mkdir(mode=0o755)
+    os.chown(path, owner, -1)
+    return path
+
+
 def test_the_ce_sums_its_gahps_and_skips_stale_and_foreign_files(tmp_path: Path) -> None:
-    write(tmp_path / "PodgahpStats.ce-nobody-k8s.json",
+    nobody = user_dir(tmp_path, "nobody", NOBODY.pw_uid)
+    root = user_dir(tmp_path, "root", 0)
+    write(nobody / "PodgahpStats.ce-nobody-k8s.json",
           {"api_requests": 10, "api_seconds": 2.0, "pods_created": 3, "updated": NOW - 10})
-    write(tmp_path / "PodgahpStats.ce-root-k8s.json",
-          {"api_requests": 5, "pods_created": 1, "updated": NOW - 10}, owner=0)
-    write(tmp_path / "PodgahpStats.ce-alice-k8s.json",  # claims to be alice's, is nobody's
+    write(root / "PodgahpStats.ce-root-k8s.json", {"api_requests": 5, "pods_created": 1, "updated": NOW - 10}, owner=0)
+    write(nobody / "PodgahpStats.ce-alice-k8s.json",  # claims to be alice's, is in nobody's directory
           {"api_requests": 10 ** 6, "updated": NOW})
-    write(tmp_path / "PodgahpStats.ce-old-k8s.json", {"api_requests": 99, "updated": NOW - STALE_S - 1}, owner=0)
-    write(tmp_path / "PodgahpStats.other-ce-nobody-k8s.json", {"api_requests": 99, "updated": NOW})
-    write(tmp_path / "PodgahpBlackholes.ce-nobody-k8s.json", {"queues": {
+    old = user_dir(tmp_path, "old", 0)
+    write(old / "PodgahpStats.ce-old-k8s.json", {"api_requests": 99, "updated": NOW - STALE_S - 1}, owner=0)
+    write(nobody / "PodgahpStats.other-ce-nobody-k8s.json", {"api_requests": 99, "updated": NOW})
+    write(tmp_path / "PodgahpStats.ce-nobody-k8s.json", {"api_requests": 99, "updated": NOW})  # not in a user's
+    write(nobody / "PodgahpBlackholes.ce-nobody-k8s.json", {"queues": {
         "cpu": {"closed_until": NOW + 60, "cause": 'image "x": ErrImagePull', "closed_count": 2},
         "gpu": {"closed_until": NOW - 60, "closed_count": 1}}})
     health = gather(str(tmp_path), "ce", "k8s", {"cpu": {"Running": 4, "Pending": 1}}, now=NOW)
@@ -139,3 +151,58 @@ def test_metrics_endpoint_answers_each_scrape_in_the_format_asked() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_names_pre_created_by_another_user_neither_block_a_save_nor_count() -> None:
+    """mallory (daemon) makes, in the shared state directory, every name alice's (nobody's) GAHP used to
+    write, and a directory named as alice's own with a forged figure in it. alice's GAHP still saves
+    its figures and black-hole state, and podgahp reap counts alice's figures alone."""
+    from gahp.blackhole import Guard, GuardSettings
+    from gahp.config import Knobs
+    from gahp.statedir import own_directory
+
+    from as_user import run_as, shared_directory
+
+    with shared_directory() as shared:
+        def mallory() -> None:
+            for name in ("PodgahpStats.ce-nobody-k8s.json", "PodgahpBlackholes.ce-nobody-k8s.json"):
+                (shared / name).write_text(json.dumps({"api_requests": 10 ** 6, "updated": time.time()}))
+            os.mkdir(shared / "Podgahp.nobody.000000", 0o755)
+            (shared / "Podgahp.nobody.000000" / "PodgahpStats.ce-nobody-k8s.json").write_text(
+                json.dumps({"api_requests": 10 ** 6, "pods_created": 10 ** 6, "updated": time.time()}))
+
+        def alice() -> None:
+            own = own_directory(str(shared), "nobody")
+            stats = Stats(own, scope_of("ce", "nobody", "k8s"), lambda: (7, 0, 0.5))
+            stats.count("pods_created")
+            stats.flush()
+            guard = Guard(GuardSettings.from_knobs(Knobs({"PODGAHP_BLACKHOLE_FAILURES": "1",
+                                                           "PODGAHP_STATE_DIR": str(shared)})),
+                          scope_of("ce", "nobody", "k8s"), directory=own)
+            guard.outcome("cpu", True, "ErrImagePull")
+            assert Guard(guard.settings, scope_of("ce", "nobody", "k8s"), directory=own).health()[0].closed
+
+        run_as("daemon", mallory)
+        run_as("nobody", alice)
+        health = gather(str(shared), "ce", "k8s", {}, now=time.time())
+    assert health.gahps == 1
+    assert (health.counters["api_requests"], health.counters["pods_created"]) == (7, 1)
+    assert health.blackholes["cpu"]["closed"] and health.blackholes["cpu"]["cause"] == "ErrImagePull"
+
+
+def test_a_users_own_forged_state_stays_within_what_a_gahp_can_claim(tmp_path: Path) -> None:
+    """A user's own files make only that user's figures, and only as far as a GAHP could: a closure
+    counts until the longest back-off from now, absurd closure counts not at all, and nothing of the
+    file's text reaches the output unescaped (ESC, BEL, CR, newlines, bidirectional overrides)."""
+    nobody = user_dir(tmp_path, "nobody", NOBODY.pw_uid)
+    write(nobody / "PodgahpBlackholes.ce-nobody-k8s.json", {"queues": {
+        "cpu": {"closed_until": 2_845_000_000, "closed_count": 10 ** 9 - 1,
+                "cause": "\x1b]0;owned\x07\x1b[2J\rfake\nQueue_gpu_BlackHole = true\u202e"},
+        "q\x1b[31m": {"closed_until": NOW + 60, "closed_count": 1, "cause": "x"}}})
+    health = gather(str(tmp_path), "ce", "k8s", {}, now=NOW, max_closed_s=3600)
+    assert health.blackholes["cpu"]["until"] == NOW + 3600 and health.blackholes["cpu"]["closures"] == 0
+    lines = classad_lines(health)
+    text = "\n".join(lines) + prometheus_text(health, "ce")
+    assert all(c.isprintable() or c == "\n" for c in text), [line for line in lines if not line.isprintable()]
+    assert len([line for line in lines if line.startswith("Queue_gpu_")]) == 0  # no line forged
+    assert f"Queue_cpu_BlackHoleUntil = {int(NOW + 3600)}" in lines

@@ -70,3 +70,12 @@ def test_non_utf8_and_control_characters_are_escaped_on_one_line(tmp_path: Path)
     lines = (tmp_path / "log").read_bytes().decode("utf-8").splitlines()
     assert len(lines) == 1, lines
     assert "refused job \\udcff\\udcfe\\x0aFAKE 2026" in lines[0]
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("\x1b]0;owned\x07", "\\x1b]0;owned\\x07"), ("a\rb", "a\\x0db"), ("\x9b2J", "\\x9b2J"),
+    ("abc\u202edef", "abc\\u202edef"), ("zero\u200bwidth", "zero\\u200bwidth"), ("line\u2028sep", "line\\u2028sep"),
+    ("café ünïcode 日本", "café ünïcode 日本"), ("tab\there", "tab\\x09here"),
+], ids=["osc-title", "cr", "c1-csi", "bidi-override", "zero-width", "line-separator", "printable-unicode", "tab"])
+def test_printable_leaves_nothing_that_drives_a_terminal(text: str, shown: str) -> None:
+    assert logs.printable(text) == shown and logs.printable(text).isprintable()

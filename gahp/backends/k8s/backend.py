@@ -86,9 +86,11 @@ class KubernetesBackend(Backend):
         self._reaper: Optional[threading.Thread] = None
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
         scope = scope_of(settings.ce_name, self.user, "k8s")
-        self.records = JobRecords(state_directories(settings.blackhole.state_dir, self.user), settings.ce_name, "k8s")
-        self.guard = Guard(settings.blackhole, scope)
-        self.stats = Stats(settings.blackhole.state_dir, scope, self._api_totals)
+        directories = state_directories(settings.blackhole.state_dir, self.user)
+        self.records = JobRecords(directories, settings.ce_name, "k8s")
+        own = directories[0] if directories else settings.blackhole.state_dir
+        self.guard = Guard(settings.blackhole, scope, directory=own)
+        self.stats = Stats(own, scope, self._api_totals)
         self.stats.start()
 
     @classmethod

@@ -17,6 +17,7 @@ from gahp.backends.k8s.settings import KubernetesSettings, label_value
 from gahp.backends.k8s.state import classify, parse_time
 from gahp.backends.k8s.view import PodView, container_state
 from gahp.errors import InvalidJob
+from gahp.logs import printable
 from gahp.schedd import gahp_job_ids
 
 JsonObj = Dict[str, Any]
@@ -127,8 +128,9 @@ COLUMNS = (("JOB", "job"), ("SOURCE", "source"), ("OWNER", "owner"), ("ROUTE", "
 
 
 def table(rows: List[PilotRow]) -> str:
-    """The rows as condor_q prints jobs: a header, one line each, a total."""
-    cells = [[age_text(r.age_s) if key == "age" else (str(getattr(r, key)) or "-") for _, key in COLUMNS]
+    """The rows as condor_q prints jobs: a header, one line each, a total. Every field is made printable
+    (a hold reason, a queue or a source job id is user input: no ESC, BEL or CR reaches the terminal)."""
+    cells = [[age_text(r.age_s) if key == "age" else (printable(str(getattr(r, key))) or "-") for _, key in COLUMNS]
              for r in rows]
     widths = [max([len(title)] + [len(c[i]) for c in cells]) for i, (title, _) in enumerate(COLUMNS)]
     widths[-1] = 0  # the reason is last and not padded
@@ -137,7 +139,7 @@ def table(rows: List[PilotRow]) -> str:
     counts: Dict[str, int] = {}
     for r in rows:
         counts[r.phase or "no pod"] = counts.get(r.phase or "no pod", 0) + 1
-    summary = ", ".join(f"{n} {phase.lower()}" for phase, n in sorted(counts.items()))
+    summary = printable(", ".join(f"{n} {phase.lower()}" for phase, n in sorted(counts.items())))
     lines.append("")
     lines.append(f"Total for this CE: {len(rows)} pilots" + (f"; pods: {summary}" if rows else ""))
     return "\n".join(lines)

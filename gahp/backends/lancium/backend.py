@@ -85,10 +85,11 @@ class LanciumBackend(Backend):
         self.user = user or user_name()
         self.client = client or LanciumClient(settings.client)
         self.jobs = JobList(self.client, settings.list_max_age_s, settings.list_stale_s)
-        self.records = JobRecords(state_directories(settings.blackhole.state_dir, self.user), settings.ce_name,
-                                  "lancium")
+        directories = state_directories(settings.blackhole.state_dir, self.user)
+        self.records = JobRecords(directories, settings.ce_name, "lancium")
         self.submitter = Submitter(self.client, self.jobs, settings, self.records, self.user)
-        self.guard = Guard(settings.blackhole, scope_of(settings.ce_name, self.user, "lancium"))
+        self.guard = Guard(settings.blackhole, scope_of(settings.ce_name, self.user, "lancium"),
+                           directory=directories[0] if directories else None)
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.client.backoff_s,
                                       settings.client.backoff_max_s, done=self._cancel_done)
         self._lock = threading.Lock()

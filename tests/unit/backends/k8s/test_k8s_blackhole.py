@@ -88,7 +88,7 @@ def test_health_figures_match_the_servers_request_log(make_backend: BackendFacto
     for job_id in job_ids:
         wait_state(backend, job_id, Phase.COMPLETED)
     backend.close()
-    figures = json.loads(next(tmp_path.glob("PodgahpStats.ce.test-*-k8s.json")).read_text())
+    figures = json.loads(next(tmp_path.glob("Podgahp.*/PodgahpStats.ce.test-*-k8s.json")).read_text())
     served = [r for r in sim.requests() if r.headers.get("user-agent", "").startswith("podgahp/")]
     assert served and all(r.headers["user-agent"].endswith("(gahp)") for r in served)
     assert figures["api_requests"] == len(served)

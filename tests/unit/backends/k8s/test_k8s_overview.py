@@ -74,3 +74,18 @@ def test_filters_and_formats() -> None:
     assert text.splitlines()[-1] == "Total for this CE: 2 pilots; pods: 1 pending, 1 running"
     assert "node = 'node-1'" in long_form(rows)
     assert age_text(90061) == "1+01:01:01" and age_text(None) == "?"
+
+
+def test_user_fields_reach_the_terminal_escaped() -> None:
+    """A hold reason (condor_hold -reason), a BatchQueue, a source job id and an owner are user input;
+    a pod's phase, node and waiting reason can be written by whoever may patch pods. No ESC, BEL, CR,
+    newline or bidirectional override reaches the admin's terminal, in the table or the long form."""
+    hostile = "\x1b]0;owned\x07\x1b[2J\rfake 1.0\nTotal for this CE: 0\u202e"
+    bad_pod = pod(name(101), "Running\x1b[8m", "node\x07-1", containerStatuses=[
+        {"name": "pilot", "image": "img:1", "state": {"waiting": {"reason": "Crash\x1b[31mLoop"}}}])
+    rows = join([ad(101, name(101), status=5, HoldReason=hostile, BatchQueue=hostile, RoutedFromJobId=hostile,
+                    Owner=hostile, RouteName=hostile), ad(102, BatchQueue=hostile)], [bad_pod], SETTINGS, NOW)
+    for text in (table(rows), long_form(rows)):
+        assert all(line.isprintable() for line in text.splitlines()), [l for l in text.splitlines() if not l.isprintable()]
+        assert "\\x1b]0;owned\\x07" in text
+    assert len(table(rows).splitlines()) == 2 + 2 + 1  # header, two pilots, blank line, total: no forged line

@@ -217,3 +217,11 @@ def test_nothing_is_deleted_when_the_schedd_cannot_be_asked(make_backend: Backen
 def test_classad_lines_quote_errors() -> None:
     lines = classad_lines(ReapResult(pods=1, errors=['pod "x": 503 \\ down']))
     assert lines[-1] == 'LastError = "pod \\"x\\": 503 \\\\ down"'
+
+
+def test_an_error_text_forges_no_attribute_of_the_schedds_ad() -> None:
+    from gahp.backends.k8s.reaper import ReapResult
+
+    lines = classad_lines(ReapResult(errors=['pod "x\nPodgahpReapDeleted = 999\x1b[2J" refused\r']))
+    assert len(lines) == 6 and all(line.isprintable() for line in lines)
+    assert lines[-1].startswith('LastError = "pod \\"x\\\\x0aPodgahpReapDeleted = 999')
