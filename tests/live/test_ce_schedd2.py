@@ -1,0 +1,91 @@
+"""The ``JOB_ROUTER_SCHEDD2`` layout (htcondor-ce-condor): the CE's JobRouter puts the routed pilots
+into the site's schedd, whose gridmanager starts the GAHPs with the site's configuration, while
+``podgahp health`` and ``podgahp reap`` run with the CE's. The site pool here reads the shipped
+``ce-config/condor/60-podgahp-ce-schedd2.conf`` as the site's /etc/condor/config.d would, and its
+``$(LOG)`` is condor's alone, as /var/log/condor is: the GAHPs must write their log, figures and
+state where the CE's tools read them."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable, Dict, List, Optional
+
+import pytest
+
+from e2e import (E2E_FAST, K8S_KNOBS, iwd, kube_sim, kubeconfig_text, pilot_submit, routed_jobs, start_k8s_ce,
+                 wait_done)
+from harness import Installation, Pool
+from podgahp_sim.k8s import KubeSim
+
+pytestmark = pytest.mark.live
+
+__all__ = ["kube_sim"]  # the fixture, imported for pytest
+
+
+def collector(pool: Pool) -> str:
+    text = pool.path(f"{pool.log_dir}/.collector_address").read_text()
+    m = re.search(r"<([0-9.]+):(\d+)", text)
+    assert m, text
+    return f"{m.group(1)}:{m.group(2)}"
+
+
+def schedd_name(pool: Pool) -> str:
+    names = pool.run(["condor_status", "-schedd", "-af", "Name"]).stdout.split()
+    assert len(names) == 1, names
+    return names[0]
+
+
+def test_gahps_of_the_site_schedd_write_where_the_ces_tools_read(make_pool: Callable[..., Pool],
+                                                                  installation: Installation,
+                                                                  kube_sim: KubeSim) -> None:
+    site = make_pool(
+        extra_config=("SCHEDD_NAME = podgahp-site@\nJOB_ROUTER_ROUTE_NAMES =\n"
+                      f"include : {installation.src_dir}/ce-config/condor/60-podgahp-ce-schedd2.conf\n"
+                      f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS + E2E_FAST),
+        files={"kubeconfig": kubeconfig_text(kube_sim)})
+    condor = installation.user("condor")
+    log = site.path(site.log_dir)
+    os.chmod(log, 0o755)  # the site's $(LOG), like /var/log/condor: the job owners cannot write there
+    os.chown(log, condor.uid, condor.gid)
+
+    ce = start_k8s_ce(make_pool, installation, kube_sim, extra_config=(
+        "SCHEDD_NAME = podgahp-ce@\n"
+        # Both pools run on one host from one master each: the CE's daemons must not offer the site's
+        # collector the security session of their own family.
+        "SEC_USE_FAMILY_SESSION = False\n"
+        "USER_LOG = $(LOG)/user\n"
+        f"JOB_ROUTER_SCHEDD2_NAME = {schedd_name(site)}\n"
+        f"JOB_ROUTER_SCHEDD2_POOL = {collector(site)}\n"
+        f"JOB_ROUTER_SCHEDD2_SPOOL = {site.local_dir}/spool\n"))
+    user_log = f"{ce.log_dir}/user"
+    ce.path(user_log).mkdir()
+    os.chmod(ce.path(user_log), 0o1777)  # HTCondor-CE's $(LOG)/user
+    # Where this CE's USER_LOG is, and its schedd (the source jobs), as the site admin says in
+    # /etc/condor/config.d after the shipped file (their defaults are HTCondor-CE's).
+    site.path(f"{site.local_dir}/config.d/95-ce.conf").write_text(
+        f"PODGAHP_CE_USER_LOG = {user_log}\n"
+        f"PODGAHP_SOURCE_SCHEDD_NAME = {schedd_name(ce)}\n"
+        f"PODGAHP_SOURCE_SCHEDD_POOL = {collector(ce)}\n")
+
+    home = iwd(ce)
+    cluster = ce.submit(pilot_submit(home, "schedd2", run_seconds=2), cwd=home)
+    routed: List[Dict[str, Any]] = site.wait_for(lambda: site.jobs("RoutedFromJobId =!= undefined", ["GridJobId"]),
+                                                 timeout=90, what="the routed pilot in the site's schedd")
+    assert routed and not routed_jobs(ce, cluster, in_queue_only=True)
+    done = wait_done(ce, cluster, 1)
+    assert done[0]["ExitCode"] == 0, done
+
+    podgahp = installation.bin("podgahp")
+
+    def created() -> Optional[str]:
+        lines = ce.run([podgahp, "health"]).stdout.splitlines()
+        figures = dict(line.split(" = ", 1) for line in lines if " = " in line)
+        return figures.get("GahpPodsCreated") if figures.get("GahpPodsCreated") == "1" else None
+    ce.wait_for(created, timeout=60, interval=1, what="the site GAHP's figures in the CE's podgahp health")
+    entries = os.listdir(ce.path(user_log))
+    assert "PodgahpLog.k8s.pilot" in entries, entries
+    own = [e for e in entries if e.startswith("Podgahp.pilot.")]
+    assert len(own) == 1 and any(n.startswith("PodgahpStats.") for n in os.listdir(ce.path(f"{user_log}/{own[0]}")))
+    gahp_log = ce.path(f"{user_log}/PodgahpLog.k8s.pilot").read_text()
+    assert "Permission denied" not in gahp_log, gahp_log
