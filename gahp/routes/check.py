@@ -378,10 +378,11 @@ def spelling_warnings(routes: Sequence[Route]) -> List[str]:
 
 def whole_node_note(grid_type: Optional[str]) -> str:
     if grid_type == "lancium":
-        return "Lancium runs it on a whole node"
-    return ("podgahp sizes the pod to a whole node of the queue (the largest allocatable node the queue's "
-            "nodeSelector allows, or PODGAHP_K8S_<QUEUE>_WHOLE_NODE_CPUS / _MEMORY_MB), or holds the pilot "
-            "with the reason when the queue has no whole-node size")
+        return ("Lancium runs it alone on a node (node_exclusive), with the cores and memory it asks for")
+    return ("podgahp gives the pod a whole node of its queue: PODGAHP_K8S_<QUEUE>_WHOLE_NODE_CPUS and _MEMORY_MB "
+            "where set, else the largest node the queue's pods may run on (which needs list on nodes), within the "
+            "queue's MAX_CPUS and MAX_MEMORY_MB; the pilot is held with the reason where the queue cannot "
+            "(PODGAHP_K8S_<QUEUE>_WHOLE_NODE = hold, or no size to be found)")
 
 
 # --------------------------------------------------------------------------------------------

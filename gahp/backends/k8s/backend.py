@@ -36,6 +36,7 @@ from gahp.backends.k8s.view import PodView, decode_pod
 from gahp.blackhole import Guard, verdict
 from gahp.health import Stats, scope_of
 from gahp.backends.k8s.watch import PodCache
+from gahp.backends.k8s.wholenode import WholeNodeSizer
 from gahp.config import Knobs, user_name
 from gahp.errors import (BackendError, ConfigError, Conflict, GahpError, Invalid, InvalidJob, NotFound, QuotaExceeded,
                          TransientError)
@@ -92,6 +93,7 @@ class KubernetesBackend(Backend):
         self.guard = Guard(settings.blackhole, scope, directory=own)
         self.stats = Stats(own, scope, self._api_totals)
         self.stats.start()
+        self.whole_node = WholeNodeSizer(self._list_nodes)
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
@@ -225,6 +227,12 @@ class KubernetesBackend(Backend):
 
     # -- submit ----------------------------------------------------------------------------
 
+    def _list_nodes(self, queue: QueueSettings) -> List[JsonObj]:
+        """The nodes of the queue's cluster (to size whole-node pilots)."""
+        answer = self._api(queue).call("list nodes", "list_node")
+        items = answer.get("items") if isinstance(answer, dict) else None
+        return [n for n in items if isinstance(n, dict)] if isinstance(items, list) else []
+
     def _api_totals(self) -> Tuple[int, int, float]:
         with self._lock:
             apis = list(self._apis.values())
@@ -244,6 +252,10 @@ class KubernetesBackend(Backend):
                 log.warning("sandbox %s: route setting %s is not one a route may override; ignored "
                             "(allowed: %s)", job.sandbox_id, setting, ", ".join(sorted(OVERRIDES)))
         template = load_template(queue.pod_template)
+        if job.whole_node:
+            job = self.whole_node.sized(job, queue, template)
+            log.info("sandbox %s: whole-node pilot given %d cores and %d MiB (queue %s)", job.sandbox_id, job.cpus,
+                     job.memory_mb or 0, queue.name)
         staged = stage_inputs(job, queue, self.settings.secret_max_bytes)
         key = sandbox_key(self.settings.ce_name, self.user, job.sandbox_id)
         # "Does this sandbox have pods already?" is answered by the watch copy, not a LIST: names are

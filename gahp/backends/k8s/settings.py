@@ -26,6 +26,9 @@ LIMITABLE = ("cpu", "memory", "ephemeral-storage")
 #: What happens to a pilot whose pod was evicted, preempted or shut down with its node.
 DISRUPTION_ACTIONS = ("complete", "hold")
 
+#: How a pilot asking for a whole node is sized (``largest`` node, or held).
+WHOLE_NODE_MODES = ("largest", "hold")
+
 _QUEUE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -111,6 +114,15 @@ class QueueSettings:
     disruption_action: str
     """``DISRUPTION_ACTION``: ``complete`` (default) reports evicted/preempted pilots as completed
     with an ``ExitReason``; ``hold`` holds them with a retryable hold code."""
+    whole_node: str = "largest"
+    """``WHOLE_NODE``: how a pilot asking for a whole node (``WholeNodes``) is sized: ``largest``
+    (default) the largest node the queue's pods may run on (needs ``list nodes``), unless
+    ``WHOLE_NODE_CPUS`` and ``WHOLE_NODE_MEMORY_MB`` give the size; ``hold`` refuses such pilots."""
+    whole_node_cpus: int = 0
+    """``WHOLE_NODE_CPUS``: cores of a whole node of the queue; default 0 = found from the nodes."""
+    whole_node_memory_mb: int = 0
+    """``WHOLE_NODE_MEMORY_MB``: memory (MiB) of a whole node of the queue; default 0 = found from
+    the nodes (95% of the node's allocatable memory)."""
 
     @property
     def cluster_key(self) -> Tuple[Optional[str], Optional[str]]:
@@ -272,6 +284,14 @@ def _queue_from_knobs(knobs: Knobs, name: str, implicit: bool) -> QueueSettings:
     if namespace is not None and not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", namespace):
         raise ConfigError(f"{q.name('NAMESPACE')} = {namespace!r} is not a namespace name "
                           "(lower-case letters, digits and '-')")
+    whole_node = q.string("WHOLE_NODE", "largest").lower()
+    if whole_node not in WHOLE_NODE_MODES:
+        raise ConfigError(f"{q.name('WHOLE_NODE')} = {whole_node!r} is not one of {', '.join(WHOLE_NODE_MODES)}")
+    whole_cpus = q.integer("WHOLE_NODE_CPUS", 0, minimum=0)
+    whole_memory = q.integer("WHOLE_NODE_MEMORY_MB", 0, minimum=0)
+    if bool(whole_cpus) != bool(whole_memory):
+        raise ConfigError(f"{q.name('WHOLE_NODE_CPUS')} and {q.name('WHOLE_NODE_MEMORY_MB')} give a whole node's "
+                          "size together: set both, or neither")
     percent = q.integer("CPU_REQUEST_PERCENT", 100, minimum=1)
     if percent > 100:
         raise ConfigError(f"{q.name('CPU_REQUEST_PERCENT')} = {percent} is above the maximum of 100")
@@ -296,4 +316,7 @@ def _queue_from_knobs(knobs: Knobs, name: str, implicit: bool) -> QueueSettings:
         max_gpus=q.integer("MAX_GPUS", 0, minimum=0),
         disk_limit_floor_mb=q.integer("DISK_LIMIT_FLOOR_MB", 10240, minimum=0),
         disruption_action=action,
+        whole_node=whole_node,
+        whole_node_cpus=whole_cpus,
+        whole_node_memory_mb=whole_memory,
     )
