@@ -4,7 +4,7 @@ against the zero-cost memory backend, and the same with a knob changed.
 
 A CE-like pool of the Debian trixie root (``harness``) runs with HTCondor's own defaults for the
 knobs the test harness shortens (router polling, schedd contact, probe interval...) plus podgahp's
-shipped ``ce-config/htcondor-ce/02-ce-podgahp-defaults.conf``; it gets N pilots of 10 s by
+shipped ``condor_config.d/10-podgahp-defaults.conf`` (how the gridmanager drives the GAHPs); it gets N pilots of 10 s by
 ``condor_submit``; the gridmanager runs ``k8s_gahp`` against the simulated cluster (in its own
 process), or ``podgahp gahp --backend memory`` (pilots that take the same time, with no API behind
 them). Reported, from the submit: routed/s (grid jobs the JobRouter made), submitted/s (grid jobs
@@ -81,7 +81,7 @@ DAEMONS = {"condor_schedd": "schedd", "condor_job_rout": "JobRouter", "condor_gr
 
 
 def _pool(installation: Installation, backend: str, kubeconfig: str, extra: str) -> Pool:
-    shipped = f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
+    shipped = f"include : {installation.src_dir}/condor_config.d/10-podgahp-defaults.conf\n"
     common = routes_config(installation) + HTCONDOR_DEFAULTS + shipped + "PODGAHP_DEBUG = INFO\n"
     if backend == "k8s":
         config = common + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS + "PODGAHP_DEBUG = INFO\n"

@@ -1,7 +1,7 @@
 """``podgahp reap``: delete the pods whose HTCondor job no longer exists; ``podgahp q``: the pilots
 with their pods.
 
-Run by the CE's own condor as a schedd cron job (``02-ce-podgahp-reap.conf``), as the condor user,
+Run by the CE's own condor as a schedd cron job (``50-podgahp-reap-defaults.conf``), as the condor user,
 with the CE's configuration: it asks the schedd which grid jobs exist, then lists this CE's pods and
 deletes those no job holds (after a grace period covering a submit whose answer has not reached the
 schedd yet).  If the schedd cannot be asked, or its answer cannot be shown to be whole, nothing is

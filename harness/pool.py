@@ -51,14 +51,18 @@ FAST_CONFIG = """\
 ## Fast-turnaround knobs for tests. HTCondor's defaults (seconds): SCHEDD_INTERVAL 300 (starting
 ## gridmanagers for new grid jobs), JOB_ROUTER_POLLING_PERIOD 10, PERIODIC_EXPR_INTERVAL 60
 ## (CE hold/remove policy), GRIDMANAGER_CONTACT_SCHEDD_DELAY 5, GRIDMANAGER_JOB_PROBE_INTERVAL 60
-## (BLAH_JOB_STATUS), GRIDMANAGER_RESOURCE_PROBE_INTERVAL 300 (re-ping after a failed BLAH_PING).
+## (BLAH_JOB_STATUS; podgahp's 10-podgahp-defaults.conf sets 20 for "batch"),
+## GRIDMANAGER_RESOURCE_PROBE_INTERVAL 300 (re-ping after a failed BLAH_PING).
 ## (HTCondor has no trailing comments: a "#" after a value would become part of it.)
 SCHEDD_INTERVAL = 5
 JOB_ROUTER_POLLING_PERIOD = 2
 PERIODIC_EXPR_INTERVAL = 5
 GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1
 GRIDMANAGER_JOB_PROBE_INTERVAL = 5
+GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 5
 GRIDMANAGER_RESOURCE_PROBE_INTERVAL = 10
+## podgahp reap (condor_config.d/50-podgahp-reap-defaults.conf) runs only in a test that includes it.
+SCHEDD_CRON_JOBLIST =
 ## Every GAHP line in and out appears in GridmanagerLog.<user>.
 GRIDMANAGER_DEBUG = D_FULLDEBUG
 JOB_ROUTER_DEBUG = D_FULLDEBUG

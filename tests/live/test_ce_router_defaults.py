@@ -6,7 +6,6 @@ hold and wall time, GPUs, whole-node requests and the attributes Cleanup deletes
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Dict
 
 import classad2
@@ -112,22 +111,3 @@ def test_ce_attributes_of_the_job_win(make_pool: Callable[..., Pool]) -> None:
     assert ad["RequestMemory"] == "16000"
     assert ad["BatchRuntime"] == "1800"
     assert ad["BatchQueue"] == '"gpu"'
-
-
-def test_htcondor_ce_dropins_parse_and_pair(make_pool: Callable[..., Pool]) -> None:
-    """ce-config/htcondor-ce: HTCondor reads both files, and the admin file lists exactly the
-    knobs of the defaults file, commented out with the same values."""
-    pool = make_pool()
-    ce_dir = f"{pool.installation.src_dir}/ce-config/htcondor-ce"
-    config = f"{pool.local_dir}/ce-dropins.config"
-    pool.path(config).write_text(f"LOCAL_CONFIG_DIR = {ce_dir}\n")
-
-    defaults = pool.path(f"{ce_dir}/02-ce-podgahp-defaults.conf").read_text()
-    admin = pool.path(f"{ce_dir}/02-ce-podgahp.conf").read_text()
-    set_knobs = dict(re.findall(r"^([A-Za-z][A-Za-z0-9_]*) = (.*)$", defaults, re.M))
-    commented = dict(re.findall(r"^# ([A-Za-z][A-Za-z0-9_]*) = (.*)$", admin, re.M))
-    assert set_knobs and commented == set_knobs
-
-    for knob, value in set_knobs.items():
-        out = pool.run(["condor_config_val", knob], env={"CONDOR_CONFIG": config}).stdout.strip()
-        assert out == value, knob

@@ -1,6 +1,6 @@
 """A shared CE under attack, with the real schedd, JobRouter and gridmanager: a user claiming another
 user's sandbox, a job ad asking for an image the admin did not allow, and orphan pods cleaned up by
-``podgahp reap`` run by the schedd as a cron job (the shipped 02-ce-podgahp-defaults.conf)."""
+``podgahp reap`` run by the schedd as a cron job (the shipped 50-podgahp-reap-defaults.conf)."""
 
 from __future__ import annotations
 
@@ -67,8 +67,7 @@ def test_hostile_image_override_is_held_naming_the_knob(make_pool: Callable[...,
 
 def reap_config(installation: Installation) -> str:
     """The shipped schedd cron job running ``podgahp reap`` every 5 s, with a grace of 3 s."""
-    return (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
-            f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
+    return (f"include : {installation.src_dir}/condor_config.d/50-podgahp-reap-defaults.conf\n"
             "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 2\n"  # the tests' pace (E2E_FAST), not the CE's
             f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
             "PODGAHP_REAP_PERIOD = 5\nPODGAHP_K8S_REAP_GRACE_SECONDS = 3\n")
@@ -177,8 +176,7 @@ def test_health_figures_reach_the_collector_and_match_the_servers_log(make_pool:
     """The schedd cron job publishes the GAHPs' counters and the pods per queue in the schedd's ad
     (condor_status -schedd) and in a Prometheus file; the API requests it reports for the GAHPs are
     those the API server logged from them (their User-Agent names podgahp's GAHP)."""
-    config = (f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-defaults.conf\n"
-              f"include : {installation.src_dir}/ce-config/htcondor-ce/02-ce-podgahp-reap.conf\n"
+    config = (f"include : {installation.src_dir}/condor_config.d/50-podgahp-reap-defaults.conf\n"
               "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 2\n"  # the tests' pace (E2E_FAST), not the CE's
               f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
               f"PODGAHP_REAP_PERIOD = 5\nPODGAHP_PROMETHEUS_FILE = $(LOG)/podgahp.prom\n")

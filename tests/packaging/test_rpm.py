@@ -103,7 +103,7 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
         "/usr/share/podgahp/ce-config/standalone/ce-router-env.conf": "podgahp-standalone",
         f"{site}/gahp/data/ce-router-env.conf": "podgahp",
     }
-    for conf in list((ROOT / "condor_config.d").glob("*.conf")) + list((ROOT / "ce-config/htcondor-ce").glob("*.conf")):
+    for conf in (ROOT / "condor_config.d").glob("*.conf"):
         where = "/usr/share/condor-ce" if conf.name.endswith("-defaults.conf") else "/etc/condor-ce"
         expected[f"{where}/config.d/{conf.name}"] = "podgahp-ce"
     for route in (ROOT / "routes").iterdir():

@@ -10,6 +10,7 @@ from typing import Dict, Set
 
 import pytest
 
+from gahp import plugins
 from gahp.config import Knobs, ServerSettings
 from gahp.errors import ConfigError
 
@@ -59,8 +60,8 @@ def test_server_settings_defaults_and_timeout_below_the_gridmanager() -> None:
 def _knobs_in_code() -> Set[str]:
     found: Set[str] = set()
     for path in (ROOT / "gahp").rglob("*.py"):
-        if "sim" in path.parts:
-            continue  # simulators are configured by their callers, not by HTCondor config
+        if path == ROOT / "gahp/backends/memory.py":
+            continue  # the test backend's knobs are in its module's docstring, never in production files
         text = path.read_text()
         reads = r"\.(?:raw|string|optional|integer|number|boolean|names)\(\s*"
         names = re.findall(reads + r"\"([A-Z0-9_]+)\"", text)
@@ -103,17 +104,72 @@ def test_every_knob_in_an_admin_file_exists_in_a_defaults_file() -> None:
     assert not admin - defaults, f"admin knobs unknown to the defaults: {sorted(admin - defaults)}"
 
 
+FILES = sorted(CONFIG_DIR.glob("*.conf")) + sorted((ROOT / "ce-config/condor").glob("*.conf"))
+#: A knob setting in a file, or one commented out in the admin's form ("# KNOB = value").
+SETTING = re.compile(r"^(#? ?)([A-Za-z][A-Za-z0-9_]*) = ?(.*)$", re.M)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_every_file_has_the_name_banner_and_comment_style_of_the_others(path: Path) -> None:
+    """HTCondor-CE's naming, NN-podgahp-<area>[-defaults].conf; a boxed banner naming the area, whose
+    first line says whose file it is; "# " comments, "####" boxed section titles, nothing else."""
+    assert re.fullmatch(r"[0-9]{2}-podgahp(-[a-z0-9]+)*(-defaults)?\.conf", path.name)
+    lines = path.read_text().splitlines()
+    box = "#" * 102
+    assert lines[0] == box and lines[1] == "#" and lines[2].startswith("#  podgahp: ") and len(lines[2]) == 102
+    label = "ADMIN SETTINGS" if path.parent == CONFIG_DIR and not path.name.endswith("-defaults.conf") else "DO NOT EDIT"
+    assert lines[2].endswith(label)
+    end = lines.index(box, 1)
+    for line in lines[1:end]:
+        assert line == "#" or line.startswith("#  "), line
+    for line in lines[end + 1:]:
+        assert not line.startswith("##") or line == "#" * 36, f"{path.name}: {line!r}"
+        assert not line.startswith("#") or line == "#" * 36 or line.startswith(("# ", "#  ")) or line == "#", line
+
+
+def test_each_admin_file_lists_every_knob_of_its_defaults_file_commented_out_with_its_value() -> None:
+    pairs = [(p, p.with_name(p.name.replace("-defaults.conf", ".conf"))) for p in CONFIG_DIR.glob("*-defaults.conf")]
+    assert len(pairs) >= 5 and all(admin.exists() for _, admin in pairs)
+    for defaults, admin in pairs:
+        shipped = {k: v for _, k, v in SETTING.findall(defaults.read_text())
+                   if not k.startswith("SCHEDD_CRON_")}  # the cron job's definition is not a setting
+        listed = {k: v for mark, k, v in SETTING.findall(admin.read_text()) if mark == "# "}
+        assert listed == shipped, admin.name
+        assert not [k for mark, k, _ in SETTING.findall(admin.read_text()) if mark == ""], admin.name
+
+
+def test_each_backend_program_knob_is_in_its_own_pair_and_no_test_knob_ships() -> None:
+    """<NAME>_GAHP is set once, in NN-podgahp-<name>-defaults.conf, for each backend a CE runs (those
+    with a <name>_gahp program); the site schedd of a CE routing into it reads that pair too. The
+    in-memory test backend has no knob in any shipped file."""
+    programs = [n for n in plugins.backend_names() if (Path(sys.executable).parent / f"{n}_gahp").exists()]
+    assert programs == ["k8s", "lancium"]
+    schedd2 = (ROOT / "ce-config/condor/60-podgahp-ce-schedd2.conf").read_text()
+    for name in programs:
+        knob = f"{name.upper()}_GAHP"
+        setters = [p.name for p in FILES for mark, k, _ in SETTING.findall(p.read_text()) if k == knob and not mark]
+        (where,) = setters
+        assert re.fullmatch(rf"[0-9]{{2}}-podgahp-{name}-defaults\.conf", where)
+        assert f"/usr/share/condor-ce/config.d/{where}" in schedd2
+        assert f"/etc/condor-ce/config.d/{where.replace('-defaults', '')}" in schedd2
+    assert not [p.name for p in FILES if "PODGAHP_MEMORY_" in p.read_text()]
+
+
 def test_htcondor_reads_the_shipped_files(tmp_path: Path) -> None:
+    """HTCondor itself reads the whole directory, and finds each knob with the value its file sets."""
     config = tmp_path / "condor_config"
     config.write_text(f"RELEASE_DIR = /usr\nBIN = /usr/bin\nLOG = {tmp_path}\n"
                       f"LOCAL_CONFIG_DIR = {CONFIG_DIR}\n")
-    probe = ("import json, htcondor2; p = htcondor2.param; "
-             "print(json.dumps({k: p.get(k) for k in ['K8S_GAHP', 'LANCIUM_GAHP', 'PODGAHP_WORKERS']}))")
-    out = subprocess.run([sys.executable, "-c", probe], env={"CONDOR_CONFIG": str(config)},
+    shipped = {k: v for path in CONFIG_DIR.glob("*-defaults.conf") for mark, k, v in SETTING.findall(path.read_text())
+               if not mark and "$(" not in v}
+    probe = ("import json, sys, htcondor2; p = htcondor2.param; "
+             "print(json.dumps({k: p.get(k) for k in json.loads(sys.argv[1])}))")
+    names = sorted(shipped) + ["K8S_GAHP", "LANCIUM_GAHP"]
+    out = subprocess.run([sys.executable, "-c", probe, json.dumps(names)], env={"CONDOR_CONFIG": str(config)},
                          capture_output=True, text=True, check=True)
     values = json.loads(out.stdout)
-    assert values == {"K8S_GAHP": "/usr/bin/k8s_gahp", "LANCIUM_GAHP": "/usr/bin/lancium_gahp",
-                      "PODGAHP_WORKERS": "50"}
+    assert values.pop("K8S_GAHP") == "/usr/bin/k8s_gahp" and values.pop("LANCIUM_GAHP") == "/usr/bin/lancium_gahp"
+    assert len(shipped) > 50 and values == {k: (v or None) for k, v in shipped.items()}
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e400"])
