@@ -224,6 +224,11 @@ class _Check:
                 reasons = by_route.get(name) or by_route.get(upper) or []
                 why = "; ".join(reasons) if reasons else "see the JobRouter messages below"
                 self.problems.append(f"{at}: route {name} is not valid, so the JobRouter drops it: {why}")
+        for entry in entries:
+            if value is not None and entry.upper() not in {n.upper() for n in listed}:
+                at = locations.get("JOB_ROUTER_ENTRIES", ("", self.path))[1]
+                self.warnings.append(f"{at}: route {entry} of JOB_ROUTER_ENTRIES is not in JOB_ROUTER_ROUTE_NAMES "
+                                     f"({names_at}), so the JobRouter does not use it; add it to the list to use it")
         for key, spelled in sorted(defined.items()):
             if value is not None and key not in {n.upper() for n in listed}:
                 at = locations[f"JOB_ROUTER_ROUTE_{key}"][1]

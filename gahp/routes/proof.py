@@ -29,7 +29,7 @@ from gahp.routes.check import job_id, lay_out, parse_listing, pilots, route
 from gahp.routes.convert import (Conversion, OldRoutes, convert_routes, merge, merged_defaults, parse_entries,
                                  read_old_routes)
 from gahp.routes.samples import Sample, samples_text
-from gahp.routes.sources import CE_ROUTER_EMULATION, CE_ROUTER_ENTRIES_DEFAULTS, SafeConfig
+from gahp.routes.sources import CE_ROUTER_EMULATION, CE_ROUTER_ENTRIES_DEFAULTS, CE_ROUTER_GENERATED, SafeConfig
 from gahp.routes.submit_ad import ad_value, gahp_view, grid_type
 
 #: What podgahp receives that the proof compares.
@@ -130,6 +130,7 @@ def _old_form(old: OldRoutes, tmp: str, mode: str, samples_by_route: Dict[str, L
         safe.add("COLLECTOR_HOST = $(FULL_HOSTNAME):9619")
         safe.include_data(CE_ROUTER_EMULATION)
         safe.include_data(CE_ROUTER_ENTRIES_DEFAULTS)
+        safe.include_data(CE_ROUTER_GENERATED)
     safe.include(old.path)
     tools = safe.tools()
     defaults_text = tools.value("JOB_ROUTER_DEFAULTS") or ""

@@ -62,8 +62,10 @@ _DATA = Path(__file__).resolve().parent.parent / "data"
 #: ``config.d/01-ce-router-defaults.conf``) and what its config pipe adds (the Env transform).
 CE_ROUTER_EMULATION = _DATA / "ce-router-defaults.conf"
 CE_ROUTER_ENV = _DATA / "ce-router-env.conf"
-#: HTCondor-CE 23.0's defaults for routes in the old JOB_ROUTER_ENTRIES syntax, re-stated.
+#: HTCondor-CE 23.0's configuration of routes in the old JOB_ROUTER_ENTRIES syntax, and the
+#: defaults its router-defaults program wrote for them, re-stated.
 CE_ROUTER_ENTRIES_DEFAULTS = _DATA / "ce-router-defaults-entries.conf"
+CE_ROUTER_GENERATED = _DATA / "ce-router-defaults-generated.conf"
 
 #: HTCondor's default LOCAL_CONFIG_DIR_EXCLUDE_REGEXP (param_info.in).
 _DEFAULT_EXCLUDE = (r"^((\..*)|(.*\.pl)|(.*\.py)|(.*\.sh)|(.*~)|(#.*)|(.*\.rpmsave)|(.*\.rpmnew)"
@@ -320,6 +322,7 @@ def _add_local_config_file(safe: SafeConfig, value: Optional[str]) -> str:
         command = value.rstrip()[:-1].split()
         if command and os.path.basename(command[0]) == CE_ROUTER_DEFAULTS_PROGRAM and len(command) == 1:
             safe.include_data(CE_ROUTER_ENV)
+            safe.include_data(CE_ROUTER_GENERATED)  # what the program of HTCondor-CE 23.0 also wrote
             safe.add(f"PODGAHP_CE_OSG_ENVIRONMENT = {osg_environment()}\n")
             return f"{CE_ROUTER_ENV} (podgahp's re-statement of {command[0]}, which is not run)"
         safe.warnings.append(f"LOCAL_CONFIG_FILE = {_shown(value)}: program not run (podgahp never runs what a "

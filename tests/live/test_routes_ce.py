@@ -141,3 +141,57 @@ def test_a_broken_file_is_named_at_the_admins_line(ce: Tuple[Installation, str, 
     assert code == 1
     assert f"{path}:2: route Kube is not valid, so the JobRouter drops it: CONFIGURATION ERROR: invalid " \
            "REQUIREMENTS : queue ==" in report["problems"]
+
+
+#: An HTCondor-CE 23.0 keeps routes in the old syntax and the defaults its config pipe writes.
+CE_23_0 = """\
+JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True
+MERGE_JOB_ROUTER_DEFAULT_ADS = True
+JOB_ROUTER_DEFAULTS = $(JOB_ROUTER_DEFAULTS_GENERATED)
+"""
+
+OLD_ROUTES = """\
+JOB_ROUTER_ENTRIES @=jre
+[
+  name = "Old_K8s";
+  GridResource = "batch k8s";
+  TargetUniverse = 9;
+  set_default_maxMemory = 1000;
+  set_default_CERequirements = "RequestCpus";
+]
+@jre
+"""
+
+
+def test_an_htcondor_ce_23_0_with_old_routes(ce: Tuple[Installation, str, str]) -> None:
+    """The defaults HTCondor-CE 23.0's pipe wrote (JOB_ROUTER_DEFAULTS_GENERATED) come from podgahp's
+    re-statement too: on 23.x the old route gives its pilots its default memory; 25.x reads no old
+    routes, and the check says so."""
+    inst, tree, marker = ce
+    inst.host_path(f"{tree}/etc/condor-ce/config.d/01-ce-router.conf").write_text(CE_23_0)
+    path = f"{tree}/etc/condor-ce/config.d/50-old-routes.conf"
+    inst.host_path(path).write_text(OLD_ROUTES)
+    code, report = check(inst, tree)
+    assert_nothing_ran(inst, marker)
+    if inst.condor_version.startswith("23."):
+        # The batch package's route list leaves the old route out: the JobRouter does not use it.
+        assert [r["name"] for r in report["routes"]] == ["Slurm_Cluster"]
+        assert any(w.startswith(f"{path}:1: route Old_K8s of JOB_ROUTER_ENTRIES is not in JOB_ROUTER_ROUTE_NAMES")
+                   for w in report["warnings"]), report["warnings"]
+        # Without it (HTCondor-CE 23.0's batch packages wrote old routes and no list), it is used.
+        inst.host_path(f"{tree}/usr/share/condor-ce/config.d/02-ce-slurm-defaults.conf").unlink()
+        code, report = check(inst, tree)
+        assert [r["name"] for r in report["routes"]] == ["Old_K8s"]
+        old = [s for s in report["samples"] if s["route"] == "Old_K8s"]
+        assert len(old) == len(report["samples"]), report["samples"]
+        memory = {s["name"]: s["gahp"]["memory_mb"] for s in old}
+        assert memory["plain"] == 1000 and memory["gpu"] == 16000  # the pilot's maxMemory, else the route's default
+        cores = {s["name"]: s["gahp"]["cpus"] for s in old}
+        assert cores["plain"] == 1 and cores["gpu"] == 8  # xcount
+        for sample in old:
+            gahp = sample["gahp"]
+            assert gahp["settings"] == {"condorce": 1}  # RequestCpus sent (default_CERequirements) and read as cores
+            assert gahp["environment"]["CONDORCE_COLLECTOR_HOST"] == "ce.example.org:9619"
+    else:
+        assert code == 1
+        assert any(f"{path}:1: JOB_ROUTER_ENTRIES (Old_K8s) are not read by HTCondor" in p for p in report["problems"])
