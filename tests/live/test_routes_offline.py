@@ -286,3 +286,24 @@ def test_shipped_route_names_leave_no_empty_name(inst: Installation, workdir: st
     value = inst.run(["condor_config_val", "JOB_ROUTER_ROUTE_NAMES"], env={"CONDOR_CONFIG": config}).stdout
     names = re.split(r"[, \t]+", value[:-1] if value.endswith("\n") else value)
     assert names == ROUTE_NAMES + (["Slurm_Cluster"] if before else [])
+
+
+def test_what_podgahp_does_not_honour_is_said(inst: Installation, workdir: str) -> None:
+    """A whole-node request, and attributes the gridmanager sends that podgahp does not use."""
+    inst.host_path(f"{workdir}/routes.conf").write_text("""\
+JOB_ROUTER_ROUTE_NAMES = K8s
+JOB_ROUTER_ROUTE_K8s @=jrt
+  GridResource = "batch k8s"
+  SET BatchProject "atlas"
+  SET GPUModel "A100"
+  SET default_CERequirements "RequestCpus,RequestDisk"
+@jrt
+""")
+    report = check(inst, f"{workdir}/routes.conf", True)
+    assert report["ok"], report["problems"]
+    notes = {s["name"]: s["notes"] for s in report["samples"]}
+    assert 'BatchProject = "atlas" reaches podgahp, which does not use it' in notes["plain"]
+    assert 'GPUModel = "A100" reaches podgahp, which does not use it' in notes["plain"]
+    (whole,) = [n for n in notes["wholenode"] if n.startswith("whole node:")]
+    assert "WHOLE_NODE_CPUS" in whole and "held with the reason" in whole
+    assert not any(n.startswith("whole node:") for n in notes["plain"])
