@@ -318,9 +318,13 @@ def _parser(schema: Any) -> Callable[[bytes], Any]:
 
     def parse(data: bytes) -> Any:
         try:
-            return typed(data)
-        except msgspec.ValidationError:
-            return whole(data)
+            try:
+                return typed(data)
+            except msgspec.ValidationError:
+                return whole(data)
+        except msgspec.DecodeError as err:
+            # A ValueError from msgspec 0.21 on; not before (0.20 is the last for Python 3.9).
+            raise ValueError(str(err)) from err
     return parse
 
 
