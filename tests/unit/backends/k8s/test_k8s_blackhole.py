@@ -60,9 +60,9 @@ def test_fast_failing_pilots_close_the_queue_and_slow_ones_do_not(make_backend: 
                                                                   tmp_path: Path) -> None:
     """A pilot that exits non-zero within PODGAHP_BLACKHOLE_FAST_SECONDS is a failure; one that ran
     longer (a pilot ending after useful work) is not."""
+    (tmp_path / "slow").mkdir()
     slow: KubernetesBackend = make_backend(PODGAHP_BLACKHOLE_FAILURES="1", PODGAHP_BLACKHOLE_FAST_SECONDS="0",
                                            PODGAHP_STATE_DIR=str(tmp_path / "slow"))
-    (tmp_path / "slow").mkdir()
     job_id = slow.submit(make_job(tmp_path, env=[("PODGAHP_SIM_EXIT_CODE", "1")]))
     assert wait_state(slow, job_id, Phase.COMPLETED).exit_code == 1
     slow.submit(make_job(tmp_path, sandbox="ce.test_host_9.0_1795297304"))  # still open
