@@ -278,6 +278,12 @@ class Api:
             if method != "GET":
                 raise method_not_allowed()
             return Reply(200, self.discovery(path))
+        if parts[:5] == ["apis", "coordination.k8s.io", "v1", "namespaces", "kube-node-lease"] and len(parts) == 7 \
+                and parts[5] == "leases":
+            self.authorize("get", "leases", "kube-node-lease", parts[6])
+            if method != "GET":
+                raise method_not_allowed()
+            return self.node_lease(parts[6])
         if parts[:3] == ["apis", "scheduling.k8s.io", "v1"] and len(parts) in (4, 5) and parts[3] == "priorityclasses":
             return self.priority_class_route(method, parts[4] if len(parts) == 5 else None, query)
         if parts[:4] == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] and len(parts) == 4:
@@ -501,7 +507,8 @@ class Api:
                                                 "selfsubjectreview")],
                   "rbac.authorization.k8s.io": [res("roles", "Role", True, crud, "role"),
                                                 res("rolebindings", "RoleBinding", True, crud, "rolebinding")],
-                  "apps": [res("deployments", "Deployment", True, crud, "deployment", ("deploy",), ("all",))]}
+                  "apps": [res("deployments", "Deployment", True, crud, "deployment", ("deploy",), ("all",))],
+                  "coordination.k8s.io": [res("leases", "Lease", True, ["get"], "lease")]}
         if path == "/apis":
             return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                 {"name": g, "versions": [{"groupVersion": g + "/v1", "version": "v1"}],
@@ -579,6 +586,21 @@ class Api:
                 if node["metadata"]["name"] == name:
                     current = dict({"kind": "Node", "apiVersion": "v1"}, **node)
             return Reply(200, current)
+
+    def node_lease(self, name: str) -> Reply:
+        """A node's heartbeat Lease (``kubectl describe node`` shows it): renewed now while the node
+        reports; a lost node's was last renewed long ago (when the cluster started)."""
+        with self.store.lock:
+            node = self.cluster.nodes.get(name)
+            if node is None:
+                raise not_found("leases", name, "coordination.k8s.io")
+            renewed = self.cluster.started if node.lost else time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(renewed))
+        return Reply(200, {"kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
+                           "metadata": {"name": name, "namespace": "kube-node-lease",
+                                        "uid": str(uuid.uuid5(uuid.NAMESPACE_OID, name)), "resourceVersion": "1",
+                                        "creationTimestamp": now_rfc3339(self.cluster.started)},
+                           "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": stamp}})
 
     def create_namespace(self, body: bytes) -> Reply:
         """``kubectl create namespace``: a new, Active namespace (no finalizers run here)."""

@@ -343,6 +343,19 @@ def test_noexecute_taint_evicts_pods_that_do_not_tolerate_it(sim: KubeSim, kubec
     assert stamp(evicted["later"]) - stamp(tainted[0]["timeAdded"]) >= 2
 
 
+def test_describe_node_shows_its_lease_taints_and_pods(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
+    path = tmp_path / "p1.yaml"
+    path.write_text(POD.format(name="p1", seconds=60, image_key="image") + "  nodeName: node-a\n")
+    kubectl.run("create", "-f", str(path))
+    sim.wait_for_phase("pilots", "p1", "Running")
+    kubectl.run("taint", "node", "node-a", "dedicated=pilots:NoSchedule")
+    described = kubectl.out("describe", "node", "node-a")
+    assert re.search(r"^  HolderIdentity:\s+node-a$", described, re.M), described
+    assert "Failed to get lease" not in described
+    assert re.search(r"^Taints:\s+dedicated=pilots:NoSchedule$", described, re.M)
+    assert re.search(r"^  pilots\s+p1\s", described, re.M)  # Non-terminated Pods
+
+
 def test_drain_evicts_through_the_eviction_api(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
     for name in ("a1", "a2"):
         path = tmp_path / f"{name}.yaml"
