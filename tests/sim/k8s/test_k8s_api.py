@@ -37,7 +37,7 @@ def test_ping_endpoints(sim: KubeSim, api_client_for: Callable[..., client.ApiCl
     assert {"pods", "pods/log", "pods/status", "secrets", "namespaces"} <= resources
     groups = {g.name for g in client.ApisApi(api_client).get_api_versions().groups}
     assert groups == {"scheduling.k8s.io", "authorization.k8s.io", "authentication.k8s.io", "rbac.authorization.k8s.io",
-                      "apps"}
+                      "apps", "coordination.k8s.io"}
     core_api = client.CoreV1Api(api_client)
     assert core_api.read_namespace(NS).status.phase == "Active"
     assert [n.metadata.name for n in core_api.list_namespace().items] == [NS]
