@@ -224,26 +224,27 @@ def routes_convert(config_file: str, ce: bool, no_proof: bool) -> None:
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Report the orphans, delete nothing.")
 def reap(dry_run: bool) -> None:
-    """Delete this CE's pods whose HTCondor job no longer exists (run by the CE as a schedd cron job).
+    """Delete this CE's remote jobs (pods in every cluster its queues name, Lancium jobs) whose HTCondor
+    job no longer exists (run by the CE as a schedd cron job).
 
     Prints ClassAd attributes for the schedd's ad; exits non-zero, deleting nothing, when the schedd
-    or the cluster cannot be asked."""
+    or a service cannot be asked."""
     from gahp import health
     from gahp.config import Knobs
     from gahp.errors import GahpError
     from gahp.logs import printable
-    from gahp.reaper import ce_health, classad_lines, publish_prometheus, reap as reap_once
+    from gahp.reaper import census_health, classad_lines, publish_prometheus, reap as reap_once
 
     source = _ce_config()
     knobs = Knobs()
     try:
         result = reap_once(knobs, dry_run=dry_run)
-        figures = ce_health(knobs, result.by_queue)
+        figures = census_health(knobs, result.censuses, result.ce_names)
     except GahpError as e:
         raise _failed(e, source) from None
     for line in classad_lines(result) + health.classad_lines(figures):
         click.echo(line)
-    publish_prometheus(knobs, figures, result)
+    publish_prometheus(knobs, figures, result, next(iter(result.ce_names.values()), ""))
     if result.errors:
         click.echo(f"podgahp reap: {len(result.errors)} errors, first: {printable(result.errors[0])}\n"
                    f"  (read {source.describe()})", err=True)
@@ -306,13 +307,12 @@ def provision(once: bool) -> None:
               help="Serve /metrics for a Prometheus scrape until stopped (fresh figures at each scrape, in the "
               "format the scraper asks for), instead of printing once; default address 127.0.0.1.")
 def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> None:
-    """This CE's health figures: the GAHPs' counters, pods per queue and phase, black-hole queues.
+    """This CE's health figures: the GAHPs' counters, remote jobs (pods, Lancium jobs) per queue and
+    state, black-hole queues, for every backend the CE uses.
 
-    What the schedd cron job (podgahp reap) publishes, without its clean-up; one LIST per namespace
-    (per scrape with --listen). Every configured queue has its series, 0 while it has no pods."""
+    What the schedd cron job (podgahp reap) publishes, without its clean-up; one LIST per cluster and
+    namespace (per scrape with --listen). Every configured queue has its series, 0 while it has no jobs."""
     from gahp import health
-    from gahp.backends.k8s.census import ce_pods
-    from gahp.backends.k8s.settings import KubernetesSettings
     from gahp.config import Knobs
     from gahp.errors import GahpError
     from gahp.logs import printable
@@ -322,10 +322,7 @@ def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> No
     knobs = Knobs()
 
     def figures() -> "Tuple[health.CeHealth, List[str], str]":
-        settings = KubernetesSettings.from_knobs(knobs)
-        with ce_pods(settings) as census:
-            by_queue, errors = census.by_queue(), census.errors
-        return ce_health(knobs, by_queue), errors, settings.ce_name
+        return ce_health(knobs)
 
     if listen:
         address, _, port_text = listen.rpartition(":")
@@ -381,18 +378,22 @@ def _serve_until_stopped(start: "Callable[[], Any]", source: ConfigSource) -> No
 @main.command("q")
 @click.option("-l", "--long", "long_form", is_flag=True, help="Every field of each pilot, name = value.")
 @click.option("--json", "as_json", is_flag=True, help="The pilots as a JSON list.")
-@click.option("--queue", help="Only pilots of this queue (PODGAHP_K8S_QUEUES).")
-@click.option("--node", help="Only pilots whose pod is on this node.")
-@click.option("--phase", help="Only pilots whose pod is in this phase (Pending, Running, Succeeded, Failed).")
-def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str], phase: Optional[str]) -> None:
-    """The CE's routed Kubernetes pilots with their pods: node, phase, age and why a pod waits.
+@click.option("--queue", help="Only pilots of this queue (PODGAHP_K8S_QUEUES; lancium for Lancium's).")
+@click.option("--node", help="Only pilots whose remote job is on this node.")
+@click.option("--phase", help="Only pilots whose remote job is in this state (Pending, Running, Succeeded, Failed; "
+              "Lancium's queued, running, finished, error...).")
+@click.option("--backend", type=click.Choice(plugins.backend_names()), help="Only pilots of this backend.")
+def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str], phase: Optional[str],
+      backend: Optional[str]) -> None:
+    """The CE's routed pilots with their remote jobs (pods in every cluster, Lancium jobs): node, state,
+    age and why a pilot waits.
 
-    Reads the schedd holding the routed jobs (as podgahp reap does) and lists this CE's pods once per
-    namespace, whatever the number of pilots."""
+    Reads the schedd holding the routed jobs (as podgahp reap does) and lists this CE's remote jobs once
+    per cluster and namespace (Kubernetes) or account (Lancium), whatever the number of pilots."""
     import json
 
-    from gahp.backends.k8s.overview import long_form as long_text, matches, table
     from gahp.errors import GahpError
+    from gahp.overview import long_form as long_text, matches, table
     from gahp.logs import printable
     from gahp.reaper import pilots
 
@@ -401,7 +402,7 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
         rows, errors = pilots()
     except GahpError as e:
         raise _failed(e, source) from None
-    rows = [r for r in rows if matches(r, queue, node, phase)]
+    rows = [r for r in rows if matches(r, queue, node, phase, backend)]
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in rows], indent=2))
     elif long_form:

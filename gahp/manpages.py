@@ -16,10 +16,10 @@ from typing import List, Optional, Sequence
 
 import click
 
-from gahp import __version__
+from gahp import __version__, plugins
 
-#: (program, backend, knob) of the GAHP programs.
-GAHP_PROGRAMS = (("k8s_gahp", "k8s", "K8S_GAHP"), ("lancium_gahp", "lancium", "LANCIUM_GAHP"))
+#: (program, backend, knob) of the GAHP programs, one for each backend of the registry that has one.
+GAHP_PROGRAMS = tuple((f"{name}_gahp", name, f"{name.upper()}_GAHP") for name in plugins.programs())
 
 
 def _escape(text: str) -> str:

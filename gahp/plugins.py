@@ -41,3 +41,10 @@ def entries(group: str) -> Mapping[str, metadata.EntryPoint]:
 def backend_names() -> List[str]:
     """The names of the installed backends, sorted (each the ``batch <name>`` it serves)."""
     return sorted(entries(BACKENDS))
+
+
+def programs() -> List[str]:
+    """The backends that have a GAHP program, the console script ``<name>_gahp``, sorted (the in-memory
+    test backend has none: it runs as ``podgahp gahp --backend memory``)."""
+    scripts = entries("console_scripts")
+    return [name for name in backend_names() if f"{name}_gahp" in scripts]

@@ -3,14 +3,14 @@
 (the job id podgahp gave it), pod created, scheduled (on which node), running, completed, output back.
 
 Each look reads the CE's schedd (the source job, its routed copy; the history once they left the
-queue) and the pod (:mod:`gahp.backends.k8s.podtrace`). The hops are a pure function of those reads
+queue) and the remote job, through its backend's view (:meth:`gahp.backends.base.CeView.trace`; for
+Kubernetes :mod:`gahp.backends.k8s.podtrace`). The hops are a pure function of those reads
 (:func:`schedd_hops`), so a stall is always named by the first hop not done, with why: the hold reason,
 the state table's reason, the pod's conditions and Events, or what the GAHP's ping finds wrong.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import tempfile
@@ -18,6 +18,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
+from gahp import plugins
+from gahp.backends import backend_class
+from gahp.backends.base import CeView
 from gahp.errors import GahpError
 from gahp.hops import DONE, FAILED, WAITING, Hop
 from gahp.schedd import gahp_type
@@ -114,9 +117,11 @@ def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[st
         return hops, False
     hops.append(Hop("routed", DONE, f"route {routed.get('RouteName') or '?'} made job {_job_id(routed)}"))
     grid_resource = str(routed.get("GridResource") or "")
-    if gahp_type(grid_resource) != "k8s":  # as the gridmanager reads it: "batch K8S" starts K8S_GAHP too
+    backend = gahp_type(grid_resource)  # as the gridmanager reads it: "batch K8S" starts K8S_GAHP too
+    if backend not in plugins.backend_names():
         hops.append(Hop("grid job", FAILED, f"job {_job_id(routed)} has GridResource {grid_resource!r}, not "
-                        "\"batch k8s\": the route does not send it to podgahp's Kubernetes GAHP"))
+                        f"\"batch <backend>\" of a podgahp backend ({', '.join(plugins.backend_names())}): the "
+                        "route does not send it to podgahp"))
         return hops, False
     hops.append(Hop("grid job", DONE, f"job {_job_id(routed)}: GridResource \"{grid_resource}\", queue "
                     f"{routed.get('BatchQueue') or '(default)'}, {_status(routed)}"))
@@ -129,8 +134,8 @@ def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[st
         unavailable = routed.get("GridResourceUnavailableTime")
         detail = ("the gridmanager has no job id from the GAHP yet" +
                   (": it finds the resource unavailable (the GAHP's BLAH_PING fails; see PODGAHP_LOG)"
-                   if unavailable else ": it starts K8S_GAHP and submits at its next pass (GridmanagerLog, "
-                   "PODGAHP_LOG)"))
+                   if unavailable else f": it starts {str(backend).upper()}_GAHP and submits at its next pass "
+                   "(GridmanagerLog, PODGAHP_LOG)"))
         hops.append(Hop("GAHP request", WAITING, detail))
         return hops, False
     if len(grid_job_id.split()) < 4:
@@ -163,14 +168,13 @@ def output_hop(source: Mapping[str, Any]) -> Hop:
 
 
 class Ce:
-    """The CE's schedd and cluster as a trace reads them (the htcondor bindings and the k8s backend)."""
+    """The CE's schedd and remote side as a trace reads them (the htcondor bindings and the backends' views)."""
 
     def __init__(self, knobs: Any, schedd_name: Optional[str], schedd_pool: Optional[str]) -> None:
         self.knobs = knobs
         self.name = schedd_name
         self.pool = schedd_pool
-        self._look: Any = None
-        self._k8s: Any = None
+        self._views: Dict[str, Optional[CeView]] = {}
 
     def schedd(self) -> Any:
         from gahp.schedd import SCHEDD_KNOBS, describe, locate
@@ -204,34 +208,24 @@ class Ce:
             raise TraceError(f"the CE's schedd refused the test pilot: {e}") from e
         return f"{result.cluster()}.0"
 
-    def pod(self, grid_job_id: str, queue: Optional[str], user: str, ping: bool) -> Tuple[List[Hop], List[str]]:
-        """The pod's hops (and the ping's findings when ``ping``)."""
-        from gahp.backends.k8s.podtrace import PodLook, pod_hops, pod_of
-        from gahp.backends.k8s.settings import KubernetesSettings
-
-        if self._k8s is None:
-            self._k8s = KubernetesSettings.from_knobs(self.knobs)
-        if self._look is None:
-            self._look = PodLook(self._k8s, queue)
-        problems = self._look.setup_problems(user) if ping else []
-        where = pod_of(grid_job_id)
-        if where is None:
-            return [], problems
-        try:
-            pod = self._look.pod(*where)
-            events = self._look.events(*where) if pod is None or not _succeeded(pod) else []
-        except GahpError as e:
-            return [Hop("pod created", WAITING, f"the cluster cannot be asked: {e}")], problems
-        now = datetime.datetime.now(datetime.timezone.utc)
-        return pod_hops(pod, where, events, self._k8s, self._look.queue, now), problems
+    def remote(self, backend: str, grid_job_id: str, queue: Optional[str], user: str,
+               ping: bool) -> Tuple[List[Hop], List[str]]:
+        """The remote job's hops, as its backend's view tells them (and the ping's findings when ``ping``);
+        none for a backend whose view does not trace."""
+        if backend not in self._views:
+            try:
+                self._views[backend] = backend_class(backend).ce_view(self.knobs)
+            except ImportError as e:
+                raise TraceError(f"the {backend} backend is not installed here: {e}") from e
+        view = self._views[backend]
+        if view is None:
+            return [], []
+        return view.trace(grid_job_id, queue, user, ping)
 
     def close(self) -> None:
-        if self._look is not None:
-            self._look.close()
-
-
-def _succeeded(pod: Mapping[str, Any]) -> bool:
-    return str((pod.get("status") or {}).get("phase") or "") == "Succeeded"
+        for view in self._views.values():
+            if view is not None:
+                view.close()
 
 
 def look(ce: Ce, job: str, user: str) -> Trace:
@@ -243,9 +237,10 @@ def look(ce: Ce, job: str, user: str) -> Trace:
     hops, has_pod = schedd_hops(source, routed, job)
     problems: List[str] = []
     gahp_stall = any(h.name == "GAHP request" and h.state != DONE for h in hops)
-    if routed is not None and str(routed.get("GridResource") or "") == "batch k8s" and (has_pod or gahp_stall):
-        pod_hops_, problems = ce.pod(str(routed.get("GridJobId") or ""), _text(routed.get("BatchQueue")), user,
-                                     ping=gahp_stall)
+    backend = gahp_type(routed.get("GridResource")) if routed is not None else None
+    if routed is not None and backend in plugins.backend_names() and (has_pod or gahp_stall):
+        pod_hops_, problems = ce.remote(str(backend), str(routed.get("GridJobId") or ""), _text(routed.get("BatchQueue")),
+                                        user, ping=gahp_stall)
         if has_pod and routed.get("JobStatus") == COMPLETED and pod_hops_[:1] and pod_hops_[0].state != DONE:
             # podgahp deletes a pod once its outcome is reported: the grid job's end stands for it.
             pod_hops_ = [Hop(name, DONE, f"the pod is cleaned up; grid job {_job_id(routed)} completed with "

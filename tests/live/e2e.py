@@ -12,6 +12,7 @@ fixtures themselves (``make_pool``, ``installation``) come from ``conftest.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -93,15 +94,22 @@ def sim_nodes() -> Sequence[SimNode]:
     )
 
 
-@pytest.fixture
-def kube_sim() -> Iterator[KubeSim]:
-    """A simulated Kubernetes cluster with the namespace of the pilots, stopped after the test."""
+@contextlib.contextmanager
+def running_cluster() -> Iterator[KubeSim]:
+    """A simulated Kubernetes cluster with the namespace of the pilots, stopped when the block ends."""
     sim = KubeSim(SimConfig(nodes=tuple(sim_nodes()), namespaces=("default", NAMESPACE))).start()
     sim.add_priority_class("podgahp-opportunistic", -100)
     try:
         yield sim
     finally:
         sim.stop()
+
+
+@pytest.fixture
+def kube_sim() -> Iterator[KubeSim]:
+    """A simulated Kubernetes cluster with the namespace of the pilots, stopped after the test."""
+    with running_cluster() as sim:
+        yield sim
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def reap_config(installation: Installation) -> str:
     return (f"include : {installation.src_dir}/condor_config.d/50-podgahp-reap-defaults.conf\n"
             "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 2\n"  # the tests' pace (E2E_FAST), not the CE's
             f"SCHEDD_CRON_PODGAHP_REAP_EXECUTABLE = {installation.bin('podgahp')}\n"
-            "PODGAHP_REAP_PERIOD = 5\nPODGAHP_K8S_REAP_GRACE_SECONDS = 3\n")
+            "PODGAHP_REAP_PERIOD = 5\nPODGAHP_REAP_GRACE_SECONDS = 3\n")
 
 
 def reap_figures(pool: Pool, min_pods: int) -> List[str]:
@@ -160,9 +160,9 @@ def test_podgahp_q_shows_each_pilots_node_phase_and_why_it_waits(make_pool: Call
     first, second = rows[f"{running}.0"], rows[f"{waiting}.0"]
     pod = kube_sim.pod(NAMESPACE, running_pod)
     assert pod is not None
-    assert (first["pod"], first["node"], first["phase"]) == (running_pod, pod["spec"]["nodeName"], "Running")
+    assert (first["remote"], first["node"], first["phase"]) == (running_pod, pod["spec"]["nodeName"], "Running")
     assert (first["route"], first["queue"], first["owner"]) == ("K8s_Cpu", "cpu", "pilot"), first
-    assert (second["pod"], second["node"], second["phase"]) == (waiting_pod, "", "Pending"), second
+    assert (second["remote"], second["node"], second["phase"]) == (waiting_pod, "", "Pending"), second
     assert "Insufficient cpu" in second["reason"], second
 
     table = pool.run([installation.bin("podgahp"), "q", "--phase", "Pending"]).stdout

@@ -142,7 +142,7 @@ def test_each_backend_program_knob_is_in_its_own_pair_and_no_test_knob_ships() -
     """<NAME>_GAHP is set once, in NN-podgahp-<name>-defaults.conf, for each backend a CE runs (those
     with a <name>_gahp program); the site schedd of a CE routing into it reads that pair too. The
     in-memory test backend has no knob in any shipped file."""
-    programs = [n for n in plugins.backend_names() if (Path(sys.executable).parent / f"{n}_gahp").exists()]
+    programs = plugins.programs()
     assert programs == ["k8s", "lancium"]
     schedd2 = (ROOT / "ce-config/condor/60-podgahp-ce-schedd2.conf").read_text()
     for name in programs:

@@ -107,13 +107,18 @@ def test_metrics_parse_as_classic_text_and_as_openmetrics(tmp_path: Path) -> Non
 
 
 def test_every_configured_queue_and_series_has_a_sample(tmp_path: Path) -> None:
+    import datetime
+
+    from gahp.backends.base import Census, RemoteJob
     from gahp.config import Knobs
-    from gahp.reaper import ce_health
+    from gahp.reaper import census_health
     from prometheus_client.parser import text_string_to_metric_families as parse_classic
 
-    knobs = Knobs({"PODGAHP_K8S_QUEUES": "cpu GPU idle", "PODGAHP_K8S_IMAGE": "x/y:1", "PODGAHP_K8S_CE_NAME": "ce",
-                   "PODGAHP_STATE_DIR": str(tmp_path), "LOG": str(tmp_path)})
-    health = ce_health(knobs, {"cpu": {"Running": 2}})
+    knobs = Knobs({"PODGAHP_STATE_DIR": str(tmp_path), "LOG": str(tmp_path)})
+    now = datetime.datetime.now(datetime.timezone.utc)
+    running = [RemoteJob(job_id=f"k8s/ns/p{n}", name=f"p{n}", queue="cpu", state="Running", health="Running",
+                         alive=True, sandbox="", created=now, listed_at=now) for n in range(2)]
+    health = census_health(knobs, [Census("k8s", running, queues=("cpu", "gpu", "idle"))], {"k8s": "ce"})
     samples = _samples(parse_classic(prometheus_text(health, "ce")))
     for queue in ("cpu", "gpu", "idle"):
         for phase in ("Pending", "Running", "Succeeded", "Failed"):

@@ -25,7 +25,7 @@ GRID_JOB_ID = "batch k8s home_bl_x k8s/pilots/pilot-0123456789abcdef0123-1"
     (SOURCE, None, "routed", WAITING, "condor_ce_job_router_info -match-jobs", False),
     ({**SOURCE, "JobStatus": 5, "HoldReason": "no route"}, None, "routed", FAILED, "held: no route", False),
     ({**SOURCE, "GridResource": "batch k8s"}, None, "routed", FAILED, "is itself a grid job", False),
-    (SOURCE, {**ROUTED, "GridResource": "batch slurm"}, "grid job", FAILED, "not \"batch k8s\"", False),
+    (SOURCE, {**ROUTED, "GridResource": "batch slurm"}, "grid job", FAILED, "not \"batch <backend>\" of a podgahp backend", False),
     (SOURCE, ROUTED, "GAHP request", WAITING, "no job id from the GAHP yet", False),
     (SOURCE, {**ROUTED, "GridResourceUnavailableTime": 1}, "GAHP request", WAITING, "BLAH_PING fails", False),
     (SOURCE, {**ROUTED, "JobStatus": 5, "HoldReason": "forbidden", "HoldReasonCode": 0}, "GAHP request", FAILED,

@@ -6,8 +6,9 @@ spec), ``schema`` (the spec checked against the client's models), ``api`` (the A
 errors), ``watch`` (the pod cache), ``view`` (typed reads of a raw pod), ``state`` (the pod-to-job
 state table), ``output`` (Out/Err from the pod), ``cancel`` (cancels retried in the background),
 ``ping`` (the set-up checks of ``BLAH_PING``), ``secret`` (the input Secret), ``retention`` (which
-pods the GAHP's own clean-up deletes), ``census`` (every pod of the CE, for ``podgahp reap``, ``q``
-and ``health``), ``overview`` (``podgahp q``), ``resubmit`` (what a repeated submit does),
-``reaper`` (the orphan clean-up of ``podgahp reap``) and ``rights`` (the RBAC rules the GAHP needs).
+pods the GAHP's own clean-up deletes), ``census`` (the backend's CE-wide view: every pod of the CE
+in every cluster, for ``podgahp reap``, ``q``, ``health`` and ``trace``), ``podtrace`` (the pod's
+hops of ``podgahp trace``), ``resubmit`` (what a repeated submit does) and ``rights`` (the RBAC rules
+the GAHP needs).
 Nothing here is imported until the backend is chosen.
 """

@@ -15,12 +15,14 @@ from __future__ import annotations
 import base64
 import datetime
 import logging
+import os
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.base import Backend
 from gahp.backends.k8s.api import KubeApi, truncate
+from gahp.backends.k8s.census import KubernetesCeView
 from gahp.cancels import CancelRetries
 from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
 from gahp.backends.k8s.output import write_outputs
@@ -98,6 +100,15 @@ class KubernetesBackend(Backend):
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
         return cls(KubernetesSettings.from_knobs(knobs))
+
+    @classmethod
+    def ce_view(cls, knobs: Knobs) -> Optional[KubernetesCeView]:
+        """Every pod of this CE in every cluster and namespace its queues name (:mod:`.census`); None
+        where the CE names no cluster (no queue has a kubeconfig, and it does not run in a cluster)."""
+        settings = KubernetesSettings.from_knobs(knobs)
+        if not any(q.kubeconfig for q in settings.queues.values()) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return None
+        return KubernetesCeView(settings)
 
     def start(self) -> None:
         """Connect to each queue's cluster and start its namespace's watch copy in the background, so

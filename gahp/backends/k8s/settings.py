@@ -169,9 +169,6 @@ class KubernetesSettings:
     long after it finished; default 604800 (7 days)."""
     reap_interval_s: int
     """``PODGAHP_K8S_REAP_INTERVAL_SECONDS``: period of the clean-up pass; default 300, 0 = never."""
-    reap_grace_s: int
-    """``PODGAHP_K8S_REAP_GRACE_SECONDS``: ``podgahp reap`` calls a pod whose job is gone an orphan only
-    once it is this old; default 600."""
     cancel_retry_max_s: int
     """``PODGAHP_K8S_CANCEL_RETRY_MAX_SECONDS``: how long a failed cancel is retried in the background;
     default 3600."""
@@ -231,7 +228,6 @@ class KubernetesSettings:
             unreported_retention_s=knobs.integer(PREFIX + "UNREPORTED_RETENTION_SECONDS", 7 * 86400,
                                                  minimum=0),
             reap_interval_s=knobs.integer(PREFIX + "REAP_INTERVAL_SECONDS", 300, minimum=0),
-            reap_grace_s=knobs.integer(PREFIX + "REAP_GRACE_SECONDS", 600, minimum=0),
             cancel_retry_max_s=knobs.integer(PREFIX + "CANCEL_RETRY_MAX_SECONDS", 3600, minimum=0),
             service_account_dir=knobs.string(PREFIX + "SERVICE_ACCOUNT_DIR", SERVICE_ACCOUNT_DIR),
             allow_insecure_http=knobs.boolean(PREFIX + "ALLOW_INSECURE_HTTP", False),

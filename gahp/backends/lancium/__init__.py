@@ -3,6 +3,7 @@
 ``backend`` (the :class:`~gahp.backends.base.Backend`: submit, status, cancel in one place) over
 ``settings`` (knobs), ``identity`` (job ids), ``state`` (the Lancium-state table and hold codes),
 ``spec`` (the job body from a pilot), ``submit`` (a submit as a convergence), ``client`` (the REST API),
-``credentials`` (the API key file, token expiry), ``refusals`` (HTTP failures as :mod:`gahp.errors`)
-and ``jobs`` (the shared, rate-limited job list). Nothing here is imported until the backend is chosen.
+``credentials`` (the API key file, token expiry), ``refusals`` (HTTP failures as :mod:`gahp.errors`),
+``jobs`` (the shared, rate-limited job list) and ``census`` (the backend's CE-wide view: this CE's
+jobs in the account, for ``podgahp reap``, ``q`` and ``health``). Nothing here is imported until the backend is chosen.
 """

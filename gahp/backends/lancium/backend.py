@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 import zlib
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Set
 
 from gahp.backends.base import Backend
+from gahp.backends.lancium.census import QUEUE, LanciumCeView
 from gahp.backends.lancium.client import JobJSON, LanciumClient
 from gahp.backends.lancium.refusals import LanciumConflict, LanciumHTTPError, LanciumNotFound, truncate
 from gahp.backends.lancium.identity import job_id_of, key_of_name, lancium_id_of
@@ -49,8 +51,6 @@ from gahp.statedir import state_directories
 log = logging.getLogger(__name__)
 
 _SANDBOX_LOCKS = 64
-#: The black-hole guard's one queue for Lancium.
-QUEUE = "lancium"
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,6 +103,16 @@ class LanciumBackend(Backend):
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
         return cls(settings_from_knobs(knobs))
+
+    @classmethod
+    def ce_view(cls, knobs: Knobs) -> Optional[LanciumCeView]:
+        """This CE's jobs in the Lancium account (:mod:`.census`), read with the key file of the user
+        running the tool (``podgahp reap``: the condor user; ``~`` is its home); None where the CE sets no
+        ``PODGAHP_LANCIUM_API_KEY_FILE`` and that user has no key at the default place."""
+        settings = settings_from_knobs(knobs)
+        if not knobs.optional("PODGAHP_LANCIUM_API_KEY_FILE") and not os.path.exists(settings.client.api_key_file):
+            return None
+        return LanciumCeView(settings)
 
     def start(self) -> None:
         """Prune old job records and take up the cancels a GAHP of this user could not see through."""

@@ -303,9 +303,6 @@ class Api:
         plain = self._plain(parts)
         if plain is not None:
             kind, namespace, name = plain
-            if method == "GET" and name is None and _truthy(query.get("watch")):
-                self.authorize("watch", kind.plural, namespace, "")
-                return self.watch(objects.store_key(kind), namespace, query, kind.kind, objects.api_version(kind))
             verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update", "PATCH": "patch",
                     "DELETE": "delete"}.get(method, "")
             self.authorize(verb, kind.plural, namespace, name or "")
@@ -790,10 +787,7 @@ class Api:
         keys = self.store.sorted_keys(resource, namespace)
         return bisect.bisect_left(keys, (resource, meta.get("namespace", ""), meta["name"]))
 
-    def watch(self, resource: str, namespace: Optional[str], query: Mapping[str, str], kind: str = "",
-              api_version: str = "v1") -> Reply:
-        """A watch of ``resource`` (a store key) whose objects are of ``kind`` (by default the kind of
-        pods, secrets or events)."""
+    def watch(self, resource: str, namespace: Optional[str], query: Mapping[str, str]) -> Reply:
         matches = self._matcher(resource, namespace, query)
         rv_text = query.get("resourceVersion", "")
         since: Optional[int] = None
@@ -805,7 +799,7 @@ class Api:
                                   % rv_text) from None
         timeout = _int_param(query, "timeoutSeconds")
         limit = float(timeout) if timeout and timeout > 0 else self.config.watch_max_seconds
-        kind = kind or KINDS.get(resource, "Event")
+        kind = KINDS.get(resource, "Event")
         stream = WatchStream(self.store, resource, matches, since, time.monotonic() + limit,
                              kind if _truthy(query.get("allowWatchBookmarks")) else None, self.config.bookmark_seconds)
 
@@ -816,7 +810,7 @@ class Api:
                     continue
                 etype, obj = item
                 if etype not in ("ERROR", "BOOKMARK"):  # a snapshot of the event log: serialised, not copied
-                    obj = {"kind": kind, "apiVersion": api_version, **obj}
+                    obj = {"kind": kind, "apiVersion": "v1", **obj}
                 yield (json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n").encode()
         return Reply(200, None, {"Content-Type": "application/json"}, lines())
 

@@ -343,24 +343,6 @@ def test_noexecute_taint_evicts_pods_that_do_not_tolerate_it(sim: KubeSim, kubec
     assert stamp(evicted["later"]) - stamp(tainted[0]["timeAdded"]) >= 2
 
 
-def test_watch_roles_sees_them_applied(sim: KubeSim, kubectl: Kubectl) -> None:
-    with subprocess.Popen([str(KUBECTL), "get", "roles", "-w", "--request-timeout=0"], env=kubectl.env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as watch:
-        try:
-            sim.wait_for(lambda: any(r.query.get("watch") in ("true", "1")
-                                     for r in sim.requests("GET", r"/namespaces/pilots/roles$")),
-                         what="kubectl's watch of roles open")
-            kubectl.run("apply", "-f", str(REPO / "docs" / "podgahp-rbac.yaml"))
-            assert watch.stdout is not None
-            line = watch.stdout.readline()
-            if line.split()[:1] == ["NAME"]:
-                line = watch.stdout.readline()
-            assert line.split()[:1] == ["podgahp"], line + (watch.stderr.read() if watch.poll() is not None
-                                                            and watch.stderr else "")
-        finally:
-            watch.kill()
-
-
 def test_describe_node_shows_its_lease_taints_and_pods(sim: KubeSim, kubectl: Kubectl, tmp_path: Path) -> None:
     path = tmp_path / "p1.yaml"
     path.write_text(POD.format(name="p1", seconds=60, image_key="image") + "  nodeName: node-a\n")
