@@ -69,6 +69,8 @@ VARIANTS: Dict[str, str] = {
     "JOB_ROUTER_POLLING_PERIOD = 2": "JOB_ROUTER_POLLING_PERIOD = 2\n",
     "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1": "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1\n",
     "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5 (HTCondor's)": "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5\n",
+    # what checking each submit with the schedd costs (gahp.provenance); never to be turned off on a CE
+    "PODGAHP_ROUTED_ONLY = False": "PODGAHP_ROUTED_ONLY = False\n",
 }
 #: The variants `make bench` runs (the others: --variants).
 DEFAULT_VARIANTS = ("GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60 (HTCondor's)",)
@@ -157,6 +159,7 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
             cluster = pool.submit(pilot_submit(home, "bench", run_seconds=RUN_SECONDS, count=pilots), cwd=home)
             routed: List[Tuple[float, int]] = []
             submitted: List[Tuple[float, int]] = []
+            completed: List[Tuple[float, int]] = []
             deadline = time.monotonic() + 1800
             while True:
                 ads = pool.jobs(attrs=["ClusterId", "ProcId", "JobStatus", "RoutedFromJobId", "GridJobId",
@@ -166,6 +169,7 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
                 sources = {f"{a['ClusterId']}.{a['ProcId']}": a for a in reversed(ads)
                            if a.get("ClusterId") == cluster and "RoutedFromJobId" not in a}
                 routed.append((now, len(grid)))
+                completed.append((now, sum(1 for a in sources.values() if a.get("JobStatus") == COMPLETED)))
                 # "batch k8s <sandbox id>" until the GAHP answered the submit, then "... <job id>"
                 submitted.append((now, sum(1 for a in grid.values() if len(str(a.get("GridJobId", "")).split()) >= 4)))
                 held = [a.get("HoldReason") for a in sources.values() if a.get("JobStatus") == HELD]
@@ -183,12 +187,12 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
             pool.stop()
     if TIMELINE:
         print(f"timeline of a run ({backend}): seconds from the submit, grid jobs routed, submitted by the GAHP, "
-              "pods created, pods that ran")
+              "pods created, pods that ran, pilots completed")
         for second in range(0, int(completed_s) + 5, 5):
             def at(series: List[Tuple[float, int]]) -> int:
                 return max([n for t, n in series if t <= second], default=0)
             print(f"  {second:4d} s {at(routed):6d} {at(submitted):6d} {at([(t, c) for t, c, _ in timeline]):6d} "
-                  f"{at([(t, r) for t, _, r in timeline]):6d}")
+                  f"{at([(t, r) for t, _, r in timeline]):6d} {at(completed):6d}")
     row: Row = {"routed_per_s": _pace(routed, pilots, completed_s), "submitted_per_s": _pace(submitted, pilots, completed_s),
                 "first_submit_s": _first(submitted, 1) or completed_s,
                 "completed_s": completed_s, "gahp_cpu_ms": cpu.get("GAHP", 0.0) * 1000 / pilots}
