@@ -11,10 +11,10 @@ each test has jobs and pilots of its own.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import subprocess
-import tempfile
 import time
 import uuid
 from typing import Any, Dict, Iterator, List, Optional
@@ -323,7 +323,8 @@ def test_a_refreshed_proxy_reaches_the_running_pilot(site: Site) -> None:
     pod, where a process of the pilot (its user's job) reads the new content."""
     name = unique("proxy")
     ce_home = site.ce.user_dir()
-    write_user_file(site.ce, f"{ce_home}/x509up", _proxy(2), mode=0o600)
+    old_proxy, new_proxy = _proxy(2), _proxy(3)
+    write_user_file(site.ce, f"{ce_home}/x509up", old_proxy, mode=0o600)
     script = f"{site.ce.installation.src_dir}/gahp/data/podgahp-pilot-startup.sh"
     environment = " ".join([f"CONDOR_HOST={collector_address(site.users)}", "NUM_CPUS=1", "MEMORY=512",
                             "PODGAHP_PILOT_TOKEN_FILE=pool.token", "ACCEPT_IDLE_MINUTES=1",
@@ -332,19 +333,18 @@ def test_a_refreshed_proxy_reaches_the_running_pilot(site: Site) -> None:
         "universe = vanilla", f"executable = {script}", f"initialdir = {ce_home}", "output = pilot.out",
         "error = pilot.err", "x509userproxy = x509up", f"transfer_input_files = {site.token_file}",
         "+xcount = 1", "+maxMemory = 512", f'environment = "{environment}"', "queue"]) + "\n", cwd=ce_home)
-    # The user's job reads the pilot's proxy (the file podgahp staged) until its content changes.
-    watch = ("f=/pilot/.podgahp/x509up; first=$(md5sum < $f); echo \"first $first\"; n=0\n"
-             "while [ \"$(md5sum < $f)\" = \"$first\" ] && [ $n -lt 600 ]; do sleep 0.2; n=$((n+1)); done\n"
-             "echo \"then $(md5sum < $f)\"\n")
+    # The user's job, in the pod that started with the old proxy, waits until the pilot's proxy file
+    # (where podgahp staged it) holds something else, and says what.
+    old = hashlib.md5(old_proxy.encode()).hexdigest()
+    watch = (f"f=/pilot/.podgahp/x509up; n=0\n"
+             f"while [ \"$(md5sum < $f | cut -d' ' -f1)\" = {old} ] && [ $n -lt 900 ]; do sleep 0.2; n=$((n+1)); done\n"
+             "echo \"now $(md5sum < $f | cut -d' ' -f1)\"\n")
     cluster = user_jobs(site, name, 1, 1, 512, watch)
     site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == RUNNING],
                         timeout=150, interval=1, what="the user job running on the pilot")
-    new_proxy = _proxy(3)
     write_user_file(site.ce, f"{ce_home}/x509up", new_proxy, mode=0o600)
     done = site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == COMPLETED],
-                               timeout=90, interval=1, what="the user job seeing the new proxy")[0]
-    lines = site.users.path(f"{done['Iwd']}/out.0").read_text().splitlines()
-    import hashlib
-    assert lines[0].split()[1] != lines[1].split()[1], lines
-    assert lines[1].split()[1] == hashlib.md5(new_proxy.encode()).hexdigest(), lines
+                               timeout=120, interval=1, what="the user job seeing the new proxy")[0]
+    output = site.users.path(f"{done['Iwd']}/out.0").read_text()
+    assert output == f"now {hashlib.md5(new_proxy.encode()).hexdigest()}\n", output
     assert any("BLAH_JOB_REFRESH_PROXY" in line for line in site.ce.gahp_lines())
