@@ -74,6 +74,22 @@ class QuotaExceeded(BackendError, ServiceRefusal):
     """403 from an admission check (quota, unknown priority class), not from authorisation."""
 
 
+class Unauthorized(AuthError, ServiceRefusal):
+    """401 / 403: the service refused our credentials, or this identity may not do it."""
+
+
+class Missing(NotFound, ServiceRefusal):
+    """404: the remote object does not exist (any more)."""
+
+
+class Unavailable(TransientError, ServiceRefusal):
+    """429, 5xx, or no answer at all (status 0), after every attempt the request was allowed."""
+
+
+class Refused(BackendError, ServiceRefusal):
+    """Any other refusal (402, other 4xx): retrying will not fix it."""
+
+
 def refusal(cls: "type[ServiceRefusal]", message: str, status: int, body: str = "",
             reason: str = "") -> ServiceRefusal:
     """An instance of ``cls`` carrying ``status``, ``body`` and ``reason``."""

@@ -1,4 +1,5 @@
-"""The one back-off rule of every retry in podgahp (API calls, watches, submits, background cancels).
+"""The one back-off rule of every retry in podgahp (API calls, watches, submits, background cancels), and
+the one retry loop (:func:`retried`).
 
 The wait after failed attempt *n* doubles from ``first_s``, is capped at ``max_s``, is replaced by a
 ``Retry-After`` the service sent (capped too), and gets up to ``jitter`` of itself added at random so
@@ -7,9 +8,15 @@ that many GAHPs retrying together do not hit the service in step.
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -26,3 +33,24 @@ class Backoff:
         base = self.first_s * 2.0 ** max(attempt - 1, 0) if retry_after is None else max(retry_after, 0.0)
         wait = min(base, self.max_s)
         return float(wait * (1 + self.jitter * random.random()))
+
+
+def retried(attempt: Callable[[], T], *, what: str, attempts: int, backoff: Backoff,
+            retryable: Callable[[Exception], bool], retry_after: Callable[[Exception], Optional[float]] = lambda e: None,
+            sleep: Callable[[float], None] = time.sleep) -> T:
+    """``attempt()`` until it returns, or raises what ``retryable`` refuses, or ``attempts`` are made (the
+    last exception is raised as it was); between two attempts a line in the log and the wait of
+    :class:`Backoff` (``retry_after`` gives the service's ``Retry-After`` of an exception, if any). The
+    one retry loop of podgahp: every request (:mod:`gahp.backends.http`) and every operation a backend
+    repeats as a whole goes through it."""
+    for number in range(1, attempts + 1):
+        try:
+            return attempt()
+        except Exception as e:  # noqa: BLE001 - handed to ``retryable``, re-raised when it says no
+            if number >= attempts or not retryable(e):
+                raise
+            wait = backoff.delay(number, retry_after(e))
+            log.warning("%s: attempt #%d/%d failed (%s); retrying in %.1f s", what, number, attempts,
+                        " ".join(str(e).split())[:200], wait)
+            sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

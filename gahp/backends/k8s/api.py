@@ -1,11 +1,13 @@
-"""The one door to the Kubernetes API: clients per kubeconfig, timeouts, retries, error translation.
+"""The Kubernetes API's client calls: clients per kubeconfig, timeouts, and what an answer says.
 
 Owns building one ``ApiClient`` per (kubeconfig, context) — never the client library's process-wide
 default, never ``load_config()`` (it prints to stdout, the protocol channel) — and :meth:`KubeApi.call`,
-the single place where client exceptions become :mod:`gahp.errors` classes. Every call asks for the
-raw response (``_preload_content=False``) and parses the JSON itself, so the code reads plain dicts
-whether the installed client builds old-style or pydantic models (kubernetes 30.1 to 37).
-Knows nothing about pods, queues or jobs beyond the names it logs.
+one attempt of a client method, sent through the kit's HTTP door (:mod:`gahp.backends.http`: retries,
+``Retry-After``, the error tree), with the client's exceptions read into the door's
+:class:`~gahp.backends.http.Failure` (:func:`failure_of`). Every call asks for the raw response
+(``_preload_content=False``) and parses the JSON itself, so the code reads plain dicts whether the
+installed client builds old-style or pydantic models (kubernetes 30.1 to 37). Knows nothing about
+pods, queues or jobs beyond the names it logs.
 """
 
 from __future__ import annotations
@@ -31,20 +33,20 @@ ApiException: Any = importlib.import_module("kubernetes.client.exceptions").ApiE
 InClusterConfigLoader: Any = importlib.import_module("kubernetes.config.incluster_config").InClusterConfigLoader
 
 from gahp import __version__
+from gahp.backends.http import Door, Failed, Failure, Service, translate as door_translate, truncate
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
-from gahp.errors import (AuthError, BackendError, ConfigError, Conflict, Expired, Invalid, NotFound,
-                         QuotaExceeded, TransientError, refusal)
+from gahp.errors import BackendError, ConfigError
 from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 JsonObj = Dict[str, Any]
 
-#: Longest API message carried into an error (and so into a hold reason or a log line).
-MESSAGE_MAX = 256
-
-#: HTTP statuses worth another attempt.
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: What an admin should fix, by status.
+HINTS = {401: "the API refused our credentials: check the token or certificate in the kubeconfig",
+         403: "grant this identity the RBAC rights it needs"}
+#: The service as errors name it (retries are each KubeApi's, from the knobs).
+API = Service("the Kubernetes API", 0, Backoff(1.0, 1.0), HINTS)
 #: Connections kept alive per API server: above PODGAHP_WORKERS' default (50) plus the watch and
 #: clean-up threads.
 CONNECTIONS = 64
@@ -85,12 +87,7 @@ class ThrottledRefresh:
             self._last = now
 
 
-def truncate(text: str, limit: int = MESSAGE_MAX) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _status_message(e: ApiException) -> Tuple[str, str]:
+def _status_message(e: Any) -> Tuple[str, str]:
     """(message, reason) of an API error, from its ``Status`` body when it has one."""
     body = getattr(e, "body", None)
     if isinstance(body, bytes):
@@ -105,7 +102,7 @@ def _status_message(e: ApiException) -> Tuple[str, str]:
     return truncate(str(getattr(e, "reason", "") or f"HTTP {e.status}")), ""
 
 
-def _retry_after(e: ApiException) -> Optional[float]:
+def _retry_after(e: Any) -> Optional[float]:
     headers = getattr(e, "headers", None) or {}
     try:
         value = headers.get("Retry-After")
@@ -117,42 +114,30 @@ def _retry_after(e: ApiException) -> Optional[float]:
         return None
 
 
-def translate(e: BaseException, what: str) -> Exception:
-    """The :mod:`gahp.errors` exception for a client exception raised while doing ``what``."""
+def failure_of(e: BaseException) -> Optional[Failure]:
+    """What a client exception says the API answered (None: not an answer, nor the lack of one)."""
     if isinstance(e, ApiException):
         status = int(e.status or 0)
         message, reason = _status_message(e)
-        text = f"{what}: {message}"
-        if status == 401:
-            return AuthError(f"{what}: the Kubernetes API refused our credentials (401 {message}); "
-                             "check the token or certificate in the kubeconfig")
-        if status == 403:
-            lower = message.lower()
-            if "quota" in lower or "priorityclass" in lower:
-                return refusal(QuotaExceeded, text, status, message)
-            return AuthError(f"{text} (grant this identity the RBAC rights it needs)")
-        if status == 404:
-            return NotFound(text)
-        if status == 409:
-            return refusal(Conflict, text, status, message, reason)
-        if status == 410:
-            return refusal(Expired, text, status, message, reason)
-        if status == 422:
-            return refusal(Invalid, text, status, message, reason)
-        if status in TRANSIENT_STATUSES or status >= 500 or status == 0:
-            return TransientError(f"{text} (HTTP {status})" if status else text)
-        return BackendError(f"{text} (HTTP {status})")
+        lower = message.lower()
+        return Failure(status, message, reason, _retry_after(e),
+                       admission=status == 403 and ("quota" in lower or "priorityclass" in lower))
     if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
-        return TransientError(f"{what}: the Kubernetes API cannot be reached: {truncate(str(e))}")
+        unsent = isinstance(e, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)) or \
+            isinstance(getattr(e, "reason", None), urllib3.exceptions.NewConnectionError)
+        return Failure(0, str(e), sent=not unsent)
+    return None
+
+
+def translate(e: BaseException, what: str) -> Exception:
+    """The :mod:`gahp.errors` exception for a client exception raised while doing ``what`` (a stream read
+    after :meth:`KubeApi.call` returned, which the door does not see)."""
+    failure = failure_of(e)
+    if failure is not None:
+        return door_translate(failure, what, API)
     if isinstance(e, ValueError):  # bodies rejected by the client's own models, bad JSON in a reply
         return BackendError(f"{what}: {truncate(str(e))}")
     return BackendError(f"{what}: unexpected client error {type(e).__name__}: {truncate(str(e))}")
-
-
-def _is_transient(e: BaseException) -> bool:
-    if isinstance(e, ApiException):
-        return int(e.status or 0) in TRANSIENT_STATUSES or int(e.status or 0) >= 500
-    return isinstance(e, (urllib3.exceptions.HTTPError, OSError))
 
 
 class KubeApi:
@@ -168,12 +153,9 @@ class KubeApi:
         self._core: Any = None
         self._groups: Dict[str, Any] = {}
         self._default_namespace = "default"
-        self.requests = 0
-        """API requests made (every attempt counts), for logs, tests and the health figures."""
-        self.errors = 0
-        """Requests that failed (an error answer or no answer)."""
-        self.seconds = 0.0
-        """Time spent waiting for answers (until the headers, for a stream)."""
+        self.door = Door(Service(API.name, settings.retries, Backoff(settings.backoff_s, settings.backoff_max_s),
+                                 HINTS))
+        """Every request goes through it: its counters are this cluster's requests, failures, seconds."""
         self.server_time: Optional[datetime.datetime] = None
         """The API server's clock at its last answer (its ``Date`` header), None before any: ages of
         objects it stamped are measured on this clock, not on the local one."""
@@ -293,18 +275,11 @@ class KubeApi:
         unchecked = getattr(getattr(type(api), method), "raw_function", None)
         fn: Callable[..., Any] = (functools.partial(unchecked, api) if unchecked is not None
                                   else getattr(api, method))
-        settings = self.settings
-        attempts = 1 + (settings.retries if retry else 0)
-        timeout = (settings.connect_timeout_s, read_timeout or settings.request_timeout_s)
-        backoff = Backoff(settings.backoff_s, settings.backoff_max_s)
-        for attempt in range(1, attempts + 1):
-            self.requests += 1
-            started = time.monotonic()
+        timeout = (self.settings.connect_timeout_s, read_timeout or self.settings.request_timeout_s)
+
+        def attempt() -> Any:
             try:
-                try:
-                    response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
-                finally:
-                    self.seconds += time.monotonic() - started
+                response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
                 self._note_date(response)
                 if stream:
                     return response
@@ -312,20 +287,36 @@ class KubeApi:
                     data = response.data
                 finally:
                     response.release_conn()
-                if not data or not answer:
-                    return {}
+            except Exception as e:  # noqa: BLE001 - the choke point: every client failure is read here
+                failure = failure_of(e)
+                if failure is None:
+                    raise translate(e, what) from e
+                raise Failed(failure) from e
+            if not data or not answer:
+                return {}
+            try:
                 return (decode or json.loads)(data)
-            except Exception as e:  # noqa: BLE001 - the choke point: every client failure is translated here
-                self.errors += 1
-                if attempt < attempts and _is_transient(e):
-                    wait = backoff.delay(attempt, _retry_after(e) if isinstance(e, ApiException) else None)
-                    log.warning("%s%s: attempt #%d/%d failed (%s); retrying in %.1f s", what,
-                                f" [{job_id}]" if job_id else "", attempt, attempts,
-                                translate(e, "API request"), wait)
-                    time.sleep(wait)
-                    continue
+            except ValueError as e:
                 raise translate(e, what) from e
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        # Every call is idempotent: pods and Secrets have names fixed in advance (a repeated create is
+        # a 409 the caller reads), deletes and patches name their object.
+        return self.door.call(what, attempt, retry=retry, job_id=job_id)
+
+    @property
+    def requests(self) -> int:
+        """API requests made (every attempt counts), for logs, tests and the health figures."""
+        return self.door.requests
+
+    @property
+    def errors(self) -> int:
+        """Requests that failed (an error answer or no answer)."""
+        return self.door.errors
+
+    @property
+    def seconds(self) -> float:
+        """Time spent waiting for answers (until the headers, for a stream)."""
+        return self.door.seconds
 
     def _note_date(self, response: Any) -> None:
         headers = getattr(response, "headers", None)

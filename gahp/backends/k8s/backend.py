@@ -21,7 +21,8 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.base import Backend
-from gahp.backends.k8s.api import KubeApi, truncate
+from gahp.backends.http import truncate
+from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.census import KubernetesCeView
 from gahp.cancels import CancelRetries
 from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key

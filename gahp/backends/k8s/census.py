@@ -16,7 +16,8 @@ import logging
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from gahp.backends.base import HEALTH_STATES, Census, CeView, RemoteJob
-from gahp.backends.k8s.api import KubeApi, truncate
+from gahp.backends.http import truncate
+from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import job_id
 from gahp.backends.k8s.pod import ANN_SANDBOX_ID, CONTAINER, LABEL_QUEUE, selector
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value

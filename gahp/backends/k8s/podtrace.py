@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime
 from typing import Any, Dict, List, Optional, Tuple
 
-from gahp.backends.k8s.api import KubeApi, truncate
+from gahp.backends.http import truncate
+from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import parse_job_id
 from gahp.backends.k8s.pod import CONTAINER
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings

@@ -10,7 +10,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from gahp.backends.k8s.api import truncate
+from gahp.backends.http import truncate
 from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id
 from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_GENERATION
 from gahp.backends.k8s.state import parse_time

@@ -6,7 +6,7 @@ writing ``stdout.txt`` / ``stderr.txt`` back to ``Out`` / ``Err`` before complet
 cancel, and the clean-up of finished jobs. Which jobs are this GAHP's is
 :mod:`gahp.backends.lancium.identity`'s: it acts only on jobs it recorded making for its user on this
 CE (:mod:`gahp.records`), and anything else is an error result naming why, with no request sent. The
-HTTP client is :mod:`gahp.backends.lancium.client`; what a pilot becomes on Lancium is
+HTTP client is :mod:`gahp.backends.lancium.api`; what a pilot becomes on Lancium is
 :mod:`gahp.backends.lancium.spec`.
 
 Status is served from one ``GET /jobs`` per cycle shared by every job (:class:`JobList`), plus a
@@ -28,8 +28,9 @@ from typing import Dict, List, Optional, Set
 
 from gahp.backends.base import Backend
 from gahp.backends.lancium.census import QUEUE, LanciumCeView
-from gahp.backends.lancium.client import JobJSON, LanciumClient
-from gahp.backends.lancium.refusals import LanciumConflict, LanciumHTTPError, LanciumNotFound, truncate
+from gahp.backends.lancium.api import JobJSON, LanciumClient
+from gahp.backends.http import truncate
+from gahp.errors import Conflict, Missing, ServiceRefusal
 from gahp.backends.lancium.identity import job_id_of, key_of_name, lancium_id_of
 from gahp.backends.lancium.jobs import JobList, Snapshot
 from gahp.backends.lancium.settings import LanciumSettings, settings_from_knobs
@@ -199,7 +200,7 @@ class LanciumBackend(Backend):
         try:
             detail = self.client.show_job(tracked.lancium_id)
             status = detail.get("status") or listed
-        except LanciumNotFound:
+        except Missing:
             status = GONE
         except TransientError as e:
             if tracked.reported is None:
@@ -307,7 +308,7 @@ class LanciumBackend(Backend):
         for path, remote in targets:
             try:
                 data = self.client.output(tracked.lancium_id, remote)
-            except LanciumNotFound:
+            except Missing:
                 if best_effort:
                     continue
                 data = b""
@@ -353,14 +354,14 @@ class LanciumBackend(Backend):
         try:
             self.client.terminate_job(lancium_id)
             log.info("%s: terminated", job_id)
-        except (LanciumNotFound, LanciumConflict) as e:
+        except (Missing, Conflict) as e:
             log.info("%s: not terminated (%s), deleting", job_id, _status_word(e))
         try:
             self.client.delete_job(lancium_id)
             log.info("%s: deleted", job_id)
-        except LanciumNotFound:
+        except Missing:
             log.info("%s: already gone", job_id)
-        except LanciumConflict as e:
+        except Conflict as e:
             log.info("%s: delete refused as a conflict, taken as already deleting: %s", job_id, e)
 
     def _cancel_done(self, job_id: str) -> None:
@@ -436,4 +437,4 @@ class LanciumBackend(Backend):
 
 
 def _status_word(error: GahpError) -> str:
-    return f"HTTP {error.status}" if isinstance(error, LanciumHTTPError) else str(error)
+    return f"HTTP {error.status}" if isinstance(error, ServiceRefusal) else str(error)

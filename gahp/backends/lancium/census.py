@@ -22,9 +22,10 @@ import logging
 from typing import Any, Dict, FrozenSet, Optional
 
 from gahp.backends.base import Census, CeView, RemoteJob
-from gahp.backends.lancium.client import JobJSON, LanciumClient
+from gahp.backends.lancium.api import JobJSON, LanciumClient
 from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name, lancium_id_of
-from gahp.backends.lancium.refusals import LanciumConflict, LanciumNotFound, truncate
+from gahp.backends.http import truncate
+from gahp.errors import Conflict, Missing
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.state import LIVE_STATES
 from gahp.errors import GahpError
@@ -89,7 +90,7 @@ class LanciumCeView(CeView):
         self.sent += 1
         try:
             return self.client.show_job(lancium_id)
-        except LanciumNotFound:
+        except Missing:
             return None
 
     def census(self, held: FrozenSet[str]) -> Census:
@@ -146,7 +147,7 @@ class LanciumCeView(CeView):
             self.sent += 1
             try:
                 step(lancium_id)
-            except (LanciumNotFound, LanciumConflict) as e:
+            except (Missing, Conflict) as e:
                 log.info("%s: %s: %s", job.job_id, step.__name__, e)
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
-from gahp.backends.lancium.client import JobSummaryJSON, LanciumClient
+from gahp.backends.lancium.api import JobSummaryJSON, LanciumClient
 from gahp.errors import GahpError, TransientError
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Union
 
-from gahp.backends.lancium.client import ClientSettings
+from gahp.backends.lancium.api import ClientSettings
 from gahp.backends.lancium.spec import MAX_RUN_TIME_S, MIN_RUN_TIME_S, QOS_LEVELS, SpecDefaults
 from gahp.blackhole import GuardSettings
 from gahp.config import Knobs

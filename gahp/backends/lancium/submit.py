@@ -17,15 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from gahp.backends.lancium.client import InputFileJSON, JobJSON, LanciumClient, inputs_by_name
-from gahp.backends.lancium.refusals import LanciumConflict, LanciumNotFound, ServiceUnavailable
+from gahp.backends.lancium.api import InputFileJSON, JobJSON, LanciumClient, inputs_by_name
 from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name, new_name, pending_key
 from gahp.backends.lancium.jobs import JobList
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.spec import InputFile, input_files, job_fields, notes_text
 from gahp.backends.lancium.state import LIVE_STATES
-from gahp.errors import BackendError, GahpError, TransientError
+from gahp.errors import BackendError, Conflict, GahpError, Missing, TransientError, Unavailable
 from gahp.job import PilotJob
+from gahp.retry import Backoff, retried
 from gahp.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
@@ -59,27 +59,26 @@ class Submitter:
         pending = self._pending(job, key)
         fields = job_fields(job, self.settings.spec, pending.name, notes_text(job, self.settings.ce_name, self.user))
         inputs = input_files(job, self.settings.max_input_bytes)
-        attempts = self.settings.client.retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                live, half_made = self._existing(job, key, pending, time.time())
-                if live is not None:
-                    log.info("%s: sandbox %s already has live Lancium job %s, not submitting again",
-                             job_id_of(live.lancium_id), job.sandbox_id, live.lancium_id)
-                    self.records.drop(pending.key)
-                    return live
-                return self._make(job, fields, inputs, half_made, pending)
-            except TransientError as e:
-                if attempt == attempts:
-                    live = self._give_up(job, key, pending)
-                    if live is None:
-                        raise
-                    return live
-                delay = self.settings.client.delay(attempt)
-                log.info("submit of sandbox %s failed, attempt #%d/%d, retrying in %.1f s: %s",
-                         job.sandbox_id, attempt, attempts, delay, e)
-                time.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
+
+        def once() -> Submitted:
+            live, half_made = self._existing(job, key, pending, time.time())
+            if live is not None:
+                log.info("%s: sandbox %s already has live Lancium job %s, not submitting again",
+                         job_id_of(live.lancium_id), job.sandbox_id, live.lancium_id)
+                self.records.drop(pending.key)
+                return live
+            return self._make(job, fields, inputs, half_made, pending)
+
+        client = self.settings.client
+        try:
+            return retried(once, what=f"submit of sandbox {job.sandbox_id}", attempts=client.retries + 1,
+                           backoff=Backoff(client.backoff_s, client.backoff_max_s),
+                           retryable=lambda e: isinstance(e, TransientError))
+        except TransientError:
+            live = self._give_up(job, key, pending)
+            if live is None:
+                raise
+            return live
 
     def _pending(self, job: PilotJob, key: str) -> JobRecord:
         """The record of the name this submit creates its job under (that of an earlier submit of the
@@ -226,15 +225,15 @@ class Submitter:
     def _submit_created(self, lancium_id: int, job_id: str) -> None:
         try:
             self.client.submit_job(lancium_id)
-        except ServiceUnavailable as e:
-            if "qos" not in e.body.lower():
+        except Unavailable as e:
+            if e.status != 503 or "qos" not in e.body.lower():
                 raise  # a 503 from the service or a proxy in front of it: another attempt may pass
             raise BackendError(
                 f"Lancium cannot run the job at the requested QOS right now (HTTP 503 \"QOS not "
                 f"achievable\" after {self.settings.client.retries + 1} attempts): retry later "
                 f"(condor_release), or lower the QOS (PODGAHP_LANCIUM_QOS or the route's lancium_qos) "
                 f"or the pilot's cores/memory; {e.body}") from e
-        except (TransientError, LanciumConflict):
+        except (TransientError, Conflict):
             # The submit may have been accepted before its answer was lost (a retry then gets
             # 409 "already submitted").
             status = self.client.show_job(lancium_id).get("status")
@@ -252,7 +251,7 @@ class Submitter:
         """Delete a job that was never submitted; a failure is transient (the submit must not go on)."""
         try:
             self.client.delete_job(lancium_id)
-        except LanciumNotFound:
+        except Missing:
             pass
         self.records.drop(job_id_of(lancium_id))
 
@@ -261,7 +260,7 @@ def delete_quietly(client: LanciumClient, lancium_id: int) -> bool:
     """Delete a job; a failure is logged, not raised (the clean-up tries again later). Whether it is gone."""
     try:
         client.delete_job(lancium_id)
-    except LanciumNotFound:
+    except Missing:
         pass
     except GahpError as e:
         log.warning("%s: delete failed: %s", job_id_of(lancium_id), e)

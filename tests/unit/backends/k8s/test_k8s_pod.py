@@ -10,13 +10,15 @@ from typing import Any, Dict, Optional
 import pytest
 
 from gahp.backends.k8s import api as k8s_api
-from gahp.backends.k8s.api import Conflict, Expired, Invalid, QuotaExceeded, translate, truncate
+from gahp.backends.http import truncate
+from gahp.backends.k8s.api import translate
 from gahp.backends.k8s.identity import sandbox_key
 from gahp.backends.k8s.pod import (ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, build_pod, load_template, parse_job_id,
                                    pod_name, stage_inputs)
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
-from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, NotFound, TransientError
+from gahp.errors import (AuthError, BackendError, ConfigError, Conflict, Expired, Invalid, InvalidJob, NotFound,
+                         QuotaExceeded, TransientError)
 
 from k8s_helpers import make_job
 from paths import DOCS
@@ -188,8 +190,9 @@ def _api_error(status: int, message: str = "m", reason: str = "R") -> Exception:
     (429, "too many requests", "TooManyRequests", TransientError),
     (500, "etcdserver: request timed out", "InternalError", TransientError),
     (503, "unavailable", "ServiceUnavailable", TransientError),
-    (400, "bad selector", "BadRequest", BackendError),
-], ids=["401", "403-rbac", "403-quota", "403-priority", "404", "409", "410", "422", "429", "500", "503", "400"])
+    (400, "bad selector", "BadRequest", Invalid),
+    (402, "payment required", "PaymentRequired", BackendError),
+], ids=["401", "403-rbac", "403-quota", "403-priority", "404", "409", "410", "422", "429", "500", "503", "400", "402"])
 def test_api_errors_translate_to_the_error_tree(status: int, message: str, reason: str, kind: type) -> None:
     error = translate(_api_error(status, message, reason), "create pod ns/p")
     assert isinstance(error, kind)

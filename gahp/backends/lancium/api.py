@@ -1,18 +1,19 @@
-"""A small blocking client for the Lancium Compute REST API (``lancium-api.md``, API 1.5.0).
+"""The Lancium Compute REST API's client calls (``lancium-api.md``, API 1.5.0): a small blocking client.
 
-Owns the HTTP session, the API key file, the key -> access-token exchange and its refresh, one
-request helper with timeouts and bounded retries, and the translation of HTTP failures into
-:mod:`gahp.errors` classes. Knows nothing about pilots, job ids or the BLAHP protocol; the official
-client libraries are not used because they call the network at import time or hard-code hosts.
+Owns the HTTP session, the key -> access-token exchange and its refresh, each operation the backend
+uses as one attempt sent through the kit's HTTP door (:mod:`gahp.backends.http`: retries, which
+requests may be repeated, ``Retry-After``, the error tree), and reading Lancium's error bodies
+(:func:`error_text`). Knows nothing about pilots, job ids or the BLAHP protocol; the official client
+libraries are not used because they call the network at import time or hard-code hosts.
 
 Secrets: the API key and access tokens never appear in a log line or an exception message; error
-bodies are cut to :data:`~gahp.backends.lancium.refusals.BODY_LIMIT` characters before they are
-logged or raised.
+bodies are cut to :data:`~gahp.backends.http.MESSAGE_MAX` characters before they are logged or raised.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -22,16 +23,17 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Typed
 import requests
 import urllib3
 
+from gahp.backends.http import Door, Failed, Failure, Service, truncate
 from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
-from gahp.backends.lancium.refusals import (RETRY_STATUSES, LanciumAuthError, LanciumConflict, LanciumNotFound,
-                                            LanciumTransient, error_text, translate, truncate)
-from gahp.errors import refusal
+from gahp.errors import Conflict, Missing, Unauthorized, Unavailable, refusal
 from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
-#: Statuses a request that is not idempotent may still retry: the server said it did nothing.
-RETRY_STATUSES_UNSAFE = frozenset({429, 503})
+#: What an admin should fix, by status.
+HINTS = {401: "credentials refused", 403: "credentials refused",
+         402: "billing required — the Lancium account has no billing information; an administrator must add "
+              "it on the Lancium portal before pilots can run"}
 
 #: Lifetime assumed for an access token whose ``exp`` cannot be read (the service says 60 min).
 DEFAULT_TOKEN_LIFETIME_S = 3600.0
@@ -127,12 +129,37 @@ class ClientSettings:
     verify: Union[bool, str] = True
     """``PODGAHP_LANCIUM_CA_FILE``: CA bundle for TLS, or True for the system default."""
 
-    def delay(self, attempt: int, retry_after: Optional[float] = None) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...), by :mod:`gahp.retry`."""
-        return Backoff(self.backoff_s, self.backoff_max_s).delay(attempt, retry_after)
-
 
 Sleep = Callable[[float], None]
+
+
+def error_text(response: requests.Response) -> str:
+    """The ``errors`` of a Lancium error body as one short line (the raw body if not JSON)."""
+    try:
+        body: object = response.json()
+    except ValueError:
+        return truncate(response.text or "")
+    errors = body.get("errors", body) if isinstance(body, dict) else body
+    if isinstance(errors, dict):
+        parts = []
+        for key, messages in errors.items():
+            if isinstance(messages, list):
+                parts.append(f"{key}: {', '.join(str(m) for m in messages)}")
+            else:
+                parts.append(f"{key}: {messages}")
+        return truncate("; ".join(parts))
+    if isinstance(errors, list):
+        return truncate("; ".join(str(e) for e in errors))
+    return truncate(json.dumps(errors))
+
+
+def _retry_after(response: requests.Response) -> Optional[float]:
+    """The answer's ``Retry-After`` in seconds, if it has a usable one."""
+    value = response.headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _not_sent(error: requests.RequestException) -> bool:
@@ -157,7 +184,8 @@ class LanciumClient:
         self._token_lock = threading.Lock()
         self._token: Optional[str] = None
         self._token_expiry = 0.0
-        self._sleep = sleep
+        self.door = Door(Service(f"the Lancium API at {settings.base_url}", settings.retries,
+                                 Backoff(settings.backoff_s, settings.backoff_max_s), HINTS), sleep=sleep)
 
     def close(self) -> None:
         self._session.close()
@@ -167,21 +195,19 @@ class LanciumClient:
     def _fetch_token(self) -> None:
         """``POST /access_tokens`` with the key; the token comes back in the Authorization header."""
         key = read_api_key(self.settings.api_key_file)
-        response = self._send("POST", "/access_tokens", {"Authorization": f"Bearer {key}"},
-                              idempotent=True, what="token exchange")
-        if response.status_code in (401, 403):
-            body = error_text(response)
+        try:
+            response = self._send("POST", "/access_tokens", {"Authorization": f"Bearer {key}"},
+                                  idempotent=True, what="token exchange", ok=(200, 201))
+        except Unauthorized as e:
             raise refusal(
-                LanciumAuthError,
+                Unauthorized,
                 f"Lancium refused the API key in {self.settings.api_key_file} (HTTP "
-                f"{response.status_code}{': ' + body if body else ''}); create a new key on the "
-                f"Lancium portal and store it there", response.status_code, body)
-        if response.status_code not in (200, 201):
-            raise translate("POST", "/access_tokens", response)
+                f"{e.status}{': ' + e.body if e.body else ''}); create a new key on the "
+                f"Lancium portal and store it there", e.status, e.body) from None
         header = response.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise refusal(LanciumTransient,
+            raise refusal(Unavailable,
                               "Lancium answered POST /access_tokens without a bearer token in its "
                               "Authorization header", response.status_code, "")
         token = token.strip()
@@ -209,55 +235,26 @@ class LanciumClient:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _send(self, method: str, path: str, headers: Mapping[str, str], *, idempotent: bool,
-              what: str, json_body: Any = None, data: Optional[bytes] = None,
-              params: Optional[Mapping[str, str]] = None,
+    def _send(self, method: str, path: str, headers: Mapping[str, str], *, idempotent: bool, what: str,
+              ok: Sequence[int], json_body: Any = None, data: Optional[bytes] = None,
               allow_redirects: bool = True) -> requests.Response:
-        """One request with bounded retries for transport errors, 429 and 5xx; never raises on a status.
-
-        A request that is not idempotent (creating a job or an input) is retried only when the
-        server cannot have acted on it: connection refused, 429 or 503.
-        """
-        s = self.settings
+        """One request through the door (:meth:`gahp.backends.http.Door.call`): the answer if its
+        status is in ``ok``, else the error of the tree. A request that is not idempotent (creating a
+        job or an input) is repeated only when the server cannot have acted on it."""
         url = self._base + path
-        attempts = s.retries + 1
-        retry_statuses = RETRY_STATUSES if idempotent else RETRY_STATUSES_UNSAFE
-        for attempt in range(1, attempts + 1):
-            delay = s.delay(attempt)
+
+        def attempt() -> requests.Response:
             try:
                 response = self._session.request(
-                    method, url, headers=dict(headers), json=json_body, data=data, params=params,
-                    timeout=s.timeout_s, verify=s.verify, allow_redirects=allow_redirects)
+                    method, url, headers=dict(headers), json=json_body, data=data, timeout=self.settings.timeout_s,
+                    verify=self.settings.verify, allow_redirects=allow_redirects)
             except requests.RequestException as e:
-                safe = idempotent or _not_sent(e)
-                reason = truncate(f"{type(e).__name__}: {e}")
-                if attempt < attempts and safe:
-                    log.info("%s %s (%s) failed, attempt #%d/%d, retrying in %.1f s: %s",
-                             method, path, what, attempt, attempts, delay, reason)
-                    self._sleep(delay)
-                    continue
-                raise refusal(LanciumTransient,
-                                  f"cannot reach the Lancium API at {s.base_url} ({method} {path}): {reason}",
-                                  0, "") from None
-            log.debug("%s %s (%s) -> %d", method, path, what, response.status_code)
-            if response.status_code in retry_statuses and attempt < attempts:
-                delay = s.delay(attempt, self._retry_after(response))
-                log.info("%s %s (%s) answered %d, attempt #%d/%d, retrying in %.1f s: %s",
-                         method, path, what, response.status_code, attempt, attempts, delay,
-                         error_text(response))
-                self._sleep(delay)
-                continue
-            return response
-        raise AssertionError("unreachable")  # pragma: no cover - the loop always returns or raises
+                raise Failed(Failure(0, f"{type(e).__name__}: {e}", sent=not _not_sent(e))) from None
+            if response.status_code in ok:
+                return response
+            raise Failed(Failure(response.status_code, error_text(response), retry_after=_retry_after(response)))
 
-    @staticmethod
-    def _retry_after(response: requests.Response) -> Optional[float]:
-        """The answer's ``Retry-After`` in seconds, if it has a usable one."""
-        value = response.headers.get("Retry-After")
-        try:
-            return float(value) if value is not None else None
-        except ValueError:
-            return None
+        return self.door.call(f"{what} ({method} {path})", attempt, idempotent=idempotent)
 
     def request(self, method: str, path: str, *, ok: Sequence[int] = (200,), idempotent: bool = True,
                 what: str = "", json_body: Any = None, data: Optional[bytes] = None,
@@ -272,15 +269,14 @@ class LanciumClient:
             all_headers = {"Authorization": f"Bearer {token}"}
             if headers:
                 all_headers.update(headers)
-            response = self._send(method, path, all_headers, idempotent=idempotent, what=what or path,
+            try:
+                return self._send(method, path, all_headers, idempotent=idempotent, what=what or path, ok=ok,
                                   json_body=json_body, data=data, allow_redirects=allow_redirects)
-            if response.status_code == 401 and first:
+            except Unauthorized as e:
+                if e.status != 401 or not first:
+                    raise
                 log.info("%s %s: access token refused, fetching a new one", method, path)
                 token = self._current_token(stale=token)
-                continue
-            if response.status_code in ok:
-                return response
-            raise translate(method, path, response)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def request_json(self, method: str, path: str, **kwargs: Any) -> Dict[str, Any]:
@@ -291,11 +287,11 @@ class LanciumClient:
         try:
             body = response.json()
         except ValueError:
-            raise refusal(LanciumTransient,
+            raise refusal(Unavailable,
                               f"Lancium answered {method} {path} with a body that is not JSON: "
                               f"{truncate(response.text)}", response.status_code, "") from None
         if not isinstance(body, dict):
-            raise refusal(LanciumTransient,
+            raise refusal(Unavailable,
                               f"Lancium answered {method} {path} with JSON that is not an object",
                               response.status_code, "")
         return body
@@ -306,7 +302,7 @@ class LanciumClient:
         body = self.request_json("GET", "/jobs", what="list jobs")
         jobs = body.get("jobs")
         if not isinstance(jobs, list):
-            raise refusal(LanciumTransient, "Lancium answered GET /jobs without a jobs list", 200, "")
+            raise refusal(Unavailable, "Lancium answered GET /jobs without a jobs list", 200, "")
         result: List[JobSummaryJSON] = []
         for item in jobs:
             if isinstance(item, dict) and isinstance(item.get("id"), int) and isinstance(item.get("status"), str):
@@ -319,7 +315,7 @@ class LanciumClient:
         body = self.request_json("GET", f"/jobs/{job_id}", what="show job")
         job = body.get("job")
         if not isinstance(job, dict):
-            raise refusal(LanciumTransient, f"Lancium answered GET /jobs/{job_id} without a job", 200, "")
+            raise refusal(Unavailable, f"Lancium answered GET /jobs/{job_id} without a job", 200, "")
         return job  # type: ignore[return-value]  # shape checked by the readers of each key
 
     def create_job(self, fields: Mapping[str, Any]) -> JobJSON:
@@ -327,7 +323,7 @@ class LanciumClient:
                                  json_body={"job": dict(fields)})
         job = body.get("job")
         if not isinstance(job, dict) or not isinstance(job.get("id"), int):
-            raise refusal(LanciumTransient, "Lancium answered POST /jobs without a job id", 201, "")
+            raise refusal(Unavailable, "Lancium answered POST /jobs without a job id", 201, "")
         return job  # type: ignore[return-value]
 
     def submit_job(self, job_id: int) -> None:
@@ -345,7 +341,7 @@ class LanciumClient:
         body = self.request_json("PUT", f"/jobs/{job_id}", what="update job", json_body={"job": dict(fields)})
         job = body.get("job")
         if not isinstance(job, dict) or not isinstance(job.get("id"), int):
-            raise refusal(LanciumTransient, f"Lancium answered PUT /jobs/{job_id} without a job", 200, "")
+            raise refusal(Unavailable, f"Lancium answered PUT /jobs/{job_id} without a job", 200, "")
         return job  # type: ignore[return-value]
 
     def create_input(self, job_id: int, name: str, *, size: Optional[int] = None,
@@ -365,7 +361,7 @@ class LanciumClient:
         created = body.get("input_file", body)
         data_id = created.get("id") if isinstance(created, dict) else None
         if not isinstance(data_id, int):
-            raise refusal(LanciumTransient,
+            raise refusal(Unavailable,
                               f"Lancium answered POST /jobs/{job_id}/data without an input file id", 201, "")
         return data_id
 
@@ -373,7 +369,7 @@ class LanciumClient:
         """``DELETE /jobs/{id}/data/{data-id}``; an input already gone is success."""
         try:
             self.request("DELETE", f"/jobs/{job_id}/data/{data_id}", ok=(200, 202, 204), what="delete input")
-        except LanciumNotFound:
+        except Missing:
             pass
 
     def upload(self, job_id: int, data_id: int, name: str, content: bytes, chunk_bytes: int) -> None:
@@ -391,7 +387,7 @@ class LanciumClient:
                     data=chunk, headers={"Content-Type": "application/offset+octet-stream",
                                          "Upload-Offset": str(offset),
                                          "Upload-Checksum": hashlib.md5(chunk).hexdigest()})
-            except LanciumConflict:
+            except Conflict:
                 if not self.input_complete(job_id, data_id):
                     raise
                 log.info("upload of %s to job %d: complete after a lost answer", name, job_id)
@@ -406,7 +402,7 @@ class LanciumClient:
     def output(self, job_id: int, path: str) -> Optional[bytes]:
         """An output file's bytes; None while the service is still preparing it (202).
 
-        204 (exists, empty) gives ``b""``; 404 raises :class:`LanciumNotFound`.
+        204 (exists, empty) gives ``b""``; 404 raises :class:`~gahp.errors.Missing`.
         """
         response = self.request("GET", f"/jobs/{job_id}/output/{path}", ok=(200, 202, 204),
                                 what=f"output {path}")

@@ -13,12 +13,11 @@ from typing import List, Type
 
 import pytest
 
-from gahp.backends.lancium.client import ClientSettings, LanciumClient
+from gahp.backends.lancium.api import ClientSettings, LanciumClient
 from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
-from gahp.backends.lancium.refusals import (BODY_LIMIT, BillingRequired, LanciumAuthError, LanciumConflict,
-                                            LanciumInvalid, LanciumNotFound, LanciumRefused, LanciumTransient,
-                                            ServiceUnavailable)
-from gahp.errors import AuthError, BackendError, GahpError, InvalidJob, NotFound, TransientError
+from gahp.backends.http import MESSAGE_MAX as BODY_LIMIT
+from gahp.errors import (AuthError, BackendError, Conflict, GahpError, Invalid, InvalidJob, Missing, NotFound, Refused,
+                         TransientError, Unauthorized, Unavailable)
 from podgahp_sim.lancium import LanciumSim
 
 from lancium_helpers import make_pilot
@@ -171,7 +170,7 @@ def test_revoked_token_is_replaced_once(client: LanciumClient, sim: LanciumSim) 
 
 def test_persistent_401_is_an_auth_error(client: LanciumClient, sim: LanciumSim) -> None:
     sim.inject(401, method="GET", path="/jobs", count=5)
-    with pytest.raises(LanciumAuthError, match="credentials refused"):
+    with pytest.raises(Unauthorized, match="credentials refused"):
         client.list_jobs()
     assert sim.count("GET", "/jobs") == 2  # one fresh token, one more attempt, no loop
 
@@ -220,7 +219,7 @@ def test_5xx_and_429_are_retried_with_back_off(client: LanciumClient, sim: Lanci
 
 def test_retries_are_bounded(client: LanciumClient, sim: LanciumSim, sleeps: Sleeps) -> None:
     sim.inject(500, method="GET", path="/jobs", count=10)
-    with pytest.raises(LanciumTransient, match="HTTP 500"):
+    with pytest.raises(Unavailable, match="HTTP 500"):
         client.list_jobs()
     assert sim.count("GET", "/jobs") == 4 and len(sleeps.delays) == 3
 
@@ -245,7 +244,7 @@ def test_unreachable_service_is_transient(key_file: Path, sleeps: Sleeps) -> Non
                                           api_key_file=str(key_file), retries=2, backoff_s=0.1),
                            sleep=sleeps)
     try:
-        with pytest.raises(TransientError, match="cannot reach the Lancium API at http://127.0.0.1"):
+        with pytest.raises(TransientError, match="the Lancium API at http://127.0.0.1:[0-9]+/api/v1 cannot be reached"):
             client.list_jobs()
     finally:
         client.close()
@@ -266,15 +265,15 @@ def test_slow_answer_times_out(sim: LanciumSim, key_file: Path, sleeps: Sleeps) 
 @pytest.mark.parametrize(
     "status, error_class, base_class",
     [
-        (400, LanciumInvalid, InvalidJob),
-        (402, BillingRequired, BackendError),
-        (403, LanciumAuthError, AuthError),
-        (404, LanciumNotFound, NotFound),
-        (409, LanciumConflict, BackendError),
-        (418, LanciumRefused, BackendError),
-        (422, LanciumInvalid, InvalidJob),
-        (500, LanciumTransient, TransientError),
-        (503, ServiceUnavailable, TransientError),
+        (400, Invalid, InvalidJob),
+        (402, Refused, BackendError),
+        (403, Unauthorized, AuthError),
+        (404, Missing, NotFound),
+        (409, Conflict, BackendError),
+        (418, Refused, BackendError),
+        (422, Invalid, InvalidJob),
+        (500, Unavailable, TransientError),
+        (503, Unavailable, TransientError),
     ],
     ids=["400", "402", "403", "404", "409", "418", "422", "500", "503"],
 )
@@ -288,7 +287,8 @@ def test_http_errors_are_translated(sim: LanciumSim, key_file: Path, sleeps: Sle
     finally:
         client.close()
     assert isinstance(info.value, base_class)
-    assert f"GET /jobs/7 (HTTP {status})" in str(info.value)
+    assert str(info.value).startswith("show job (GET /jobs/7): the Lancium API at http")
+    assert f"answered HTTP {status}: xxx" in str(info.value) and info.value.status == status  # type: ignore[attr-defined]
     assert len(info.value.body) <= BODY_LIMIT  # type: ignore[attr-defined]
     assert len(str(info.value)) < BODY_LIMIT + 300
 
