@@ -108,10 +108,10 @@ class LanciumBackend(Backend):
     @classmethod
     def ce_view(cls, knobs: Knobs) -> Optional[LanciumCeView]:
         """This CE's jobs in the Lancium account (:mod:`.census`), read with the key file of the user
-        running the tool (``podgahp reap``: the condor user; ``~`` is its home); None where the CE sets no
-        ``PODGAHP_LANCIUM_API_KEY_FILE`` and that user has no key at the default place."""
+        running the tool (``podgahp reap``: the condor user; ``~`` is its home); None where there is no
+        such file (the CE does not use Lancium, or gives that user no key)."""
         settings = settings_from_knobs(knobs)
-        if not knobs.optional("PODGAHP_LANCIUM_API_KEY_FILE") and not os.path.exists(settings.client.api_key_file):
+        if not os.path.exists(settings.client.api_key_file):
             return None
         return LanciumCeView(settings)
 

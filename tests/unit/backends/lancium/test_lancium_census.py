@@ -109,8 +109,8 @@ def test_notes_make_a_job_this_ces_only_when_they_match_its_name(notes: object, 
     assert sandbox_of({"notes": "x" * 5000}, key_of("ce.test", "alice", "s1"), "ce.test") is None
 
 
-def test_a_ce_naming_no_key_file_has_no_lancium_view() -> None:
-    assert LanciumBackend.ce_view(Knobs({})) is None
+def test_a_ce_giving_no_key_file_has_no_lancium_view(tmp_path: Path) -> None:
+    assert LanciumBackend.ce_view(Knobs({"PODGAHP_LANCIUM_API_KEY_FILE": str(tmp_path / "none")})) is None
 
 
 def test_details_are_bounded_per_census(make_backend: BackendFactory, sim: LanciumSim, key_file: Path,
