@@ -1,7 +1,9 @@
-"""A local CE-like pool routes a batch of pilots to podgahp, which runs them as pods.
+"""podgahp's demo: by default, users' jobs run on pilots that a local CE started as pods whose
+containers really run (``demo/story.py``).
 
-By default the pods run on podgahp's simulated Kubernetes cluster; ``--kubeconfig`` points the same
-CE at a real cluster instead. HTCondor comes from the harness (a native installation, or a Debian
+With ``--factory``, a local CE-like pool routes a batch of a factory's pilots to podgahp, which runs
+them as pods of the simulated cluster whose containers are modelled (every failure shape, fast);
+``--kubeconfig`` points that CE at a real cluster instead. HTCondor comes from the harness (a native installation, or a Debian
 root filesystem built on first use). The pilots are submitted like a factory's: vanilla jobs with
 ``xcount``/``maxMemory``/``RequestGPUs``, routed by the shipped routes in ``routes/``.
 """
@@ -188,8 +190,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="HTCondor to use: native, trixie (23.x) or sid (25.x); default native if "
                              "HTCondor >= 23 is installed, else trixie")
     parser.add_argument("--pilots", type=int, default=12, help="how many pilots to submit (default 12)")
+    parser.add_argument("--factory", action="store_true",
+                        help="a factory's pilots (stand-ins of several shapes and failures) instead of users' jobs "
+                             "on real pilots; the pods' containers are modelled")
     parser.add_argument("--kubeconfig", default=None,
-                        help="run the pods on this real cluster instead of the simulated one")
+                        help="with --factory: run the pods on this real cluster instead of the simulated one")
     parser.add_argument("--timeout", type=float, default=300, help="give up after this many seconds")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--keep", action="store_true",
@@ -210,6 +215,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     except HarnessError as e:
         print(f"cannot get HTCondor: {e}", file=sys.stderr)
         return 1
+    if not args.factory and not args.kubeconfig:
+        from demo import story
+        try:
+            return story.run(installation, routes_file().name, Path("demo-run").resolve() / "kubeconfig",
+                             args.timeout, args.keep)
+        except HarnessError as e:
+            print(f"the demo could not run: {e}", file=sys.stderr)
+            return 1
     sim = None
     files = {f"pod-template-{q}.yaml": text for q, text in POD_TEMPLATES.items()}
     admin = Path(args.kubeconfig).resolve() if args.kubeconfig else Path("demo-run").resolve() / "kubeconfig"
