@@ -15,7 +15,9 @@
 #                          the CE, advertised (PodgahpProvisioner, PodgahpPilotId) so that the
 #                          provisioner counts the pilot idle or busy in the pool
 # The pool's credential (an IDTOKEN) is read from $PODGAHP_PILOT_TOKEN_FILE, default
-# ./pilot.token (an input file of the pilot), and removed once copied.
+# ./pilot.token (an input file of the pilot), and removed once copied. The startd authenticates
+# with it to the pool. The daemons' logs are copied to stdout (the pod's log); SIGTERM is passed to
+# condor_master, whose graceful shutdown vacates the running job so that it runs again elsewhere.
 #
 #   podgahp-pilot-startup.sh --print-config   prints the configuration and exits
 set -eu
@@ -44,9 +46,15 @@ PILOT_ID=${PODGAHP_PILOT_ID:-}
 case "$PILOT_ID" in ''|*[!0-9.]*) PILOT_ID="";; esac
 
 BASE=${PODGAHP_PILOT_DIR:-$PWD/podgahp-pilot}
+# Where the image's HTCondor lives (a package's /usr, or an unpacked tarball)
+RELEASE=$(dirname "$(dirname "$(command -v condor_master || echo /usr/sbin/condor_master)")")
+LIBEXEC=$RELEASE/libexec/condor
+[ -d "$LIBEXEC" ] || LIBEXEC=$RELEASE/libexec
 config() {
     now=$(date +%s)
     cat <<CONFIG
+RELEASE_DIR = $RELEASE
+LIBEXEC = $LIBEXEC
 CONDOR_HOST = $CONDOR_HOST
 DAEMON_LIST = MASTER, STARTD
 LOCAL_DIR = $BASE
@@ -56,6 +64,10 @@ SPOOL = \$(LOCAL_DIR)/spool
 LOCK = \$(LOCAL_DIR)/lock
 RUN = \$(LOCAL_DIR)/run
 USE_SHARED_PORT = False
+SEC_USE_FAMILY_SESSION = False
+SEC_CLIENT_AUTHENTICATION = PREFERRED
+SEC_CLIENT_AUTHENTICATION_METHODS = IDTOKENS, FS
+RunBenchmarks = False
 SEC_TOKEN_DIRECTORY = \$(LOCAL_DIR)/tokens.d
 NUM_CPUS = $NUM_CPUS
 MEMORY = $MEMORY
@@ -66,7 +78,6 @@ PodgahpPilotRetireTime = $((now + ACCEPT_JOBS_FOR_HOURS * 3600))
 STARTD_ATTRS = \$(STARTD_ATTRS) PodgahpGroup PodgahpProvisioner PodgahpPilotId PodgahpPilotRetireTime
 START = (time() < PodgahpPilotRetireTime) && ($START)
 STARTD_NOCLAIM_SHUTDOWN = $((ACCEPT_IDLE_MINUTES * 60))
-MASTER_PEACEFUL_SHUTDOWN = True
 CONFIG
     gpus=""
     if [ "$NUM_GPUS" -gt 0 ]; then
@@ -97,4 +108,17 @@ if [ -f "$TOKEN" ]; then
     rm -f "$TOKEN" 2>/dev/null || true  # a read-only mount keeps it; the copy is what HTCondor reads
 fi
 config > "$BASE/condor_config"
-CONDOR_CONFIG="$BASE/condor_config" exec condor_master -f
+export CONDOR_CONFIG="$BASE/condor_config"
+condor_master -f &
+master=$!
+trap 'kill -TERM "$master" 2>/dev/null || true' TERM INT
+touch "$BASE/log/MasterLog" "$BASE/log/StartLog"
+tail -F -n +1 --pid="$master" "$BASE/log/MasterLog" "$BASE/log/StartLog" 2>/dev/null &
+status=0
+wait "$master" || status=$?
+while kill -0 "$master" 2>/dev/null; do  # a signal ended the wait, not the master
+    status=0
+    wait "$master" || status=$?
+done
+wait 2>/dev/null || true  # tail ends with the master
+exit "$status"

@@ -57,7 +57,7 @@ POD_STATES: Mapping[str, Rule] = {
     "Unknown": Rule(Phase.IDLE),
     "Succeeded": Rule(Phase.COMPLETED),
     "Failed": Rule(Phase.COMPLETED),
-    "Failed/OOMKilled": Rule(Phase.COMPLETED, reason="OOMKilled: the pilot exceeded its memory limit"),
+    "Failed/OOMKilled": Rule(Phase.HELD, holds.OUT_OF_MEMORY, "OOMKilled: the pilot exceeded its memory limit"),
     "Failed/DeadlineExceeded": Rule(Phase.COMPLETED,
                                     reason="DeadlineExceeded: the pilot ran longer than its BatchRuntime"),
     "Failed/Evicted": Rule(Phase.COMPLETED, reason="Evicted by the kubelet"),

@@ -13,7 +13,7 @@ import pytest
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import sandbox_key
 from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX
-from gahp.holds import CONTAINER_CONFIG, EVICTED, IMAGE_PULL, INVALID_IMAGE, OUTPUT, UNSCHEDULABLE
+from gahp.holds import CONTAINER_CONFIG, EVICTED, IMAGE_PULL, INVALID_IMAGE, OUT_OF_MEMORY, OUTPUT, UNSCHEDULABLE
 from gahp.config import Knobs
 from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
 from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
@@ -120,13 +120,13 @@ def test_unschedulable_within_the_timeout_stays_idle(make_backend: BackendFactor
     assert backend.status(job_id).phase is Phase.IDLE
 
 
-def test_oom_killed_completes_with_a_readable_reason(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_oom_killed_is_held_with_a_readable_reason(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, memory_mb=100, env=[("PODGAHP_SIM_MEMORY_MIB", "500"),
                                                   ("PODGAHP_SIM_RUN_SECONDS", "5")])
     state = wait_state(backend, backend.submit(job), *DONE)
-    assert state.phase is Phase.COMPLETED and state.exit_signal == 9 and state.exit_code is None
-    assert state.exit_reason and state.exit_reason.startswith("OOMKilled")
-    assert "ExitBySignal = true" in state.status_ad() and "OOMKilled" in (tmp_path / "pilot.err").read_text()
+    assert state.phase is Phase.HELD and state.exit_signal is None and state.exit_code is None
+    assert (state.hold_code, state.hold_subcode) == (OUT_OF_MEMORY.code, OUT_OF_MEMORY.subcode)
+    assert state.hold_reason and state.hold_reason.startswith("OOMKilled: the pilot exceeded its memory limit")
 
 
 def test_deadline_exceeded_completes_with_a_reason(backend: KubernetesBackend, tmp_path: Path) -> None:

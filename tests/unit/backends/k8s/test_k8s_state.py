@@ -78,7 +78,7 @@ ROWS = [
     ("Failed", pod("Failed", terminated={"exitCode": 3, "reason": "Error"}), "complete", Phase.COMPLETED, 0, 0,
      3, None, ""),
     ("Failed/OOMKilled", pod("Failed", terminated={"exitCode": 137, "reason": "OOMKilled"}), "complete",
-     Phase.COMPLETED, 0, 0, None, 9, "OOMKilled"),
+     Phase.HELD, HOLD_RETRYABLE, holds.OUT_OF_MEMORY.subcode, None, None, "OOMKilled"),
     ("Failed/DeadlineExceeded", pod("Failed", reason="DeadlineExceeded",
                                     message="Pod was active on the node longer than the specified deadline"),
      "complete", Phase.COMPLETED, 0, 0, None, 9, "longer than the specified deadline"),

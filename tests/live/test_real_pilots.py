@@ -1,0 +1,350 @@
+"""Real pilots: a user's job runs end to end through the CE on a pilot that really runs in a pod.
+
+A user pool (collector, negotiator, schedd) whose jobs wait; ``podgahp provision`` submits pilots to
+a CE-like pool (shipped routes, gridmanager, ``k8s_gahp``); the simulated cluster runs their pods
+through runc from the pilot image (the installation's root with HTCondor and the pilot start
+script): each pod's ``condor_startd`` joins the user pool with the token staged in its Secret and
+runs the users' jobs. One set of pools and one cluster per HTCondor series serve every test here;
+each test has jobs and pilots of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import subprocess
+import time
+import uuid
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+import trustme
+
+from e2e import (E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESPACE, RUNNING, container, kubeconfig_text, pod_of,
+                 routed_jobs, routes_config, sim_nodes, write_user_file)
+from harness import Installation, Pool
+from harness.image import pilot_image
+from harness.userpool import CONFIG as USER_POOL_CONFIG
+from harness.userpool import collector_address, pilot_token
+from podgahp_sim.k8s import KubeSim, SimConfig
+
+pytestmark = pytest.mark.live
+
+COMPLETED = 4
+IDLE = 1
+#: How long an unclaimed pilot stays (HTCondor reads _CONDOR_* variables over its configuration
+#: files), and how often its startd looks.
+PILOT_ENVIRONMENT = "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=15 _CONDOR_UPDATE_INTERVAL=5"
+
+CE_CONFIG = """\
+PODGAHP_K8S_IMAGE = {image}
+PODGAHP_K8S_DELETE_GRACE_SECONDS = 30
+PODGAHP_K8S_GPU_POD_TEMPLATE = $(LOCAL_DIR)/gpu-template.yaml
+## The gridmanager looks at a pilot's proxy file this often (HTCondor's default: 600 s).
+GRIDMANAGER_CHECKPROXY_INTERVAL = 2
+"""
+
+
+@dataclasses.dataclass
+class Site:
+    users: Pool
+    ce: Pool
+    sim: KubeSim
+    image: str
+    token_file: str
+    """The pool's token in the provisioner's directory at the CE."""
+
+    def provision(self, name: str, batch: str = "", **knobs: str) -> List[str]:
+        """One ``podgahp provision --once`` on the CE as the factory's user, for the jobs of ``batch``
+        (default: the provisioner's name)."""
+        env = {"_CONDOR_PODGAHP_PROVISION_POOL": collector_address(self.users),
+               "_CONDOR_PODGAHP_PROVISION_NAME": name,
+               "_CONDOR_PODGAHP_PROVISION_LOG": f"{self.ce.log_dir}/PodgahpProvisionLog",
+               "_CONDOR_PODGAHP_PROVISION_PILOT_TOKEN_FILE": self.token_file,
+               "_CONDOR_PODGAHP_PROVISION_PILOT_IDLE_MINUTES": "1",
+               "_CONDOR_PODGAHP_PROVISION_PILOT_ENVIRONMENT": PILOT_ENVIRONMENT,
+               "_CONDOR_PODGAHP_PROVISION_JOB_FILTER": f'JobBatchName =?= "{batch or name}"'}
+        env.update({f"_CONDOR_PODGAHP_PROVISION_{k}": v for k, v in knobs.items()})
+        out = self.ce.run([self.ce.installation.bin("podgahp"), "provision", "--once"], user="pilot", env=env,
+                          timeout=120)
+        return out.stdout.splitlines()
+
+    def pilots(self, name: str) -> List[Dict[str, Any]]:
+        """The provisioner's pilots at the CE (not the JobRouter's copies), queue and history."""
+        return self.ce.jobs(f'PodgahpProvisioner =?= "{name}" && RoutedFromJobId =?= undefined',
+                            ["ClusterId", "ProcId", "JobStatus", "HoldReason", "Out", "Iwd", "RequestMemory",
+                             "RequestCpus"])
+
+    def pods_of(self, name: str) -> Dict[str, Dict[str, Any]]:
+        """Pod name -> routed job of the provisioner's pilots that have a pod."""
+        routed = [ad for ad in routed_jobs(self.ce) if pod_of(ad)]
+        sources = {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in self.pilots(name)}
+        return {str(pod_of(ad)): ad for ad in routed if ad.get("RoutedFromJobId") in sources}
+
+    def slots(self, constraint: str = "true") -> List[Dict[str, Any]]:
+        out = self.users.run(["condor_status", "-json", "-constraint", constraint, "-attributes",
+                              "Name,Machine,Cpus,Memory,State,Activity,PodgahpProvisioner,PodgahpPilotId"]).stdout
+        import json
+        return json.loads(out) if out.strip() else []
+
+
+def user_jobs(site: Site, batch: str, count: int, cpus: int, memory: int, script: str) -> int:
+    """Submit ``count`` jobs of a shape running ``script`` (sh) as the user; output comes back."""
+    home = f"{site.users.user_dir()}/{batch}-{uuid.uuid4().hex[:6]}"
+    write_user_file(site.users, f"{home}/job.sh", "#!/bin/sh\n" + script, mode=0o755)
+    owner = site.users.installation.user("pilot")
+    os.chown(site.users.path(home), owner.uid, owner.gid)
+    return site.users.submit("\n".join([
+        "universe = vanilla", "executable = job.sh", f"initialdir = {home}", f"batch_name = {batch}",
+        "output = out.$(Process)", "error = err.$(Process)", "log = job.log", "should_transfer_files = YES",
+        f"request_cpus = {cpus}", f"request_memory = {memory}", "request_disk = 10240",
+        f"queue {count}"]) + "\n", cwd=home)
+
+
+def job_ads(site: Site, cluster: int) -> List[Dict[str, Any]]:
+    return site.users.jobs(f"ClusterId == {cluster}", ["ProcId", "JobStatus", "RemoteHost", "LastRemoteHost",
+                                                       "NumJobStarts", "Iwd", "ExitCode", "HoldReason"])
+
+
+class PodWatch:
+    """The last state seen of each pod of the cluster (pods are deleted once done with)."""
+
+    def __init__(self, sim: KubeSim) -> None:
+        self.sim = sim
+        self.seen: Dict[str, Dict[str, Any]] = {}
+
+    def look(self) -> Dict[str, Dict[str, Any]]:
+        for pod in self.sim.pods(NAMESPACE):
+            self.seen[pod["metadata"]["name"]] = pod
+        return self.seen
+
+    def terminated(self, name: str) -> Optional[Dict[str, Any]]:
+        pod = self.look().get(name) or {}
+        statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        return (statuses[0].get("state") or {}).get("terminated")
+
+
+@pytest.fixture(scope="module")
+def site(installation: Installation, request: pytest.FixtureRequest) -> Iterator[Site]:
+    reference, image = pilot_image(installation)
+    sim = KubeSim(SimConfig(nodes=tuple(sim_nodes()), namespaces=("default", NAMESPACE)), runtime="runc",
+                  images={reference: str(image)}).start()
+    sim.add_priority_class("podgahp-opportunistic", -100)
+    pools: List[Pool] = []
+    failed_before = request.session.testsfailed
+    try:
+        users = Pool(installation, extra_config=USER_POOL_CONFIG, name="real-pilots-users")
+        pools.append(users)
+        users.start()
+        config = (routes_config(installation) + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS
+                  + E2E_FAST + CE_CONFIG.format(image=reference))
+        ce = Pool(installation, extra_config=config, name="real-pilots-ce",
+                  files={"kubeconfig": kubeconfig_text(sim), "gpu-template.yaml": GPU_TEMPLATE})
+        pools.append(ce)
+        ce.start()
+        token_file = f"{ce.user_dir()}/pool.token"
+        write_user_file(ce, token_file, pilot_token(users), mode=0o600)
+        yield Site(users, ce, sim, reference, token_file)
+    finally:
+        failed = request.session.testsfailed > failed_before
+        for pool in reversed(pools):
+            if failed:
+                pool.dump_logs()
+            pool.stop(failed=failed)
+        sim.stop()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def slot_of(site: Site, job: Dict[str, Any]) -> str:
+    return str(job.get("RemoteHost") or job.get("LastRemoteHost") or "")
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_user_jobs_run_on_pilots_the_ce_started_as_pods(site: Site) -> None:
+    """The whole story: idle jobs of two shapes -> provision -> CE -> routes -> gridmanager ->
+    k8s_gahp -> pods whose startds join the pool with the staged token -> the jobs run there and
+    their output comes back -> idle pilots exit -> pods Succeeded -> CE jobs complete -> nothing
+    for podgahp reap to delete."""
+    name = unique("story")
+    small = user_jobs(site, name, 3, 1, 512, 'echo "hello from $(hostname)"; sleep 2\n')
+    large = user_jobs(site, name, 1, 2, 1024, 'echo "big job on $(hostname)"; nproc\n')
+    lines = site.provision(name, RAMP_START="2", MAX_PILOTS="4")
+    assert len(lines) == 2, lines
+    pods = PodWatch(site.sim)
+
+    def finished() -> Optional[List[Dict[str, Any]]]:
+        pods.look()
+        ads = job_ads(site, small) + job_ads(site, large)
+        return ads if len(ads) == 4 and all(ad["JobStatus"] == COMPLETED for ad in ads) else None
+    done = site.users.wait_for(finished, timeout=240, interval=2, what="the user jobs completed")
+
+    # Every job ran in a pilot pod and its output is back at the user's schedd.
+    ran_on = {str(ad["LastRemoteHost"]).split("@", 1)[1] for ad in done}
+    made = site.pods_of(name)
+    assert ran_on <= set(made), (ran_on, sorted(made))
+    for ad in done:
+        iwd = site.users.path(ad["Iwd"])
+        pod = str(ad["LastRemoteHost"]).split("@", 1)[1]
+        assert f" {pod}" in (iwd / f"out.{ad['ProcId']}").read_text()
+
+    # Idle pilots leave: their pods end Succeeded, the pilots at the CE complete with exit code 0.
+    def pilots_done() -> Optional[List[Dict[str, Any]]]:
+        pods.look()
+        ads = site.pilots(name)
+        return ads if ads and all(ad["JobStatus"] == COMPLETED for ad in ads) else None
+    finals = site.ce.wait_for(pilots_done, timeout=180, interval=2, what="the pilots completed at the CE")
+    for pod_name in site.pods_of(name):
+        ended = pods.terminated(pod_name)
+        assert ended is not None and ended["exitCode"] == 0, (pod_name, ended)
+        assert pods.seen[pod_name]["status"]["phase"] == "Succeeded"
+    # The startd's own lines are the pod's log, and came back as the pilot's Out.
+    out = site.ce.path(f"{finals[0]['Iwd']}/{finals[0]['Out']}").read_text()
+    assert "condor_startd" in out and "No resources have been claimed for 15 seconds" in out, out[-2000:]
+
+    # Nothing is left for podgahp reap to delete.
+    reap = site.ce.run([site.ce.installation.bin("podgahp"), "reap", "--dry-run"], user="pilot")
+    assert "Orphans = 0" in reap.stdout.splitlines(), reap.stdout
+
+
+def test_the_startd_advertises_the_pods_limits(site: Site) -> None:
+    name = unique("limits")
+    cluster = user_jobs(site, name, 1, 3, 1536, "sleep 30\n")
+    site.provision(name, RAMP_START="1")
+
+    def slot() -> Optional[Dict[str, Any]]:
+        found = site.slots(f'PodgahpProvisioner =?= "{name}"')
+        return found[0] if found else None
+    ad = site.users.wait_for(slot, timeout=150, interval=2, what="the pilot's startd in the pool")
+    pod = site.sim.pod(NAMESPACE, str(ad["Machine"]))
+    assert pod is not None, ad
+    limits = container(pod)["resources"]["limits"]
+    assert (limits["cpu"], limits["memory"]) == ("3", "1536Mi")
+    assert (ad["Cpus"], ad["Memory"]) == (3, 1536)
+    site.users.run(["condor_rm", str(cluster)], user="pilot")
+
+
+def test_condor_rm_of_a_pilot_running_a_job_gives_the_job_back(site: Site) -> None:
+    """The pilot's startd gets SIGTERM and its grace period: it vacates the job, which goes back to
+    idle at the user's schedd (not lost) and runs again, to the end, on another pilot."""
+    name = unique("vacate")
+    cluster = user_jobs(site, name, 1, 1, 512, 'echo "start on $(hostname)"; sleep 20; echo finished\n')
+    site.provision(name, RAMP_START="1", MAX_PILOTS="1")
+    job = site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == RUNNING],
+                              timeout=150, interval=1, what="the user job running on a pilot")[0]
+    first_pod = slot_of(site, job).split("@", 1)[1]
+    pilot = site.pods_of(name)[first_pod]["RoutedFromJobId"]
+    pods = PodWatch(site.sim)
+    pods.look()
+    removed = time.monotonic()
+    site.ce.run(["condor_rm", str(pilot)], user="pilot")
+
+    back = site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == IDLE],
+                               timeout=60, interval=0.5, what="the user job idle again")[0]
+    assert back["NumJobStarts"] == 1, back
+    assert time.monotonic() - removed < 30  # within the pod's grace period: vacated, not lost
+    assert "Job was evicted" in site.users.path(f"{back['Iwd']}/job.log").read_text()
+    site.users.wait_for(lambda: pods.terminated(first_pod) or first_pod not in [
+        p["metadata"]["name"] for p in site.sim.pods(NAMESPACE)], timeout=60, interval=0.5,
+        what="the first pilot's pod gone")
+    ended = pods.terminated(first_pod)
+    assert ended is None or ended["exitCode"] == 0, ended  # ended in its grace period, not killed
+    log = "\n".join(site.sim.logs(NAMESPACE, first_pod)) if site.sim.pod(NAMESPACE, first_pod) else ""
+    assert not log or "Got SIGTERM" in log
+
+    # (another provisioner: this one counts a pilot removed before it saw it in the pool as a failure)
+    site.provision(name + "-again", batch=name, RAMP_START="1", MAX_PILOTS="1")
+    done = site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == COMPLETED],
+                               timeout=180, interval=2, what="the user job completed on a second pilot")[0]
+    second_pod = str(done["LastRemoteHost"]).split("@", 1)[1]
+    assert second_pod != first_pod
+    output = site.users.path(f"{done['Iwd']}/out.0").read_text()
+    assert output.splitlines()[-2:] == [f"start on {second_pod}", "finished"], output
+
+
+def test_a_payload_over_the_memory_limit_is_oomkilled_and_the_pilot_held(site: Site, tmp_path: Any) -> None:
+    name = unique("oom")
+    cluster = user_jobs(site, name, 1, 1, 512,
+                        "echo hogging; python3 -c 'x = bytearray(1500 * 2 ** 20); import time; time.sleep(60)'\n")
+    site.provision(name, RAMP_START="1", MAX_PILOTS="1")
+    kubeconfig = tmp_path / "kubeconfig"
+    site.sim.write_kubeconfig(str(kubeconfig), namespace=NAMESPACE)
+    pods = PodWatch(site.sim)
+
+    def oom_killed() -> Optional[str]:
+        for pod_name, pod in pods.look().items():
+            ended = pods.terminated(pod_name) or {}
+            if ended.get("reason") == "OOMKilled" and pod["metadata"].get("labels", {}).get(
+                    "podgahp.htcondor.org/queue") and pod_name in site.pods_of(name):
+                return pod_name
+        return None
+    # what an admin watching the pods sees (kubectl shows the reason as the pod's status)
+    with open(tmp_path / "watch.out", "w") as out:
+        watch = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "get", "pods", "--watch"],
+                                 stdout=out, stderr=subprocess.STDOUT)
+    try:
+        pod = site.ce.wait_for(oom_killed, timeout=180, interval=0.2, what="the pilot's pod OOMKilled")
+        site.ce.wait_for(lambda: re.search(rf"^{pod}\s+0/1\s+OOMKilled\s", (tmp_path / "watch.out").read_text(),
+                                           re.M), timeout=30, interval=0.2, what="kubectl showing OOMKilled")
+    finally:
+        watch.terminate()
+        watch.wait(30)
+    ended = pods.terminated(pod) or {}
+    assert ended.get("exitCode") == 137, ended
+
+    def held() -> Optional[Dict[str, Any]]:
+        found = [ad for ad in site.pilots(name) if ad["JobStatus"] == HELD]
+        return found[0] if found else None
+    pilot = site.ce.wait_for(held, timeout=120, interval=1, what="the pilot held at the CE")
+    assert str(pilot["HoldReason"]).startswith("OOMKilled: the pilot exceeded its memory limit"), pilot
+    # The user's job lost its pilot: its shadow would wait out the job lease to reconnect.
+    site.users.run(["condor_rm", str(cluster)], user="pilot")
+    site.users.run(["condor_rm", "-forcex", str(cluster)], user="pilot", check=False)
+
+
+def _proxy(days: int) -> str:
+    """An X.509 certificate and key in one file, as a proxy is, valid for ``days``."""
+    import datetime
+    ca = trustme.CA(key_type=trustme.KeyType.RSA)
+    cert = ca.issue_cert("pilot.podgahp.test", common_name="pilot",
+                         not_after=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=days),
+                         key_type=trustme.KeyType.RSA)
+    return "".join(blob.bytes().decode() for blob in cert.cert_chain_pems) + cert.private_key_pem.bytes().decode()
+
+
+def test_a_refreshed_proxy_reaches_the_running_pilot(site: Site) -> None:
+    """A factory's pilot with a proxy: BLAH_JOB_REFRESH_PROXY puts the new proxy into the running
+    pod, where a process of the pilot (its user's job) reads the new content."""
+    name = unique("proxy")
+    ce_home = site.ce.user_dir()
+    old_proxy, new_proxy = _proxy(2), _proxy(3)
+    write_user_file(site.ce, f"{ce_home}/x509up", old_proxy, mode=0o600)
+    script = f"{site.ce.installation.src_dir}/gahp/data/podgahp-pilot-startup.sh"
+    environment = " ".join([f"CONDOR_HOST={collector_address(site.users)}", "NUM_CPUS=1", "MEMORY=512",
+                            "PODGAHP_PILOT_TOKEN_FILE=pool.token", "ACCEPT_IDLE_MINUTES=1",
+                            f"PODGAHP_PILOT_START='JobBatchName =?= \"\"{name}\"\"'", PILOT_ENVIRONMENT])
+    site.ce.submit("\n".join([
+        "universe = vanilla", f"executable = {script}", f"initialdir = {ce_home}", "output = pilot.out",
+        "error = pilot.err", "x509userproxy = x509up", f"transfer_input_files = {site.token_file}",
+        "+xcount = 1", "+maxMemory = 512", f'environment = "{environment}"', "queue"]) + "\n", cwd=ce_home)
+    # The user's job, in the pod that started with the old proxy, waits until the pilot's proxy file
+    # (where podgahp staged it) holds something else, and says what.
+    old = hashlib.md5(old_proxy.encode()).hexdigest()
+    watch = (f"f=/pilot/.podgahp/x509up; n=0\n"
+             f"while [ \"$(md5sum < $f | cut -d' ' -f1)\" = {old} ] && [ $n -lt 900 ]; do sleep 0.2; n=$((n+1)); done\n"
+             "echo \"now $(md5sum < $f | cut -d' ' -f1)\"\n")
+    cluster = user_jobs(site, name, 1, 1, 512, watch)
+    site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == RUNNING],
+                        timeout=150, interval=1, what="the user job running on the pilot")
+    write_user_file(site.ce, f"{ce_home}/x509up", new_proxy, mode=0o600)
+    done = site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == COMPLETED],
+                               timeout=120, interval=1, what="the user job seeing the new proxy")[0]
+    output = site.users.path(f"{done['Iwd']}/out.0").read_text()
+    assert output == f"now {hashlib.md5(new_proxy.encode()).hexdigest()}\n", output
+    assert any("BLAH_JOB_REFRESH_PROXY" in line for line in site.ce.gahp_lines())
