@@ -207,7 +207,8 @@ def _print(label: str, r: Row) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pilots", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each backend (the medians count)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each backend (the medians count); 0: only the variants")
     parser.add_argument("--variants", nargs="*", default=list(DEFAULT_VARIANTS),
                         help="knob changes to run once each with podgahp (names of VARIANTS); none: skip")
     parser.add_argument("--series", default="trixie", help="HTCondor of the harness: trixie (23.x), sid (25.x)")
@@ -226,11 +227,14 @@ def main() -> None:
               "| JobRouter CPU s | gridmanager CPU s | GAHP CPU s | GAHP CPU ms/pilot |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(installation, backend, args.pilots))
-        _print("shipped, podgahp k8s", medians(runs["k8s"]))
-        _print("shipped, memory backend", medians(runs["memory"]))
+        if args.repeat:
+            _print("shipped, podgahp k8s", medians(runs["k8s"]))
+            _print("shipped, memory backend", medians(runs["memory"]))
         for name in args.variants:
             _print(f"`{name}`, podgahp k8s", run(installation, "k8s", args.pilots, VARIANTS[name]))
         print()
+        if not args.repeat:
+            return
         pairs = ", ".join(f"{k['completed_s'] / m['completed_s']:.2f}" for k, m in zip(runs["k8s"], runs["memory"]))
         print(f"all completed, k8s / memory: {ratio(runs['k8s'], runs['memory'], 'completed_s'):.2f} "
               f"(pairs: {pairs}); {load()} at the end")
