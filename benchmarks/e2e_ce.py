@@ -4,12 +4,14 @@ against the zero-cost memory backend, and the same with a knob changed.
 
 A CE-like pool of the Debian trixie root (``harness``) runs with HTCondor's own defaults for the
 knobs the test harness shortens (router polling, schedd contact, probe interval...) plus podgahp's
-shipped ``condor_config.d/10-podgahp-defaults.conf`` (how the gridmanager drives the GAHPs); it gets N pilots of 10 s by
-``condor_submit``; the gridmanager runs ``k8s_gahp`` against the simulated cluster (in its own
-process), or ``podgahp gahp --backend memory`` (pilots that take the same time, with no API behind
-them). Reported, from the submit: routed/s (grid jobs the JobRouter made), submitted/s (grid jobs
-with the job id the GAHP answered their submit with), pods/s (pods created, seen by the simulator), seconds until every pod ran
-and until every pilot completed, and the CPU seconds of each daemon and of the GAHP (per pilot: the
+shipped ``condor_config.d/10-podgahp-defaults.conf`` (how the gridmanager drives the GAHPs); it gets
+N pilots of 10 s by ``condor_submit``; the gridmanager runs ``k8s_gahp`` against the simulated
+cluster (in its own process), or ``podgahp gahp --backend memory`` (pilots that take the same time,
+with no API behind them). Reported: routed/s (grid jobs the JobRouter made, from the first to the
+last), when the first pod was created (the memory backend: its first submit answered) and pods/s
+from the first to the last (seen by the simulator), submits answered/s (grid jobs whose
+``GridJobId`` holds the job id the GAHP answered), seconds from the submit until every pod ran and
+until every pilot completed, and the CPU seconds of each daemon and of the GAHP (per pilot: the
 GAHP's whole life, its start included). Each figure of the shipped configuration is the median of
 ``--repeat`` runs, the two backends taking turns, with the median ratio of the pairs; each variant
 (one knob changed) runs once with podgahp, to show the knob's effect.
@@ -68,9 +70,11 @@ VARIANTS: Dict[str, str] = {
     "JOB_ROUTER_POLLING_PERIOD = 2": "JOB_ROUTER_POLLING_PERIOD = 2\n",
     "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1": "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1\n",
     "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5 (HTCondor's)": "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5\n",
+    # what checking each submit with the schedd costs (gahp.provenance); never to be turned off on a CE
+    "PODGAHP_ROUTED_ONLY = False": "PODGAHP_ROUTED_ONLY = False\n",
 }
 #: The variants `make bench` runs (the others: --variants).
-DEFAULT_VARIANTS = ("GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60 (HTCondor's)", "JOB_ROUTER_POLLING_PERIOD = 2")
+DEFAULT_VARIANTS = ("GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60 (HTCondor's)",)
 
 #: Print when each stage was reached, every 5 s of each run (--timeline).
 TIMELINE = False
@@ -137,6 +141,12 @@ def _first(times: List[Tuple[float, int]], count: int) -> Optional[float]:
     return next((t for t, n in times if n >= count), None)
 
 
+def _pace(times: List[Tuple[float, int]], count: int, end: float) -> float:
+    """Items a second from the first to the ``count``-th (the pace once a stage has started)."""
+    first, last = _first(times, 1) or end, _first(times, count) or end
+    return count / max(last - first, 1.0)
+
+
 def run(installation: Installation, backend: str, pilots: int, extra: str = "") -> Row:
     node = SimNode("big", cpu="10000", memory="100000Gi", pods=100000)
     with SimProcess(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE)),
@@ -150,6 +160,7 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
             cluster = pool.submit(pilot_submit(home, "bench", run_seconds=RUN_SECONDS, count=pilots), cwd=home)
             routed: List[Tuple[float, int]] = []
             submitted: List[Tuple[float, int]] = []
+            completed: List[Tuple[float, int]] = []
             deadline = time.monotonic() + 1800
             while True:
                 ads = pool.jobs(attrs=["ClusterId", "ProcId", "JobStatus", "RoutedFromJobId", "GridJobId",
@@ -159,6 +170,7 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
                 sources = {f"{a['ClusterId']}.{a['ProcId']}": a for a in reversed(ads)
                            if a.get("ClusterId") == cluster and "RoutedFromJobId" not in a}
                 routed.append((now, len(grid)))
+                completed.append((now, sum(1 for a in sources.values() if a.get("JobStatus") == COMPLETED)))
                 # "batch k8s <sandbox id>" until the GAHP answered the submit, then "... <job id>"
                 submitted.append((now, sum(1 for a in grid.values() if len(str(a.get("GridJobId", "")).split()) >= 4)))
                 held = [a.get("HoldReason") for a in sources.values() if a.get("JobStatus") == HELD]
@@ -176,30 +188,30 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
             pool.stop()
     if TIMELINE:
         print(f"timeline of a run ({backend}): seconds from the submit, grid jobs routed, submitted by the GAHP, "
-              "pods created, pods that ran")
+              "pods created, pods that ran, pilots completed")
         for second in range(0, int(completed_s) + 5, 5):
             def at(series: List[Tuple[float, int]]) -> int:
                 return max([n for t, n in series if t <= second], default=0)
             print(f"  {second:4d} s {at(routed):6d} {at(submitted):6d} {at([(t, c) for t, c, _ in timeline]):6d} "
-                  f"{at([(t, r) for t, _, r in timeline]):6d}")
-    routed_s = _first(routed, pilots) or completed_s
-    submitted_s = _first(submitted, pilots) or completed_s
-    row: Row = {"routed_per_s": pilots / routed_s, "submitted_per_s": pilots / submitted_s,
+                  f"{at([(t, r) for t, _, r in timeline]):6d} {at(completed):6d}")
+    row: Row = {"routed_per_s": _pace(routed, pilots, completed_s), "submitted_per_s": _pace(submitted, pilots, completed_s),
+                "first_submit_s": _first(submitted, 1) or completed_s,
                 "completed_s": completed_s, "gahp_cpu_ms": cpu.get("GAHP", 0.0) * 1000 / pilots}
     for name in DAEMONS.values():
         row[f"cpu_{name}"] = cpu.get(name, 0.0)
     row["cpu_GAHP"] = cpu.get("GAHP", 0.0)
     if backend == "k8s":
-        created_s = _first([(t, c) for t, c, _ in timeline], pilots) or completed_s
-        ran_s = _first([(t, r) for t, _, r in timeline], pilots) or completed_s
-        row.update(pods_per_s=pilots / created_s, all_ran_s=ran_s)
+        created = [(t, c) for t, c, _ in timeline]
+        row.update(pods_per_s=_pace(created, pilots, completed_s), first_pod_s=_first(created, 1) or completed_s,
+                   all_ran_s=_first([(t, r) for t, _, r in timeline], pilots) or completed_s)
     return row
 
 
 def _print(label: str, r: Row) -> None:
+    first = f"{r['first_pod_s']:.0f}" if "first_pod_s" in r else f"({r['first_submit_s']:.0f})"
     pods = f"{r['pods_per_s']:.0f}" if "pods_per_s" in r else "–"
     ran = f"{r['all_ran_s']:.0f}" if "all_ran_s" in r else "–"
-    print(f"| {label} | {r['routed_per_s']:.0f} | {r['submitted_per_s']:.0f} | {pods} | {ran} | "
+    print(f"| {label} | {r['routed_per_s']:.0f} | {first} | {pods} | {r['submitted_per_s']:.0f} | {ran} | "
           f"{r['completed_s']:.0f} | {r['cpu_schedd']:.1f} | {r['cpu_JobRouter']:.1f} | {r['cpu_gridmanager']:.1f} | "
           f"{r['cpu_GAHP']:.1f} | {r['gahp_cpu_ms']:.1f} |", flush=True)
 
@@ -223,9 +235,9 @@ def main() -> None:
         print(f"`benchmarks/e2e_ce.py`: {args.pilots} pilots of {RUN_SECONDS} s, HTCondor {args.series}; "
               f"median of {args.repeat} runs of each backend taking turns; {load()} at the start")
         print()
-        print("| configuration | routed/s | submitted/s | pods/s | all pods ran s | all completed s | schedd CPU s "
-              "| JobRouter CPU s | gridmanager CPU s | GAHP CPU s | GAHP CPU ms/pilot |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| configuration | routed/s | first pod s | pods/s | submits answered/s | all pods ran s | all completed s "
+              "| schedd CPU s | JobRouter CPU s | gridmanager CPU s | GAHP CPU s | GAHP CPU ms/pilot |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(installation, backend, args.pilots))
         if args.repeat:
             _print("shipped, podgahp k8s", medians(runs["k8s"]))

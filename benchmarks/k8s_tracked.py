@@ -13,7 +13,8 @@ pilot's status, as the gridmanager does after a restart. Reported:
 - status/s line by line (the gridmanager's way: each line waits for its "S"): the first round (each
   pilot's state is new to this process and logged once), then a steady round, with the GAHP's CPU µs
   per status; pipelined (the GAHP's own capacity);
-- RSS (peak) of the GAHP with N pods in its copy; API requests during the status rounds (must be 0).
+- RSS (peak) of the GAHP with N pods in its copy; API requests during the status rounds (must be 0);
+- the GAHP's CPU per submit of 500 more pilots, with N pods in its copy (must not grow with N).
 
 Each figure is the median of ``--repeat`` runs, k8s and memory taking turns, with the median ratio of
 the pairs' CPU per status.
@@ -41,6 +42,8 @@ from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
 from k8s_gahp import BATCH, submit_ad  # noqa: E402
 
 NAMESPACE = "bench"
+#: Pilots submitted after the status rounds (the CPU of a submit with N pods in the copy).
+SUBMITS = 500
 
 
 def _statuses(gahp: GahpProcess, job_ids: List[str], first_request: int, pipelined: bool) -> float:
@@ -104,11 +107,19 @@ def run(pods: int, backend: str) -> Dict[str, float]:
             pipelined_s = _statuses(gahp, job_ids, 900_000_000, pipelined=True)
             api = sim.count(watch=False)
             rss_mb, peak_mb = memory_mb(gahp.proc.pid)
+            # New pilots on top of the N: what a submit costs with N pods in the copy.
+            cpu = cpu_s(gahp.proc.pid)
+            ids = [str(950_000_000 + i) for i in range(SUBMITS)]
+            for i, rid in enumerate(ids):
+                assert gahp.command("BLAH_JOB_SUBMIT", rid, submit_ad(tmp, pods + 1 + i)) == ["S"]
+            answers = gahp.wait_results(ids, timeout=600)
+            assert all(a[0] == "0" for a in answers.values()), list(answers.values())[:3]
+            submit_ms = (cpu_s(gahp.proc.pid) - cpu) * 1000 / SUBMITS
             gahp.command("QUIT")
     return {"pods": pods, "first_status_s": first_status_s, "copy_in_s": copy_in_s, "copy_in_cpu_s": copy_in_cpu,
             "first_round_per_s": pods / first_round_s, "line_per_s": pods / line_s,
             "cpu_us": cpu_per_status * 1e6, "pipelined_per_s": pods / pipelined_s, "rss_mb": rss_mb,
-            "peak_mb": peak_mb, "api": api}
+            "peak_mb": peak_mb, "api": api, "submit_ms": submit_ms}
 
 
 def _k8s_pilots(sim: SimProcess, env: Dict[str, str], tmp: str, pods: int) -> List[str]:
@@ -139,8 +150,9 @@ def main() -> None:
           f"{load()} at the start")
     print()
     print("| backend | tracked pods | first status s | copy in s (GAHP CPU s) | first round status/s "
-          "| status/s line by line | GAHP CPU µs/status | status/s pipelined | RSS MB (peak) | API requests in rounds |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| status/s line by line | GAHP CPU µs/status | status/s pipelined | RSS MB (peak) | API requests in rounds "
+          f"| GAHP CPU ms/submit of {SUBMITS} more |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     ratios = []
     for pods in args.pods:
         runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(pods, backend))
@@ -149,7 +161,7 @@ def main() -> None:
             copy_in = f"{r['copy_in_s']:.1f} ({r['copy_in_cpu_s']:.1f})" if backend == "k8s" else "–"
             print(f"| {backend} | {pods:,} | {r['first_status_s']:.1f} | {copy_in} | {r['first_round_per_s']:,.0f} "
                   f"| {r['line_per_s']:,.0f} | {r['cpu_us']:.0f} | {r['pipelined_per_s']:,.0f} "
-                  f"| {r['rss_mb']:.0f} ({r['peak_mb']:.0f}) | {r['api']:.0f} |", flush=True)
+                  f"| {r['rss_mb']:.0f} ({r['peak_mb']:.0f}) | {r['api']:.0f} | {r['submit_ms']:.2f} |", flush=True)
         ratios.append((pods, ratio(runs["k8s"], runs["memory"], "cpu_us")))
     print()
     for pods, value in ratios:

@@ -107,6 +107,27 @@ def test_too_old_resource_version_is_an_in_stream_410(sim: KubeSim, core: client
     assert events(core, count=1, resource_version=start) == [("ADDED", "c", "Pending")]
 
 
+def test_a_bulk_load_is_listed_and_watches_from_before_it_expire(sim: KubeSim, core: client.CoreV1Api) -> None:
+    """Store.load: many objects without an event each; a watch cannot resume across it (410), a LIST
+    sees every object with its own resource version, and later changes are watched as usual."""
+    before = core.create_namespaced_pod(NS, pod_body("a", schedulerName="manual")).metadata.resource_version
+    template = sim.store.get("pods", NS, "a")
+    assert template is not None
+    copies = [dict(template, metadata=dict(template["metadata"], name=f"bulk-{i}", uid=f"uid-{i}"))
+              for i in range(50)]
+    assert sim.store.load("pods", copies) == 50
+    listed = core.list_namespaced_pod(NS)
+    versions = {p.metadata.name: int(p.metadata.resource_version) for p in listed.items}
+    assert len(versions) == 51 and len(set(versions.values())) == 51
+    assert max(versions.values()) == int(listed.metadata.resource_version)
+    with pytest.raises(ApiException) as info:
+        events(core, count=1, resource_version=before)
+    assert info.value.status == 410
+    start = sim.resource_version
+    core.delete_namespaced_pod("bulk-7", NS, grace_period_seconds=0)
+    assert events(core, count=1, resource_version=start)[0][:2] in (("MODIFIED", "bulk-7"), ("DELETED", "bulk-7"))
+
+
 def test_bounded_event_log_expires_old_versions(make_sim: Callable[..., KubeSim],
                                                 api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim(event_log_size=3)
