@@ -28,11 +28,16 @@ def test_one_line_per_change_of_state_none_per_poll(caplog: pytest.LogCaptureFix
 
 def test_one_info_line_per_submit_naming_what_was_asked_and_what_it_became(
         caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
-    backend = MemoryBackend.from_knobs(Knobs({}))
+    state = tmp_path / "state"
+    state.mkdir(mode=0o1777)
+    backend = MemoryBackend.from_knobs(Knobs({"PODGAHP_STATE_DIR": str(state)}))
     commands = Commands(backend)
     ad = (f'[ Cmd = "/bin/sleep"; Iwd = "{tmp_path}"; JobDirectory = "home_bl_ce_7.0"; NodeNumber = 4; '
           'RequestMemory = 2048; gridtype = "k8s" ]')
-    with caplog.at_level(logging.INFO, logger="gahp"):
-        reply = commands.submit([ad])
+    try:
+        with caplog.at_level(logging.INFO, logger="gahp"):
+            reply = commands.submit([ad])
+    finally:
+        backend.close()
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert lines == [f"sandbox ce_7.0 is {reply[-1]}: /bin/sleep (4 cpus, 2048 MiB, queue default)"]

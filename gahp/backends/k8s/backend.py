@@ -21,6 +21,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.base import Backend
+from gahp.backends.pipeline import Pipeline
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.census import KubernetesCeView
@@ -34,10 +35,8 @@ from gahp.backends.k8s.resubmit import RESUBMIT_RULES, is_live, resubmit_case
 from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
 from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
-from gahp.backends.k8s.state import Classified, classify, job_state
+from gahp.backends.k8s.state import classify, job_state
 from gahp.backends.k8s.view import PodView, decode_pod
-from gahp.blackhole import Guard, verdict
-from gahp.health import Stats, scope_of
 from gahp.backends.k8s.watch import PodCache
 from gahp.backends.k8s.wholenode import WholeNodeSizer
 from gahp.config import Knobs, user_name
@@ -47,9 +46,7 @@ from gahp.files import read_input
 from gahp.job import PilotJob
 from gahp import holds
 from gahp.jobstate import JobState, Phase
-from gahp.records import JobRecord, JobRecords
-from gahp.reports import Reports
-from gahp.statedir import state_directories
+from gahp.records import JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +82,14 @@ class KubernetesBackend(Backend):
         """A pod's queue label -> its queue (the first queue of that label, as they are listed)."""
         for queue in reversed(list(settings.queues.values())):
             self._queues_by_label[label_value(queue.name.lower())] = queue
-        self.reports = Reports()
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
-        scope = scope_of(settings.ce_name, self.user, "k8s")
-        directories = state_directories(settings.blackhole.state_dir, self.user)
-        self.records = JobRecords(directories, settings.ce_name, "k8s")
-        own = directories[0] if directories else settings.blackhole.state_dir
-        self.guard = Guard(settings.blackhole, scope, directory=own)
-        self.stats = Stats(own, scope, self._api_totals)
-        self.stats.start()
+        self.pipeline = Pipeline("k8s", settings.ce_name, self.user, settings.blackhole, self._api_totals)
+        """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
+        self.records, self.guard, self.stats, self.reports = (self.pipeline.records, self.pipeline.guard,
+                                                              self.pipeline.stats, self.pipeline.reports)
+        self.pipeline.start()
         self.whole_node = WholeNodeSizer(self._list_nodes)
 
     @classmethod
@@ -252,11 +246,7 @@ class KubernetesBackend(Backend):
 
     def submit(self, job: PilotJob) -> str:
         queue = self.settings.queue(job.queue)
-        try:
-            self.guard.check(queue.name)
-        except BackendError:
-            self.stats.count("submits_refused_blackhole")
-            raise
+        self.pipeline.admit(queue.name)
         api = self._api(queue)
         namespace = api.namespace(queue)
         for setting in job.settings:
@@ -359,27 +349,32 @@ class KubernetesBackend(Backend):
     # -- status ----------------------------------------------------------------------------
 
     def status(self, job_id: str) -> JobState:
-        with self.reports.lock(job_id):
+        """The pod (watch copy, else one GET) through the state table, then the GAHP-wide rules
+        (:meth:`gahp.backends.pipeline.Pipeline.report`: outputs, never back, final answers, the
+        black-hole verdict); a pod whose final outcome was reported is marked so."""
+        with self.pipeline.lock(job_id):
             final = self.reports.final(job_id)
             if final is not None:
                 return final
             pod, api, _ = self._find(job_id)
             if pod is None or api is None:
                 log.info("[%s] pod not found: reporting it removed", job_id)
-                return self.reports.answer(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]))
+                return self.pipeline.report(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]),
+                                            queue="")
             queue = self._queue_of(pod)
             classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
                                   disruption_action=queue.disruption_action)
             state = job_state(pod, classified, job_id)
-            self._count_outcome(queue, state, classified)
-            # A pod whose phase cannot be read but that has started is past idle.
-            started = classified.key == "Unknown" and bool(PodView(pod).start_time)
-            if state.phase is Phase.COMPLETED:
-                state = self._finish(api, pod, state, job_id)
-            elif state.phase is Phase.HELD and PodView(pod).finished:
+            answer = self.pipeline.report(
+                job_id, state, queue=queue.name, cause=f"{classified.key}: {classified.message}".rstrip(": "),
+                outputs=lambda: self._write_outputs(api, pod, state, job_id), outputs_of="pod",
+                # A pod whose phase cannot be read but that has started is past idle.
+                started=classified.key == "Unknown" and bool(PodView(pod).start_time),
+                source=pod if classified.key in ("Pending", "Running") else None)
+            if (answer.phase is Phase.COMPLETED or (answer.phase is Phase.HELD and PodView(pod).finished
+                                                    and answer.hold_subcode != holds.OUTPUT.subcode)):
                 self._mark_reported(api, pod, job_id)
-            return self.reports.answer(job_id, state, started=started,
-                                       source=pod if classified.key in ("Pending", "Running") else None)
+            return answer
 
     def status_now(self, job_id: str) -> Optional[JobState]:
         """From the watch copy, without I/O: a final answer given before, or a pod that is pending or
@@ -404,29 +399,15 @@ class KubernetesBackend(Backend):
             return None
         try:
             # The same pod gives the same answer, except an unschedulable one (it times out).
-            return self.reports.answer(job_id, job_state(pod, classified, job_id),
-                                       source=pod if classified.key in ("Pending", "Running") else None)
+            return self.pipeline.report(job_id, job_state(pod, classified, job_id), queue=queue.name,
+                                        source=pod if classified.key in ("Pending", "Running") else None)
         finally:
             lock.release()
 
-    def _count_outcome(self, queue: QueueSettings, state: JobState, classified: Classified) -> None:
-        """Tell the black-hole guard how a pilot ended (called once: later statuses are the final answer)."""
-        judged = verdict(state, self.settings.blackhole.fast_s, f"{classified.key}: {classified.message}".rstrip(": "))
-        if judged is not None:
-            failed, cause = judged
-            self.guard.outcome(queue.name, failed, cause)
-            self.stats.count("pilots_failed" if failed else "pilots_succeeded")
-
-    def _finish(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> JobState:
-        """Write Out/Err, then mark the pod reported; a write failure holds the job instead."""
-        try:
-            write_outputs(api, pod, state, jid, self.settings.output_max_bytes, self.records.get(jid))
-        except OSError as e:
-            log.warning("[%s] outputs cannot be written: %s", jid, e)
-            return holds.OUTPUT.of(state, f"pod finished but its output cannot be written: {e.filename or ''}: "
-                                          f"{e.strerror or e}")
-        self._mark_reported(api, pod, jid)
-        return state
+    def _write_outputs(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> bool:
+        """Out/Err from the pod, where the GAHP recorded them (:mod:`.output`); OSError as raised."""
+        write_outputs(api, pod, state, jid, self.settings.output_max_bytes, self.records.get(jid))
+        return True
 
     def _mark_reported(self, api: KubeApi, pod: JsonObj, jid: str) -> None:
         """Record on the pod that its final outcome reached HTCondor (a re-submit then makes a new pod)."""
@@ -547,7 +528,7 @@ class KubernetesBackend(Backend):
         return deleted
 
     def close(self) -> None:
-        self.stats.close()
+        self.pipeline.close()
         self._stop.set()
         self._cancels.close()
         with self._lock:

@@ -23,31 +23,28 @@ import os
 import threading
 import time
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Set
 
+from gahp import holds
 from gahp.backends.base import Backend
-from gahp.backends.lancium.census import QUEUE, LanciumCeView
-from gahp.backends.lancium.api import JobJSON, LanciumClient
 from gahp.backends.http import truncate
-from gahp.errors import Conflict, Missing, ServiceRefusal
+from gahp.backends.lancium.api import JobJSON, LanciumClient
+from gahp.backends.lancium.census import QUEUE, LanciumCeView
 from gahp.backends.lancium.identity import job_id_of, key_of_name, lancium_id_of
 from gahp.backends.lancium.jobs import JobList, Snapshot
 from gahp.backends.lancium.settings import LanciumSettings, settings_from_knobs
 from gahp.backends.lancium.state import CLEANUP_STATES, GONE, STATE_TABLE
 from gahp.backends.lancium.submit import Submitter, delete_quietly
-from gahp import holds
-from gahp.blackhole import Guard, verdict
+from gahp.backends.pipeline import Pipeline
 from gahp.cancels import CancelRetries
 from gahp.config import Knobs, user_name
-from gahp.health import scope_of
-from gahp.errors import GahpError, InvalidJob, TransientError
+from gahp.errors import Conflict, GahpError, InvalidJob, Missing, ServiceRefusal, TransientError
 from gahp.job import PilotJob
 from gahp.jobstate import JobState, Phase
 from gahp.outputs import write_output
-from gahp.records import JobRecord, JobRecords
-from gahp.reports import RANK, Reports
-from gahp.statedir import state_directories
+from gahp.records import JobRecord
+from gahp.reports import RANK
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +69,6 @@ class Tracked:
     """``time.time()`` when this process submitted it (0 if it did not)."""
     finished_seen: Optional[float] = None
     """``time.monotonic()`` when the job was first seen finished (outputs awaited since)."""
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class LanciumBackend(Backend):
@@ -86,11 +82,12 @@ class LanciumBackend(Backend):
         self.user = user or user_name()
         self.client = client or LanciumClient(settings.client)
         self.jobs = JobList(self.client, settings.list_max_age_s, settings.list_stale_s)
-        directories = state_directories(settings.blackhole.state_dir, self.user)
-        self.records = JobRecords(directories, settings.ce_name, "lancium")
+        door = self.client.door
+        self.pipeline = Pipeline("lancium", settings.ce_name, self.user, settings.blackhole,
+                                 lambda: (door.requests, door.errors, door.seconds))
+        """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
+        self.records, self.guard, self.reports = self.pipeline.records, self.pipeline.guard, self.pipeline.reports
         self.submitter = Submitter(self.client, self.jobs, settings, self.records, self.user)
-        self.guard = Guard(settings.blackhole, scope_of(settings.ce_name, self.user, "lancium"),
-                           directory=directories[0] if directories else None)
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.client.backoff_s,
                                       settings.client.backoff_max_s, done=self._cancel_done)
         self._lock = threading.Lock()
@@ -99,7 +96,7 @@ class LanciumBackend(Backend):
         self._terminal_seen: Dict[int, float] = {}
         self._not_ours: Set[int] = set()
         """Finished jobs with podgahp's form of name that this GAHP has no record of (not cleaned up)."""
-        self.reports = Reports()
+        self.pipeline.start()
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
@@ -131,6 +128,7 @@ class LanciumBackend(Backend):
 
     def close(self) -> None:
         self._cancels.close()
+        self.pipeline.close()
         self.client.close()
 
     # -- ping ----------------------------------------------------------------------------------
@@ -165,7 +163,7 @@ class LanciumBackend(Backend):
     def submit(self, job: PilotJob) -> str:
         """Once per sandbox, whatever answers get lost (:mod:`gahp.backends.lancium.submit`); a job
         this process made is tracked from its first answer on."""
-        self.guard.check(QUEUE)
+        self.pipeline.admit(QUEUE)
         with self._sandbox_lock(job.sandbox_id):
             result = self.submitter.submit(job)
         job_id = job_id_of(result.lancium_id)
@@ -174,7 +172,8 @@ class LanciumBackend(Backend):
         if result.made is not None:
             tracked.lancium_status = "submitted"
             tracked.submitted_at = time.time()
-            tracked.reported = self.reports.answer(job_id, self._state(result.lancium_id, "submitted", result.made))
+            tracked.reported = self.pipeline.report(job_id, self._state(result.lancium_id, "submitted", result.made),
+                                                    queue=QUEUE)
         return job_id
 
     # -- status --------------------------------------------------------------------------------
@@ -185,7 +184,10 @@ class LanciumBackend(Backend):
         snapshot, fetched = self.jobs.get()
         if fetched:
             self._cleanup(snapshot)
-        with tracked.lock:
+        final = self.reports.final(job_id)
+        if final is not None:
+            return final
+        with self.pipeline.lock(job_id):
             summary = snapshot.jobs.get(lancium_id)
             if summary is None and tracked.submitted_at >= snapshot.fetched_at and tracked.reported:
                 return tracked.reported  # submitted after the list was taken
@@ -211,27 +213,13 @@ class LanciumBackend(Backend):
             log.warning("%s: unknown Lancium state %r, reporting no change", job_id, status)
             return tracked.reported or self._state(tracked.lancium_id, "submitted", detail)
         state = self._state(tracked.lancium_id, status, detail)
-        if status == "finished":
-            state = self._finish(tracked, job_id, state)
-        elif status == "error":
+        if status == "error":
             self._write_outputs(tracked, job_id, best_effort=True)
-        before = tracked.reported
-        new = self._monotonic(tracked, job_id, state)
-        if before is None or RANK[before.phase] < 2:  # the first final answer: count the outcome once
-            judged = verdict(new, self.settings.blackhole.fast_s)
-            if judged is not None:
-                self.guard.outcome(QUEUE, *judged)
-        if status != "finished" or new.phase is Phase.COMPLETED:
-            tracked.lancium_status = status
-        return new
-
-    def _monotonic(self, tracked: Tracked, job_id: str, state: JobState) -> JobState:
-        """The answer by the GAHP's rules (:mod:`gahp.reports`): never back, terminal is final."""
-        new = self.reports.answer(job_id, state)
-        if new.phase is not state.phase:
-            log.info("%s: Lancium state went back to %s, still reporting %s", job_id, state.phase.value,
-                     new.phase.value)
+        new = self.pipeline.report(job_id, state, queue=QUEUE, outputs=lambda: self._outputs_ready(tracked, job_id),
+                                   outputs_of=f"Lancium job {tracked.lancium_id}")
         tracked.reported = new
+        if status != "finished" or new.phase is not Phase.RUNNING:
+            tracked.lancium_status = status  # (a finished job whose outputs are awaited is read again)
         return new
 
     def _state(self, lancium_id: int, status: str, detail: Optional[JobJSON]) -> JobState:
@@ -276,25 +264,23 @@ class LanciumBackend(Backend):
 
     # -- outputs -------------------------------------------------------------------------------
 
-    def _finish(self, tracked: Tracked, job_id: str, state: JobState) -> JobState:
-        """COMPLETED once Out/Err are written; RUNNING while Lancium still prepares them."""
+    def _outputs_ready(self, tracked: Tracked, job_id: str) -> bool:
+        """Out/Err of a finished job written (True); False while Lancium still prepares them, for at most
+        ``PODGAHP_LANCIUM_OUTPUT_WAIT_SECONDS`` (then completion is reported without them); OSError as
+        raised (the pipeline holds the job)."""
         first = tracked.finished_seen is None
         if tracked.finished_seen is None:
             tracked.finished_seen = time.monotonic()
-        try:
-            ready = self._write_outputs(tracked, job_id, best_effort=False)
-        except OSError as e:
-            return holds.OUTPUT.of(state, f"cannot write the output of Lancium job {tracked.lancium_id}: "
-                                          f"{e.strerror or e} (errno {e.errno}, {e.filename})")
+        ready = self._write_outputs(tracked, job_id, best_effort=False)
         waited = time.monotonic() - tracked.finished_seen
         if not ready and waited < self.settings.output_wait_s:
             if first:
                 log.info("%s: finished, waiting for Lancium to prepare its outputs", job_id)
-            return replace(state, phase=Phase.RUNNING, exit_code=None)
+            return False
         if not ready:
             log.warning("%s: outputs still not available after %.0f s, reporting completion without them",
                         job_id, waited)
-        return state
+        return True
 
     def _write_outputs(self, tracked: Tracked, job_id: str, best_effort: bool) -> bool:
         """Fetch stdout/stderr into Out/Err; False if one is still being prepared (202).

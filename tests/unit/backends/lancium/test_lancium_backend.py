@@ -268,7 +268,7 @@ def test_unwritable_out_holds_with_errno(backend: LanciumBackend, sim: LanciumSi
     state = wait_phase(backend, backend.submit(pilot), (Phase.HELD, Phase.COMPLETED))
     assert state.phase is Phase.HELD
     assert (state.hold_code, state.hold_subcode) == (1001, HOLD_OUTPUT.subcode) and HOLD_OUTPUT.retryable
-    assert "cannot write the output" in (state.hold_reason or "") and "errno 20" in (state.hold_reason or "")
+    assert "its output cannot be written" in (state.hold_reason or "") and "errno 20" in (state.hold_reason or "")
 
 
 def test_error_is_held_with_error_string(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
