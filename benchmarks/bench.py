@@ -245,7 +245,7 @@ def clone_pilots(sim: KubeSim, namespace: str, pods: int) -> List[str]:
     more). What is equal across pilots (the spec, the Secret's data) is one object shared by all:
     stored objects are never changed in place. Loaded in one go, without an event per pod."""
     from gahp.backends.k8s.identity import KEY_LENGTH
-    from gahp.backends.k8s.pod import ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, LABEL_SANDBOX
+    from gahp.backends.k8s.spec import ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, LABEL_SANDBOX
 
     store, cluster = sim.store, sim.cluster
     with store.lock:

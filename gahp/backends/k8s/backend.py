@@ -2,7 +2,7 @@
 
 Owns the five verbs over the pieces in the ``k8s_*`` modules: :mod:`~gahp.backends.k8s.settings`
 (knobs, queues), :mod:`~gahp.backends.k8s.api` (clients, retries, error translation),
-:mod:`~gahp.backends.k8s.pod` (pod and Secret bodies, staging), :mod:`~gahp.backends.k8s.watch`
+:mod:`~gahp.backends.k8s.spec` (pod and Secret bodies, staging), :mod:`~gahp.backends.k8s.cache`
 (the per-namespace LIST + WATCH copy status reads), :mod:`~gahp.backends.k8s.state` (the state
 table) and :mod:`~gahp.backends.k8s.output` (``Out``/``Err``). Job ids are
 ``k8s/<namespace>/<pod>``; everything else a fresh process needs is in the pod's labels and
@@ -29,15 +29,15 @@ from gahp.cancels import CancelRetries
 from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems
-from gahp.backends.k8s.pod import (ANN_PROXY_KEY, ANN_REPORTED, ANNOTATIONS_READ, INPUT_VOLUME, LABEL_QUEUE,
+from gahp.backends.k8s.spec import (ANN_PROXY_KEY, ANN_REPORTED, ANNOTATIONS_READ, INPUT_VOLUME, LABEL_QUEUE,
                                    LABELS_READ, OVERRIDES, PROXY_KEY, build_pod, job_id, load_template, parse_job_id, pod_name, stage_inputs)
-from gahp.backends.k8s.resubmit import RESUBMIT_RULES, is_live, resubmit_case
+from gahp.backends.k8s.submit import RESUBMIT_RULES, is_live, resubmit_case
 from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
 from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import classify, job_state
 from gahp.backends.k8s.view import PodView, decode_pod
-from gahp.backends.k8s.watch import PodCache
+from gahp.backends.k8s.cache import PodCache
 from gahp.backends.k8s.wholenode import WholeNodeSizer
 from gahp.config import Knobs, user_name
 from gahp.errors import (BackendError, ConfigError, Conflict, GahpError, Invalid, InvalidJob, NotFound, QuotaExceeded,

@@ -19,7 +19,7 @@ from gahp.backends.base import HEALTH_STATES, Census, CeView, RemoteJob
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import job_id
-from gahp.backends.k8s.pod import ANN_SANDBOX_ID, CONTAINER, LABEL_QUEUE, selector
+from gahp.backends.k8s.spec import ANN_SANDBOX_ID, CONTAINER, LABEL_QUEUE, selector
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import classify, parse_time
 from gahp.backends.k8s.view import PodView, container_state

@@ -17,7 +17,7 @@ import itertools
 from typing import Any, Dict, Iterator, Optional
 
 from gahp.backends.k8s.api import KubeApi, translate
-from gahp.backends.k8s.pod import CONTAINER
+from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.view import PodView
 from gahp.errors import BackendError, NotFound
 from gahp.jobstate import JobState

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Set, Tuple
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import owner_selector, sandbox_key
-from gahp.backends.k8s.pod import build_pod, load_template, pod_name
+from gahp.backends.k8s.spec import build_pod, load_template, pod_name
 from gahp.backends.k8s.rights import RIGHTS
 from gahp.backends.k8s.settings import QueueSettings
 from gahp.errors import ConfigError, GahpError, NotFound

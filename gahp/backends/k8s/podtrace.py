@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import parse_job_id
-from gahp.backends.k8s.pod import CONTAINER
+from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
 from gahp.backends.k8s.state import POD_STATES, classify
 from gahp.backends.k8s.view import PodView, container_state

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 from gahp.backends.http import truncate
 from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id
-from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_GENERATION
+from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_GENERATION
 from gahp.backends.k8s.state import parse_time
 from gahp.backends.k8s.view import PodView, container_state
 from gahp.errors import GahpError, NotFound
 
 if TYPE_CHECKING:
-    from gahp.backends.k8s.watch import PodCache
+    from gahp.backends.k8s.cache import PodCache
     from gahp.health import Stats
 
 log = logging.getLogger(__name__)

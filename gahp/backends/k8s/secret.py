@@ -7,7 +7,7 @@ import logging
 from typing import Any, Dict, List
 
 from gahp.backends.k8s.api import KubeApi
-from gahp.backends.k8s.pod import StagedFile, secret_body
+from gahp.backends.k8s.spec import StagedFile, secret_body
 from gahp.backends.k8s.view import PodView
 from gahp.errors import BackendError, Conflict, GahpError
 

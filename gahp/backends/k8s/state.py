@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
-from gahp.backends.k8s.pod import CONTAINER
+from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.view import PodView, container_state
 from gahp import holds
 from gahp.holds import Hold

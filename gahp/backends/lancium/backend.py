@@ -24,17 +24,19 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Set
+from typing import Dict, Optional
 
 from gahp import holds
 from gahp.backends.base import Backend
 from gahp.backends.http import truncate
 from gahp.backends.lancium.api import JobJSON, LanciumClient
 from gahp.backends.lancium.census import QUEUE, LanciumCeView
-from gahp.backends.lancium.identity import job_id_of, key_of_name, lancium_id_of
-from gahp.backends.lancium.jobs import JobList, Snapshot
+from gahp.backends.lancium.identity import job_id_of, lancium_id_of
+from gahp.backends.lancium.output import write_outputs
+from gahp.backends.lancium.retention import Retention
+from gahp.backends.lancium.cache import JobList, Snapshot
 from gahp.backends.lancium.settings import LanciumSettings, settings_from_knobs
-from gahp.backends.lancium.state import CLEANUP_STATES, GONE, STATE_TABLE
+from gahp.backends.lancium.state import GONE, STATE_TABLE
 from gahp.backends.lancium.submit import Submitter, delete_quietly
 from gahp.backends.pipeline import Pipeline
 from gahp.cancels import CancelRetries
@@ -42,7 +44,6 @@ from gahp.config import Knobs, user_name
 from gahp.errors import Conflict, GahpError, InvalidJob, Missing, ServiceRefusal, TransientError
 from gahp.job import PilotJob
 from gahp.jobstate import JobState, Phase
-from gahp.outputs import write_output
 from gahp.records import JobRecord
 from gahp.reports import RANK
 
@@ -93,9 +94,7 @@ class LanciumBackend(Backend):
         self._lock = threading.Lock()
         self._tracked: Dict[int, Tracked] = {}
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
-        self._terminal_seen: Dict[int, float] = {}
-        self._not_ours: Set[int] = set()
-        """Finished jobs with podgahp's form of name that this GAHP has no record of (not cleaned up)."""
+        self.retention = Retention(settings.cleanup_after_s, settings.cleanup_per_cycle)
         self.pipeline.start()
 
     @classmethod
@@ -283,39 +282,7 @@ class LanciumBackend(Backend):
         return True
 
     def _write_outputs(self, tracked: Tracked, job_id: str, best_effort: bool) -> bool:
-        """Fetch stdout/stderr into Out/Err; False if one is still being prepared (202).
-
-        A missing output (404) is written as an empty file, so the CE finds every file it expects.
-        With ``best_effort`` (jobs in ``error``) nothing is awaited and failures are only logged.
-        """
-        record = tracked.record
-        targets = [(p, n) for p, n in ((record.stdout, "stdout.txt"), (record.stderr, "stderr.txt")) if p]
-        contents: Dict[str, bytes] = {}
-        for path, remote in targets:
-            try:
-                data = self.client.output(tracked.lancium_id, remote)
-            except Missing:
-                if best_effort:
-                    continue
-                data = b""
-            except GahpError as e:
-                if best_effort:
-                    log.info("%s: %s not fetched: %s", job_id, remote, e)
-                    return False
-                raise
-            if data is None:  # 202: still being prepared
-                return False
-            contents[path] = contents.get(path, b"") + data  # Out == Err: both, in order
-        for path, data in contents.items():
-            try:
-                write_output(record.iwd, path, [data])
-            except OSError as e:
-                if best_effort:
-                    log.info("%s: cannot write %s: %s", job_id, path, e)
-                    return False
-                raise
-            log.info("%s: wrote %d bytes to %s", job_id, len(data), path)
-        return True
+        return write_outputs(self.client, tracked.lancium_id, tracked.record, job_id, best_effort)
 
     # -- cancel --------------------------------------------------------------------------------
 
@@ -379,47 +346,23 @@ class LanciumBackend(Backend):
     # -- clean-up ------------------------------------------------------------------------------
 
     def _cleanup(self, snapshot: Snapshot) -> None:
-        """Delete this GAHP's jobs (those it has records of) that stayed finished/error/created for
-        ``cleanup_after_s`` (bounded per cycle); other users' jobs are theirs to clean up."""
-        s = self.settings
-        if s.cleanup_after_s <= 0 or s.cleanup_per_cycle <= 0:
-            return
-        now = time.monotonic()
-        candidates: List[int] = []
-        with self._lock:
-            for lancium_id in list(self._terminal_seen):
-                summary = snapshot.jobs.get(lancium_id)
-                if summary is None or summary["status"] not in CLEANUP_STATES:
-                    del self._terminal_seen[lancium_id]
-                    self._not_ours.discard(lancium_id)
-            for lancium_id, summary in snapshot.jobs.items():
-                if (summary["status"] not in CLEANUP_STATES or key_of_name(summary["name"]) is None
-                        or lancium_id in self._not_ours):
-                    continue
-                first = self._terminal_seen.setdefault(lancium_id, now)
+        """One pass of the GAHP's own clean-up (:mod:`.retention`) over a fresh job list."""
+
+        def reported(lancium_id: int) -> bool:
+            with self._lock:
                 tracked = self._tracked.get(lancium_id)
-                if tracked is not None and tracked.reported is not None and RANK[tracked.reported.phase] < 2:
-                    continue  # this process has not reported the outcome yet
-                if now - first >= s.cleanup_after_s:
-                    candidates.append(lancium_id)
-        due: List[int] = []
-        for lancium_id in candidates:
-            if len(due) >= s.cleanup_per_cycle:
-                break
-            if self.records.get(job_id_of(lancium_id)) is None:
-                with self._lock:
-                    self._not_ours.add(lancium_id)
-                continue
-            due.append(lancium_id)
-        for lancium_id in due:
+            return tracked is None or tracked.reported is None or RANK[tracked.reported.phase] == 2
+
+        for lancium_id in self.retention.due(snapshot, time.monotonic(), reported,
+                                             lambda lancium_id: self.records.get(job_id_of(lancium_id)) is not None):
             log.info("%s: cleaning up (%s for more than %.0f s)", job_id_of(lancium_id),
-                     snapshot.jobs[lancium_id]["status"], s.cleanup_after_s)
+                     snapshot.jobs[lancium_id]["status"], self.retention.after_s)
             if delete_quietly(self.client, lancium_id):
                 self.records.drop(job_id_of(lancium_id))
+            self.retention.done(lancium_id)
             with self._lock:
-                self._terminal_seen.pop(lancium_id, None)
                 self._tracked.pop(lancium_id, None)
-            self.reports.forget(job_id_of(lancium_id))
+            self.pipeline.forget(job_id_of(lancium_id))
 
 
 def _status_word(error: GahpError) -> str:

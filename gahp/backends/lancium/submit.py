@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.lancium.api import InputFileJSON, JobJSON, LanciumClient, inputs_by_name
 from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name, new_name, pending_key
-from gahp.backends.lancium.jobs import JobList
+from gahp.backends.lancium.cache import JobList
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.spec import InputFile, input_files, job_fields, notes_text
 from gahp.backends.lancium.state import LIVE_STATES

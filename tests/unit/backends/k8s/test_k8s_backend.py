@@ -12,7 +12,7 @@ import pytest
 
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import sandbox_key
-from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX
+from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX
 from gahp.holds import CONTAINER_CONFIG, EVICTED, IMAGE_PULL, INVALID_IMAGE, OUT_OF_MEMORY, OUTPUT, UNSCHEDULABLE
 from gahp.config import Knobs
 from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
@@ -372,7 +372,7 @@ def test_no_cluster_configured_gives_errors_not_crashes(tmp_path: Path, monkeypa
 
 def test_name_taken_by_a_foreign_pod_gives_a_clear_error(backend: KubernetesBackend, sim: KubeSim,
                                                          tmp_path: Path) -> None:
-    from gahp.backends.k8s.pod import pod_name
+    from gahp.backends.k8s.spec import pod_name
     job = make_job(tmp_path, sandbox="taken_1.0_1")
     with sim.store.lock:
         sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {

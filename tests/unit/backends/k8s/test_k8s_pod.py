@@ -13,7 +13,7 @@ from gahp.backends.k8s import api as k8s_api
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import translate
 from gahp.backends.k8s.identity import sandbox_key
-from gahp.backends.k8s.pod import (ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, build_pod, load_template, parse_job_id,
+from gahp.backends.k8s.spec import (ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, build_pod, load_template, parse_job_id,
                                    pod_name, stage_inputs)
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
@@ -234,7 +234,7 @@ def test_disk_limit_never_below_the_floor(tmp_path: Path, disk_kb: int, floor_mb
     ("x_1234.0_99_", None),
 ], ids=["ce-sandbox", "local-sandbox", "not-a-job", "trailing"])
 def test_a_pod_is_labelled_with_the_job_its_sandbox_names(tmp_path: Path, sandbox: str, label: Optional[str]) -> None:
-    from gahp.backends.k8s.pod import LABEL_JOB
+    from gahp.backends.k8s.spec import LABEL_JOB
 
     pod = _build(tmp_path, sandbox_id=sandbox)
     assert pod["metadata"]["labels"].get(LABEL_JOB) == label

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
-from gahp.backends.k8s.pod import build_pod, check_limits, stage_inputs
+from gahp.backends.k8s.spec import build_pod, check_limits, stage_inputs
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
 from gahp.errors import InvalidJob

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 import pytest
 
 from gahp.backends.k8s.backend import KubernetesBackend
-from gahp.backends.k8s.resubmit import RESUBMIT_RULES, resubmit_case
+from gahp.backends.k8s.submit import RESUBMIT_RULES, resubmit_case
 from gahp.errors import TransientError
 from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gahp.backends.k8s.pod import load_template
+from gahp.backends.k8s.spec import load_template
 from gahp.backends.k8s.schema import schema_errors
 from gahp.errors import ConfigError
 from paths import DOCS

@@ -11,7 +11,7 @@ import pytest
 
 from gahp.backends.k8s.state import (POD_STATES, _provisioned, classify, job_state, parse_time,
                                      quantity)
-from gahp.backends.k8s.pod import CONTAINER
+from gahp.backends.k8s.spec import CONTAINER
 from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
 from gahp import holds
 from gahp.jobstate import Phase

@@ -16,7 +16,7 @@ import pytest
 
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import ANN_USER, owner_labels, pod_name, sandbox_key
-from gahp.backends.k8s.pod import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
+from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
 from gahp.config import Knobs
 from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode

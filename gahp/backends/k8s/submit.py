@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Tuple
 
-from gahp.backends.k8s.pod import ANN_REPORTED
+from gahp.backends.k8s.spec import ANN_REPORTED
 from gahp.backends.k8s.view import PodView
 
 JsonObj = Dict[str, Any]
