@@ -89,7 +89,8 @@ clean:
 # pilots; the blahp's kubernetes_*.sh scripts (trixie root, kubectl) and podgahp on the same pilots;
 # the CE as a whole (1,000 pilots through real HTCondor daemons with the shipped CE configuration, and
 # with one knob changed); Lancium under random API faults; podgahp provision's decisions against the PRP
-# provisioner's and COBalD's in a model world. About 30 minutes on the 2-core machine.
+# provisioner's and COBalD's in a model world; a user job's wait for a new pilot pod, hop by hop, with
+# real pilots (runc). About 32 minutes on the 2-core machine.
 bench: $(VENV)/.installed system-deps
 	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000 --rounds 3
 	$(VENV)/bin/python benchmarks/k8s_tracked.py --pods 20000 50000
@@ -97,3 +98,4 @@ bench: $(VENV)/.installed system-deps
 	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 1000
 	$(VENV)/bin/python benchmarks/lancium_faults.py
 	$(VENV)/bin/python benchmarks/provision_scenarios.py
+	$(VENV)/bin/python benchmarks/pilot_start.py --rounds 5

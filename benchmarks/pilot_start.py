@@ -1,0 +1,243 @@
+"""Benchmark: how long a user's job waits for a new pilot pod, hop by hop.
+
+A user pool (collector, negotiator, schedd), ``podgahp provision`` running as a service, a CE-like
+pool (shipped routes, gridmanager, ``k8s_gahp``) and the simulated cluster running its pods through
+runc from the pilot image, as in ``make demo``. Each round submits one job of a shape no pilot has
+yet (so it needs a new pilot) and times, from its ``condor_submit``, when the pilot is submitted to
+the CE (provision cycle), its routed copy exists (CE routing), the GAHP receives ``BLAH_JOB_SUBMIT``
+(gridmanager), the pod exists (GAHP), its container runs (pod start), its startd is in the user
+pool (startd joining), and the job runs on it (negotiation and claiming). Every hop but the GAHP's
+and the provisioner's (whose logs say when, to the millisecond) is seen by polling each pool and the
+cluster in a thread of its own: a hop is known to a few tenths of a second. Printed: the median, least and most of each hop over the rounds, and the knob
+that bounds it with its value in this run and HTCondor's or podgahp's default.
+
+    .venv/bin/python benchmarks/pilot_start.py --rounds 5 [--series sid]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+for _path in (ROOT, ROOT / "tests", ROOT / "tests" / "live", ROOT / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from bench import load  # noqa: E402
+from e2e import E2E_FAST, K8S_KNOBS, NAMESPACE, kubeconfig_text, routes_config, write_user_file  # noqa: E402
+from harness import Installation, Pool, get_installation  # noqa: E402
+from harness.image import pilot_image  # noqa: E402
+from harness.userpool import CONFIG as USER_POOL_CONFIG  # noqa: E402
+from harness.userpool import collector_address, pilot_token  # noqa: E402
+from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
+
+PROVISIONER = "bench-pilot-start"
+PROVISION_INTERVAL_S = 10
+#: The hops, in order: name, the knob that bounds it (value here, default).
+HOPS: Tuple[Tuple[str, str], ...] = (
+    ("provision cycle", f"PODGAHP_PROVISION_INTERVAL_SECONDS ({PROVISION_INTERVAL_S} here, default 60): "
+                        "the wait for the next cycle, then the cycle's queries and submit"),
+    ("CE routing", "JOB_ROUTER_POLLING_PERIOD (2 here, HTCondor's 10)"),
+    ("gridmanager", "SCHEDD_INTERVAL (2 here, HTCondor's 300) and GRIDMANAGER_CONTACT_SCHEDD_DELAY "
+                    "(1 here, 5): the schedd hands a new grid job to its gridmanager"),
+    ("GAHP", "none: the pod and its input Secret, two API writes"),
+    ("pod start", "the cluster: scheduling, image pull (none here), container start"),
+    ("startd joining", "the pilot image: the start script, condor_master, the startd's first ad"),
+    ("negotiation", "NEGOTIATOR_INTERVAL (5 here, HTCondor's 60), then the claim and the job's start"),
+)
+EVENTS = ("submitted", "pilot", "routed", "gahp", "pod", "running", "joined", "started")
+
+
+class Watcher:
+    """First-seen times of each event of one round, from a thread that polls."""
+
+    def __init__(self, users: Pool, ce: Pool, sim: KubeSim, memory: int) -> None:
+        self.users, self.ce, self.sim, self.memory = users, ce, sim, memory
+        self.seen: Dict[str, float] = {}
+        self.pod = ""
+        self.started_pods: Dict[str, float] = {}
+        """When each pod's container was first seen running (before the pod's pilot is known)."""
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=target, daemon=True) for target in (self._ce, self._users,
+                                                                                  self._cluster)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def _mark(self, event: str, when: Optional[float] = None) -> None:
+        self.seen.setdefault(event, when if when is not None else time.time())
+
+    def _ce(self) -> None:
+        group = f"1c/{self.memory}MiB"
+        while not self._stop.is_set() and not self.pod:
+            for ad in self.ce.q(f'PodgahpGroup =?= "{group}/1GiB" && RoutedFromJobId =!= undefined', ["GridJobId"]):
+                self._mark("routed")
+                parts = str(ad.get("GridJobId") or "").split()
+                if len(parts) == 4:
+                    self.pod = parts[3].rsplit("/", 1)[-1]
+            self._stop.wait(0.05)
+
+    def _users(self) -> None:
+        while not self._stop.is_set():
+            if self.pod and "joined" not in self.seen:
+                slots = self.users.run(["condor_status", "-af", "Machine"], check=False).stdout.split()
+                if self.pod in slots:
+                    self._mark("joined")
+            if "joined" in self.seen:
+                jobs = self.users.q(f"RequestMemory == {self.memory}", ["JobStatus"])
+                if any(ad.get("JobStatus") == 2 for ad in jobs):
+                    self._mark("started")
+                    return
+            self._stop.wait(0.05)
+
+    def _cluster(self) -> None:
+        names: set = set()
+        while not self._stop.is_set() and "running" not in self.seen:
+            for pod in self.sim.pods(NAMESPACE):
+                name = pod["metadata"]["name"]
+                state = ((pod.get("status") or {}).get("containerStatuses") or [{}])[0].get("state") or {}
+                if name not in self.started_pods and ("running" in state or "terminated" in state):
+                    names.add(name)
+                    self.started_pods[name] = time.time()
+            if self.pod and self.pod in self.started_pods:
+                self._mark("running", self.started_pods[self.pod])
+            self._stop.wait(0.1)
+
+
+def pilot_submitted(ce: Pool, memory: int) -> float:
+    """When the provisioner submitted the pilot of the group of ``memory`` MiB, from its log (ms)."""
+    for line in ce.log("PodgahpProvisionLog").splitlines():
+        if f"group 1c/{memory}MiB/1GiB: submitted " in line:
+            return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    raise RuntimeError(f"no pilot of 1c/{memory}MiB in the provisioner's log")
+
+
+def gahp_submit_times(ce: Pool, pod: str) -> Tuple[float, float]:
+    """(received, answered) of the BLAH_JOB_SUBMIT that made ``pod``, from the GAHP's log (ms)."""
+    for name in ce.log_names():
+        if not name.startswith("PodgahpLog.k8s"):
+            continue
+        for line in ce.log(name).splitlines():
+            if f"job=k8s/{NAMESPACE}/{pod} " in line and "BLAH_JOB_SUBMIT rc=0" in line:
+                stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                took = float(re.search(r"\(([0-9.]+) s\)", line).group(1))  # type: ignore[union-attr]
+                return stamp - took, stamp
+    raise RuntimeError(f"no BLAH_JOB_SUBMIT for pod {pod} in the GAHP's log")
+
+
+def setup(installation: Installation) -> Tuple[KubeSim, Pool, Pool, "subprocess.Popen[str]"]:
+    reference, image = pilot_image(installation)
+    nodes = (SimNode("node-1", cpu="16", memory="64Gi"),)
+    sim = KubeSim(SimConfig(nodes=nodes, namespaces=("default", NAMESPACE)), runtime="runc",
+                  images={reference: str(image)}).start()
+    users = Pool(installation, extra_config=USER_POOL_CONFIG, name="bench-users").start()
+    ce = Pool(installation, name="bench-ce", files={"kubeconfig": kubeconfig_text(sim)},
+              extra_config=(routes_config(installation) + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n"
+                            + K8S_KNOBS + E2E_FAST + f"PODGAHP_K8S_IMAGE = {reference}\n")
+              ).start()
+    token = f"{ce.user_dir()}/pool.token"
+    write_user_file(ce, token, pilot_token(users), mode=0o600)
+    env = {"CONDOR_CONFIG": ce.condor_config,
+           "_CONDOR_PODGAHP_PROVISION_POOL": collector_address(users),
+           "_CONDOR_PODGAHP_PROVISION_NAME": PROVISIONER,
+           "_CONDOR_PODGAHP_PROVISION_LOG": f"{ce.log_dir}/PodgahpProvisionLog",
+           "_CONDOR_PODGAHP_PROVISION_PILOT_TOKEN_FILE": token,
+           "_CONDOR_PODGAHP_PROVISION_INTERVAL_SECONDS": str(PROVISION_INTERVAL_S),
+           "_CONDOR_PODGAHP_PROVISION_RAMP_START": "1",
+           "_CONDOR_PODGAHP_PROVISION_PILOT_ENVIRONMENT": "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=15 "
+                                                          "_CONDOR_UPDATE_INTERVAL=5"}
+    provisioner = installation.popen([installation.bin("podgahp"), "provision"], user="pilot", env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return sim, users, ce, provisioner
+
+
+def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Dict[str, float]:
+    """One job of a new shape, from its submit to its start on a new pilot: event -> time."""
+    home = users.user_dir()
+    watcher = Watcher(users, ce, sim, memory)
+    watcher.start()
+    watcher.seen["submitted"] = time.time()
+    users.submit("\n".join(["universe = vanilla", "executable = /bin/sleep", "arguments = 5", f"initialdir = {home}",
+                            "request_cpus = 1", f"request_memory = {memory}", "request_disk = 10240",
+                            "queue"]) + "\n", cwd=home)
+    deadline = time.monotonic() + 300
+    while "started" not in watcher.seen and time.monotonic() < deadline:
+        time.sleep(0.2)
+    watcher.stop()
+    if "running" not in watcher.seen and watcher.pod in watcher.started_pods:
+        watcher.seen["running"] = watcher.started_pods[watcher.pod]
+    if "started" not in watcher.seen or "running" not in watcher.seen:
+        log = "\n".join(sim.logs(NAMESPACE, watcher.pod)[-20:]) if watcher.pod else ""
+        status = users.run(["condor_status"], check=False).stdout
+        raise RuntimeError(f"the job of {memory} MiB did not start within 300 s: {watcher.seen}; pod "
+                           f"{watcher.pod}:\n{log}\n{status}")
+    received, answered = gahp_submit_times(ce, watcher.pod)
+    times = dict(watcher.seen)
+    times["gahp"], times["pod"] = received, answered
+    times["pilot"] = pilot_submitted(ce, memory)
+    # a poll may see two events at once: the order of the hops holds
+    for earlier, later in zip(EVENTS, EVENTS[1:]):
+        times[later] = max(times[later], times[earlier])
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--series", default="trixie")
+    parser.add_argument("--debug", action="store_true", help="print the gridmanager's and provisioner's lines")
+    args = parser.parse_args()
+    installation = get_installation(args.series)
+    installation.acquire()
+    try:
+        installation.install_podgahp()
+    finally:
+        installation.release()
+    before = load()
+    sim, users, ce, provisioner = setup(installation)
+    rounds: List[Dict[str, float]] = []
+    try:
+        for n in range(args.rounds):
+            rounds.append(round_(users, ce, sim, 512 + 64 * n))
+            if args.debug:
+                print({k: round(v - rounds[-1]["submitted"], 1) for k, v in rounds[-1].items()})
+    finally:
+        provisioner.terminate()
+        provisioner.wait(60)
+        if "--debug" in sys.argv:
+            for line in ce.log("GridmanagerLog.pilot").splitlines():
+                if re.search(r"STARTING UP|BLAH_PING|BLAH_JOB_SUBMIT|COMMANDS|No jobs left|Adding job|new job", line):
+                    print(line[:160])
+            print(ce.log("PodgahpProvisionLog")[-3000:])
+        ce.stop()
+        users.stop()
+        sim.stop()
+    hops = {name: [r[b] - r[a] for r in rounds] for (name, _), a, b in zip(HOPS, EVENTS, EVENTS[1:])}
+    totals = [r["started"] - r["submitted"] for r in rounds]
+    print(f"\nuser job's condor_submit to its start on a new pilot pod: {args.rounds} rounds, HTCondor "
+          f"{installation.condor_version} ({installation.name}), pods run by runc")
+    print(f"| hop | median s | min s | max s | bounded by |\n|---|---:|---:|---:|---|")
+    for (name, knob), values in zip(HOPS, hops.values()):
+        print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f} | {max(values):.1f} | {knob} |")
+    print(f"| **total** | **{statistics.median(totals):.1f}** | {min(totals):.1f} | {max(totals):.1f} | |")
+    print(f"{before} before, {load()} after")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
