@@ -32,7 +32,7 @@ $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml sim/setup.cfg sim/pyproject.
 # rpm's Python dependency generator runs on /usr/bin/python3); man shows the man pages it ships.
 # kubectl drives the simulated cluster in tests/sim/test_kubectl.py: the machine's own when it has
 # one, else Debian's kubernetes-client.
-# runc runs the containers of the simulated cluster's real runtime (sim/podgahp_sim/kube/runc.py).
+# runc runs the containers of the simulated cluster's real runtime (sim/podgahp_sim/k8s/runc.py).
 system-deps:
 	@command -v mmdebstrap >/dev/null && command -v rpmbuild >/dev/null && command -v cpio >/dev/null && \
 		command -v runc >/dev/null && command -v rpmlint >/dev/null && command -v man >/dev/null && \

@@ -1,6 +1,6 @@
 """The pilot image: an installation's root filesystem (HTCondor inside) with podgahp's pilot start
 script and an ordinary user to run it, as an image directory the simulated cluster's runc runtime
-runs (``podgahp_sim.kube.registry``).
+runs (``podgahp_sim.k8s.registry``).
 
 Owns: laying out the image's top layer (``/usr/local/bin/podgahp-pilot-startup.sh``, the ``pilot``
 user in ``/etc/passwd`` and ``/etc/group``, its home, and nothing of what the harness's pools leave

@@ -42,9 +42,10 @@ def sim_k8s(port: int, kubeconfig: str, namespace: str, namespaces: "tuple[str, 
 
     It serves HTTPS with a CA of its own; the kubeconfig it writes carries that CA and a token.
     With --runtime runc the containers of its pods really run, from the images given by --image."""
-    from podgahp_sim.k8s import RuntimeUnavailable, serve
-    from podgahp_sim.kube.registry import ImageError, parse_image_argument
-    from podgahp_sim.kube.tls import TlsUnavailable
+    from podgahp_sim.k8s import serve
+    from podgahp_sim.k8s.runc import RuntimeUnavailable
+    from podgahp_sim.k8s.registry import ImageError, parse_image_argument
+    from podgahp_sim.k8s.tls import TlsUnavailable
 
     try:
         image_map = dict(parse_image_argument(text) for text in images)

@@ -94,7 +94,7 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
         "/usr/share/man/man1/lancium_gahp.1.gz": "podgahp-lancium",
         "/usr/bin/k8s_gahp": "podgahp-k8s", f"{site}/gahp/backends/k8s/backend.py": "podgahp-k8s",
         "/usr/bin/lancium_gahp": "podgahp-lancium", f"{site}/gahp/backends/lancium/backend.py": "podgahp-lancium",
-        f"{site}/podgahp_sim/k8s.py": "podgahp-sim", f"{site}/podgahp_sim/lancium.py": "podgahp-sim",
+        f"{site}/podgahp_sim/k8s/sim.py": "podgahp-sim", f"{site}/podgahp_sim/lancium/sim.py": "podgahp-sim",
         "/usr/share/podgahp/ce-config/standalone/condor_config": "podgahp-standalone",
         "/usr/share/podgahp/ce-config/bin/condor_ce_q": "podgahp-standalone",
         "/usr/share/podgahp/ce-config/bin/condor_ce_submit": "podgahp-standalone",

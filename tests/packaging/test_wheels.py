@@ -44,7 +44,7 @@ def test_the_product_wheel_holds_no_simulator(wheels: Dict[str, List[str]]) -> N
 
 def test_the_simulators_wheel_holds_only_the_simulators_and_adds_podgahp_sim(wheels: Dict[str, List[str]]) -> None:
     sim = wheels["podgahp_sim"]
-    assert "podgahp_sim/k8s.py" in sim and "podgahp_sim/kube/http.py" in sim and "podgahp_sim/lancium.py" in sim
+    assert "podgahp_sim/k8s/sim.py" in sim and "podgahp_sim/k8s/http.py" in sim and "podgahp_sim/lancium/sim.py" in sim
     assert not [f for f in sim if f.startswith("gahp/")]
     assert "entry_points.txt:sim = podgahp_sim.cli:sim" in sim
 

@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from factories import made_then_ended
 from podgahp_sim.k8s import KubeSim
-from podgahp_sim.kube.runc import CGROUP_PARENT, cgroup_dirs
+from podgahp_sim.k8s.runc import CGROUP_PARENT, cgroup_dirs
 from polling import wait_until
 from test_k8s_support import NS, api_client_for, fast
 

@@ -37,7 +37,7 @@ def make_sim(tmp_path: Path) -> Iterator[Callable[..., KubeSim]]:
     yield from made_then_ended(lambda **changes: KubeSim(fast(**changes)).start(), KubeSim.stop)
 
 
-#: The two ways a tick visits pods (``podgahp_sim.kube.agenda``): every pod (a small cluster), or only
+#: The two ways a tick visits pods (``podgahp_sim.k8s.agenda``): every pod (a small cluster), or only
 #: the pods that changed, are due or wait for a node (a large one). Behaviour must not differ.
 PASSES: Dict[str, Dict[str, Any]] = {"every-pod": {}, "changes-only": {"full_sync_below_pods": 0}}
 

@@ -67,7 +67,7 @@ def test_the_estimate_covers_what_the_api_server_stores(sim: KubeSim, make_backe
     """What the simulated API server counts for a pod as stored (defaults, status and managedFields
     added) never exceeds the GAHP's estimate: a pod the GAHP lets through is never refused for its size."""
     from gahp.backends.k8s.spec import build_pod, load_template
-    from podgahp_sim.kube import admission, limits as server_limits
+    from podgahp_sim.k8s import admission, limits as server_limits
 
     backend = make_backend()
     queue = backend.settings.queue(None)

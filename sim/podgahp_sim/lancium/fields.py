@@ -4,7 +4,7 @@ Owns the job object of Lancium's published API (schema ``job_fields``, API 1.5.0
 the simulator's knobs (:class:`LanciumSimSettings`), the canned ``/resources`` catalogues, the
 2 vCPU : 4 GB round-up, and the type checks of create/update/input-file request bodies.
 
-Must not know: HTTP (:mod:`podgahp_sim.lancium`), job state (:mod:`podgahp_sim.lancium_model`), and
+Must not know: HTTP (:mod:`podgahp_sim.lancium`), job state (:mod:`podgahp_sim.lancium.model`), and
 nothing of ``gahp.backends``.
 """
 

@@ -105,7 +105,7 @@ class SimConfig:
     every valid reference is pullable except names containing ``does-not-exist``."""
     full_sync_below_pods: int = 100
     """Below this many pods every tick visits every pod; from it on a tick visits only the pods that
-    changed, are due or wait for a node (:mod:`podgahp_sim.kube.agenda`)."""
+    changed, are due or wait for a node (:mod:`podgahp_sim.k8s.agenda`)."""
     full_sync_seconds: float = 300.0
     """In a large cluster, a pass over every pod this often all the same (as the kubelet's periodic sync)."""
     gc_seconds: float = 0.3
@@ -123,9 +123,9 @@ class SimConfig:
     git_version: str = "v1.30.0"
     runtime: str = "model"
     """How containers run: ``model`` (their behaviour read from ``PODGAHP_SIM_*`` variables, no
-    process) or ``runc`` (each container a real process tree, :mod:`podgahp_sim.kube.runc`)."""
+    process) or ``runc`` (each container a real process tree, :mod:`podgahp_sim.k8s.runc`)."""
     images: Mapping[str, str] = field(default_factory=dict)
-    """With ``runc``: image reference -> root filesystem or image directory (:mod:`podgahp_sim.kube.registry`);
+    """With ``runc``: image reference -> root filesystem or image directory (:mod:`podgahp_sim.k8s.registry`);
     the only images the nodes can pull."""
     runtime_dir: str = "/var/lib/podgahp-sim"
     """With ``runc``: where each simulator keeps its containers' bundles, volumes and logs."""

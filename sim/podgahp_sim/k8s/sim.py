@@ -4,10 +4,10 @@ secret, namespace, node, priority-class and self-subject-access-review REST surf
 
 Owns :class:`KubeSim` (server lifecycle, kubeconfig, state access, fault injection, driver actions,
 request log) and :func:`serve` (the blocking entry point of ``podgahp sim k8s``).  The pieces live in
-:mod:`podgahp_sim.kube`.  It must not import ``gahp.backends`` or the ``kubernetes`` client: code under
+:mod:`podgahp_sim.k8s`.  It must not import ``gahp.backends`` or the ``kubernetes`` client: code under
 test reaches it only over HTTP, through a kubeconfig written by :meth:`KubeSim.write_kubeconfig`.
 
-It serves HTTPS by default, with a CA of its own (:mod:`podgahp_sim.kube.tls`), and authenticates a
+It serves HTTPS by default, with a CA of its own (:mod:`podgahp_sim.k8s.tls`), and authenticates a
 request by the bearer token or by a client certificate that CA signed; the kubeconfig carries the CA
 (``certificate-authority-data``), and :meth:`KubeSim.write_service_account` lays out the in-cluster
 service-account directory.  ``tls=False`` serves plain HTTP.  ConfigMaps, ServiceAccounts, Roles,
@@ -30,7 +30,7 @@ command=<json> args=<json>`` and on exit ``podgahp-sim: container <c> exited wit
 ``GET .../pods/<name>/log`` returns those lines.
 
 Real containers: ``KubeSim(runtime="runc", images={"pilot:1": "/rootfs"})`` (or ``SimConfig.runtime``)
-runs every container through runc from a bundle made of its pod spec (:mod:`podgahp_sim.kube.runc`):
+runs every container through runc from a bundle made of its pod spec (:mod:`podgahp_sim.k8s.runc`):
 real processes, exit codes, cgroup limits and OOM kills, signals on deletion, volumes and logs; the
 images are those of ``images`` only, and the ``PODGAHP_SIM_*`` variables mean nothing.  Scheduling,
 GPUs, image pulls and pod networking stay modelled (containers share the host's network).
@@ -40,7 +40,7 @@ Image pulls: every valid reference is pullable except names containing ``does-no
 pullable images; invalid references give ``InvalidImageName``.
 
 Documented simplifications: init containers are stored but not run; strategic merge patch merges the
-lists named in ``podgahp_sim.kube.patch.MERGE_KEYS`` by key and replaces the others; ``resourceVersion``
+lists named in ``podgahp_sim.k8s.patch.MERGE_KEYS`` by key and replaces the others; ``resourceVersion``
 on list is ignored (always the latest state); quantity syntax errors are 400 as on a real server
 (the body cannot be decoded), not 422; RBAC 403s for create name no object (the name is not known
 at authorization time); status written through ``/status`` stays until the kubelet's next
@@ -64,13 +64,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from .kube.cluster import SIM_ENV, Cluster
-from .kube.config import PodQuota, RbacRule, SimConfig, SimNode, Taint
-from .kube.http import Api, Fault, RequestRecord, Server, make_server
-from .kube.runc import RuncRuntime, RuntimeUnavailable
-from .kube.store import JsonObj, Store
-from .kube.tls import ClientCert, ClusterCa
-from .kube.volumes import Identity
+from .cluster import SIM_ENV, Cluster
+from .config import PodQuota, RbacRule, SimConfig, SimNode, Taint
+from .http import Api, Fault, RequestRecord, Server, make_server
+from .runc import RuncRuntime, RuntimeUnavailable
+from .store import JsonObj, Store
+from .tls import ClientCert, ClusterCa
+from .volumes import Identity
 
 __all__ = ["KubeSim", "SimConfig", "SimNode", "Taint", "RbacRule", "PodQuota", "RequestRecord", "Fault",
            "SIM_ENV", "RuntimeUnavailable", "serve"]

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
-from podgahp_sim.lancium_fields import (
+from .fields import (
     ACTIVE_STATUSES,
     COST_PER_CORE_HOUR,
     ENV_ERROR,

@@ -10,7 +10,7 @@ Owns: the wire behaviour -- routes, the two-step token exchange (``POST /access_
 API key, HS256 JWT access tokens with ``exp``), the ``X-Current-API-Version`` /
 ``X-Deprecated-API-Used`` headers, status codes and ``{"errors": ...}`` bodies, downloads with
 ``Range``, the request log and injected faults.  Job state lives in
-:mod:`podgahp_sim.lancium_model`, wire shapes, settings and validation in :mod:`podgahp_sim.lancium_fields`.
+:mod:`podgahp_sim.lancium.model`, wire shapes, settings and validation in :mod:`podgahp_sim.lancium.fields`.
 
 Must not know: anything of ``gahp.backends`` (never imported; clients meet the simulator only over
 HTTP), HTCondor, or Kubernetes.
@@ -80,7 +80,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Pattern, Sequence, Tuple, Union, cast
 from urllib.parse import unquote, urlsplit
 
-from podgahp_sim.lancium_fields import (
+from .fields import (
     API_VERSION,
     DEFAULTS_CATALOGUE,
     ENV_ERROR,
@@ -104,7 +104,7 @@ from podgahp_sim.lancium_fields import (
     LanciumSimSettings,
     iso,
 )
-from podgahp_sim.lancium_model import LanciumState
+from .model import LanciumState
 
 __all__ = [
     "API_VERSION",

@@ -1,7 +1,7 @@
 """Plain namespaced objects the simulator stores but does not act on — ConfigMaps, ServiceAccounts,
 Services, Roles, RoleBindings, Deployments — so that an admin's manifests (a CE running in the
 cluster, its service account and Role) apply with ``kubectl`` as on a real cluster, and so that Roles
-and RoleBindings can authorize the service account's token (:mod:`podgahp_sim.kube.rbac`).
+and RoleBindings can authorize the service account's token (:mod:`podgahp_sim.k8s.rbac`).
 
 CRUD only: create, get, list (in a namespace or in all, with selectors), replace, patch (the three
 patch flavours), delete; no controllers (a Deployment makes no pods, a Service no endpoints).

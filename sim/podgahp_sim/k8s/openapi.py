@@ -6,8 +6,8 @@ kubectl (1.27 and later) reads ``/openapi/v3``, then the group-version document,
 ``fieldValidation`` query parameter on the kind's PATCH operation; when it is there, kubectl leaves
 validation to the server and sends ``fieldValidation=Strict``.  ``kubectl explain`` finds a kind's
 schema by its ``x-kubernetes-group-version-kind`` among the document's schemas (v3, or v2 with
-``--output plaintext-openapiv2``, which kubectl asks for in protobuf: :mod:`podgahp_sim.kube.openapiv2`).
-The schemas come from :mod:`podgahp_sim.kube.schemas`; :func:`unknown_fields` checks field names of
+``--output plaintext-openapiv2``, which kubectl asks for in protobuf: :mod:`podgahp_sim.k8s.openapiv2`).
+The schemas come from :mod:`podgahp_sim.k8s.schemas`; :func:`unknown_fields` checks field names of
 Pods and Secrets at the levels where a typo matters (object, metadata, pod spec, containers), as the
 server's strict decoder would.
 """

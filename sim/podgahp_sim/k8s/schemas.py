@@ -4,7 +4,7 @@ required, named as kube-apiserver names them (``io.k8s.api.core.v1.PodSpec``).
 
 They are read from the models of the Kubernetes Python client (generated from the API's own
 OpenAPI document), so they follow the API release that client was built for; descriptions are the
-client's (it keeps none for a field of another type: ``kubectl explain`` shows that type's).  Owns no HTTP: :mod:`podgahp_sim.kube.openapi` turns these into OpenAPI v2 and v3.
+client's (it keeps none for a field of another type: ``kubectl explain`` shows that type's).  Owns no HTTP: :mod:`podgahp_sim.k8s.openapi` turns these into OpenAPI v2 and v3.
 """
 
 from __future__ import annotations

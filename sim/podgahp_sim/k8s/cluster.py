@@ -9,7 +9,7 @@ out graceful deletion (SIGTERM, exit, terminal phase, removal); and deletes obje
 (``metadata.ownerReferences``) are gone.  Status values follow the table of pod failure shapes in
 ``kubernetes-api.md`` §4.  How a container behaves is read from its env (see :data:`SIM_ENV`).
 
-With a container runtime attached (:meth:`Cluster.attach_runtime`, :mod:`podgahp_sim.kube.runc`)
+With a container runtime attached (:meth:`Cluster.attach_runtime`, :mod:`podgahp_sim.k8s.runc`)
 the kubelet runs each container for real instead: the ``PODGAHP_SIM_*`` variables mean nothing
 there; exit codes, OOM kills, signals, logs, storage use and volume contents are the containers'
 own, and the kubelet's periodic sync carries Secret and ConfigMap updates into running pods.
