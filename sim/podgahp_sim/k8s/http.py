@@ -16,17 +16,16 @@ import json
 import re
 import logging
 import secrets
-import select
 import socket
 import ssl
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Optional, Pattern, Tuple, Union
 from urllib.parse import parse_qs, urlsplit
 
+from .. import http as core
 from . import admission, limits, objects, openapi, openapiv2, rbac
 from .cluster import TERMINAL, Cluster
 from .config import PodQuota, RbacRule, SimConfig
@@ -1122,39 +1121,29 @@ class Api:
         return False
 
 
-class Handler(BaseHTTPRequestHandler):
-    """Adapts :class:`Api` to ``http.server``; one instance per connection."""
+class Handler(core.Handler):
+    """Adapts :class:`Api` to the simulators' HTTP core; one instance per connection."""
 
-    protocol_version = "HTTP/1.1"
-    server_version = "podgahp-sim"
-    sys_version = ""
     #: Buffered: a reply's headers and body leave in one write (the base class flushes after each
     #: request; watch streams flush each event).
     wbufsize = -1
+    #: The API server's limit: a larger body is answered 413 (the rest is read and dropped).
+    max_body_bytes = limits.MAX_REQUEST_BODY_BYTES
     api: Api
-
-    def setup(self) -> None:
-        super().setup()
-        # As the real API server (Go sets it on every connection): without it, a reply's last
-        # segment waits for the client's delayed ACK, ~40 ms per request.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def version_string(self) -> str:
-        return self.server_version
 
     def date_time_string(self, timestamp: Optional[float] = None) -> str:
         """The ``Date`` header, on the simulated API server's clock."""
         return super().date_time_string(self.api.config.server_now() if timestamp is None else timestamp)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
-        log.debug("%s %s", self.address_string(), format % args)
-
     def _serve(self) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         headers = {k.lower(): v for k, v in self.headers.items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self._read_body(length)
+        try:
+            body = self.read_body() or b""
+        except ValueError:
+            self.close_connection = True
+            body = b""
         cert_user = None
         if isinstance(self.connection, ssl.SSLSocket):
             cert_user = peer_user(self.connection.getpeercert())
@@ -1172,21 +1161,6 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, socket.timeout, OSError):
             self.close_connection = True
 
-    def _read_body(self, length: int) -> bytes:
-        """The body, kept up to one byte past the API server's limit (the rest is read and dropped, so
-        the connection stays usable and the client reads the 413)."""
-        if length <= 0:
-            return b""
-        keep = min(length, limits.MAX_REQUEST_BODY_BYTES + 1)
-        body = self.rfile.read(keep)
-        left = length - keep
-        while left > 0:
-            chunk = self.rfile.read(min(left, 1 << 20))
-            if not chunk:
-                break
-            left -= len(chunk)
-        return body
-
     def _send(self, reply: Reply) -> None:
         if reply.stream is not None:
             self.send_response(reply.code)
@@ -1203,7 +1177,7 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 for chunk in reply.stream:
                     if chunk is None:
-                        if self._peer_closed():
+                        if self.peer_closed():
                             return
                         continue
                     if chunk:
@@ -1230,77 +1204,11 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _peer_closed(self) -> bool:
-        """Whether the client went away (watch streams poll this between events)."""
-        try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if not readable:
-                return False
-            if isinstance(self.connection, ssl.SSLSocket):
-                # TLS cannot peek: a watch client sends nothing more, so what is readable is its
-                # close_notify or the end of the connection.
-                previous = self.connection.gettimeout()
-                self.connection.settimeout(0.5)
-                try:
-                    return bool(self.connection.recv(1) == b"")
-                finally:
-                    self.connection.settimeout(previous)
-            return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
-        except (OSError, ValueError):
-            return True
-
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
 
-class Server(ThreadingHTTPServer):
-    """Tracks open connections so that stopping the simulator also cuts keep-alive and watch sockets."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-    block_on_close = False
-    #: The listen backlog of a real API server (Go asks for the system's maximum); the standard
-    #: library's 5 drops the connections of a client opening dozens at once, which then wait a
-    #: second for their SYN to be sent again.
-    request_queue_size = socket.SOMAXCONN
-
-    def __init__(self, address: Tuple[str, int], handler: Any, tls: Optional[ssl.SSLContext] = None) -> None:
-        super().__init__(address, handler)
-        self.connections: "set[socket.socket]" = set()
-        self.connections_lock = threading.Lock()
-        self.tls = tls
-
-    def get_request(self) -> Tuple[socket.socket, Any]:
-        conn, address = super().get_request()
-        if self.tls is not None:
-            # The handshake runs on the connection's own thread, at its first read: a slow or broken
-            # client cannot stall the accept loop.
-            conn = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
-        return conn, address
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that fails the TLS handshake (wrong CA, plain HTTP to the HTTPS port) is the
-        # client's problem, as on a real API server: log it briefly instead of a traceback on stderr.
-        log.info("connection from %s failed", client_address, exc_info=log.isEnabledFor(logging.DEBUG))
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.connections_lock:
-            self.connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.connections_lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self.connections_lock:
-            open_now = list(self.connections)
-            self.connections.clear()
-        for conn in open_now:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+#: The simulators' core server: open connections tracked, the system's listen backlog, TLS on demand.
+Server = core.Server
 
 
 def make_server(api: Api, host: str = "127.0.0.1", port: int = 0, tls: Optional[ssl.SSLContext] = None) -> Server:
