@@ -42,11 +42,11 @@ STALE_S = 7 * 86400.0
 #: GAHP counters: (name in the file, ClassAd attribute, Prometheus metric, help text).
 COUNTERS: Tuple[Tuple[str, str, str, str], ...] = (
     ("api_requests", "GahpApiRequests", "podgahp_gahp_api_requests_total",
-     "Kubernetes API requests made by the GAHPs (every attempt)"),
+     "API requests made by the GAHPs, every backend's (every attempt)"),
     ("api_errors", "GahpApiErrors", "podgahp_gahp_api_errors_total",
-     "Kubernetes API requests that got an error answer or none"),
+     "API requests that got an error answer or none"),
     ("api_seconds", "GahpApiSeconds", "podgahp_gahp_api_seconds_total",
-     "Seconds the GAHPs waited for Kubernetes API answers"),
+     "Seconds the GAHPs waited for API answers"),
     ("pods_created", "GahpPodsCreated", "podgahp_gahp_pods_created_total", "Pods created for pilots"),
     ("pods_refused", "GahpPodsRefused", "podgahp_gahp_pods_refused_total",
      "Pod creations refused by the API server (admission, quota)"),
