@@ -85,12 +85,12 @@ class Site:
 
     def slots(self, constraint: str = "true") -> List[Dict[str, Any]]:
         out = self.users.run(["condor_status", "-json", "-constraint", constraint, "-attributes",
-                              "Name,Machine,Cpus,Memory,State,Activity,PodgahpProvisioner,PodgahpPilotId"]).stdout
+                              "Name,Machine,Cpus,Memory,GPUs,State,Activity,PodgahpProvisioner,PodgahpPilotId"]).stdout
         import json
         return json.loads(out) if out.strip() else []
 
 
-def user_jobs(site: Site, batch: str, count: int, cpus: int, memory: int, script: str) -> int:
+def user_jobs(site: Site, batch: str, count: int, cpus: int, memory: int, script: str, gpus: int = 0) -> int:
     """Submit ``count`` jobs of a shape running ``script`` (sh) as the user; output comes back."""
     home = f"{site.users.user_dir()}/{batch}-{uuid.uuid4().hex[:6]}"
     write_user_file(site.users, f"{home}/job.sh", "#!/bin/sh\n" + script, mode=0o755)
@@ -100,7 +100,7 @@ def user_jobs(site: Site, batch: str, count: int, cpus: int, memory: int, script
         "universe = vanilla", "executable = job.sh", f"initialdir = {home}", f"batch_name = {batch}",
         "output = out.$(Process)", "error = err.$(Process)", "log = job.log", "should_transfer_files = YES",
         f"request_cpus = {cpus}", f"request_memory = {memory}", "request_disk = 10240",
-        f"queue {count}"]) + "\n", cwd=home)
+        *([f"request_gpus = {gpus}"] if gpus else []), f"queue {count}"]) + "\n", cwd=home)
 
 
 def job_ads(site: Site, cluster: int) -> List[Dict[str, Any]]:
@@ -214,20 +214,26 @@ def test_user_jobs_run_on_pilots_the_ce_started_as_pods(site: Site) -> None:
 
 
 def test_the_startd_advertises_the_pods_limits(site: Site) -> None:
+    """Cores and memory from the pod's limits, GPUs from its device plugin (simulated GPUs)."""
     name = unique("limits")
-    cluster = user_jobs(site, name, 1, 3, 1536, "sleep 30\n")
+    clusters = [user_jobs(site, name, 1, 3, 1536, "sleep 30\n"), user_jobs(site, name, 1, 1, 1024, "sleep 30\n", gpus=1)]
     site.provision(name, RAMP_START="1")
 
-    def slot() -> Optional[Dict[str, Any]]:
+    def slots() -> Optional[List[Dict[str, Any]]]:
         found = site.slots(f'PodgahpProvisioner =?= "{name}"')
-        return found[0] if found else None
-    ad = site.users.wait_for(slot, timeout=150, interval=2, what="the pilot's startd in the pool")
-    pod = site.sim.pod(NAMESPACE, str(ad["Machine"]))
-    assert pod is not None, ad
-    limits = container(pod)["resources"]["limits"]
-    assert (limits["cpu"], limits["memory"]) == ("3", "1536Mi")
-    assert (ad["Cpus"], ad["Memory"]) == (3, 1536)
-    site.users.run(["condor_rm", str(cluster)], user="pilot")
+        return found if len(found) == 2 else None
+    ads = site.users.wait_for(slots, timeout=150, interval=2, what="the pilots' startds in the pool")
+    seen = set()
+    for ad in ads:
+        pod = site.sim.pod(NAMESPACE, str(ad["Machine"]))
+        assert pod is not None, ad
+        limits = container(pod)["resources"]["limits"]
+        seen.add((limits["cpu"], limits["memory"], limits.get("nvidia.com/gpu", "0")))
+        assert (str(ad["Cpus"]), f"{ad['Memory']}Mi", str(ad.get("GPUs", 0))) == (
+            limits["cpu"], limits["memory"], limits.get("nvidia.com/gpu", "0")), (ad, limits)
+    assert seen == {("3", "1536Mi", "0"), ("1", "1024Mi", "1")}
+    for cluster in clusters:
+        site.users.run(["condor_rm", str(cluster)], user="pilot")
 
 
 def test_condor_rm_of_a_pilot_running_a_job_gives_the_job_back(site: Site) -> None:

@@ -194,8 +194,28 @@ def container_environment(pod: JsonObj, container: JsonObj, image: Image, lookup
     for item in image.env:
         name, _, value = item.partition("=")
         env[name] = value
+    env.update(device_environment(pod, container))
     env.update(made)
     return env
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def device_environment(pod: JsonObj, container: JsonObj) -> Dict[str, str]:
+    """What the simulated GPU device plugin gives a container with ``nvidia.com/gpu`` limits: the
+    device list the NVIDIA plugin sets (``NVIDIA_VISIBLE_DEVICES``), and, since a simulated node has
+    no device to discover, HTCondor's GPU discovery told to report that many (``-simulate``)."""
+    value = ((container.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)
+    try:
+        count = int(str(value)) if value is not None else 0
+    except ValueError:
+        count = 0
+    if count <= 0:
+        return {}
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    devices = ",".join("GPU-%s-%d" % (uid[:8], n) for n in range(count))
+    return {"NVIDIA_VISIBLE_DEVICES": devices, "_CONDOR_GPU_DISCOVERY_EXTRA": "-simulate:0,%d" % count}
 
 
 def command_line(container: JsonObj, image: Image, env: Mapping[str, str]) -> List[str]:
