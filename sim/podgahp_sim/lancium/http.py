@@ -13,15 +13,15 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Pattern, Tuple, Union, cast
+from typing import (Any, Callable, ContextManager, Dict, List, NamedTuple, Optional, Pattern, Protocol, Tuple, Union,
+                    cast)
 from urllib.parse import unquote, urlsplit
 
 from .. import http as core
 from .fields import (API_VERSION, DEFAULTS_CATALOGUE, GPU_CATALOGUE, LIMITS_CATALOGUE, MPI_CATALOGUE, QOS_CATALOGUE,
                      RESOURCE_CATALOGUE, ApiError, iso)
 
-if TYPE_CHECKING:
-    from .sim import LanciumSim
+from .model import LanciumState
 
 logger = logging.getLogger(__name__)
 
@@ -114,15 +114,43 @@ _CATALOGUES: Dict[str, Tuple[str, object]] = {
 }
 
 
-class Server(core.Server):
-    """The core server bound to one :class:`~podgahp_sim.lancium.sim.LanciumSim`."""
+class Service(Protocol):
+    """What the routes need of the simulator (:class:`~podgahp_sim.lancium.sim.LanciumSim` is one): its
+    lock and model, its tokens, and the driver's faults, chaos and request log."""
 
-    def __init__(self, address: Tuple[str, int], sim: "LanciumSim") -> None:
+    @property
+    def lock(self) -> ContextManager[Any]:
+        ...
+
+    @property
+    def state(self) -> LanciumState:
+        ...
+
+    def _draw_chaos(self) -> Optional[Tuple[bool, int]]:
+        ...
+
+    def _take_fault(self, method: str, path: str) -> Optional[Fault]:
+        ...
+
+    def _log(self, entry: LoggedRequest) -> None:
+        ...
+
+    def _exchange_key(self, credentials: Optional[str]) -> str:
+        ...
+
+    def _check_access_token(self, credentials: Optional[str]) -> None:
+        ...
+
+
+class Server(core.Server):
+    """The core server bound to one simulator."""
+
+    def __init__(self, address: Tuple[str, int], sim: Service) -> None:
         self.sim = sim
         super().__init__(address, Handler)
 
 
-def make_server(address: Tuple[str, int], sim: "LanciumSim") -> Server:
+def make_server(address: Tuple[str, int], sim: Service) -> Server:
     return Server(address, sim)
 
 
@@ -133,7 +161,7 @@ class Handler(core.Handler):
     timeout = 30
 
     @property
-    def sim(self) -> "LanciumSim":
+    def sim(self) -> Service:
         return cast(Server, self.server).sim
 
     def do_GET(self) -> None:
