@@ -3,6 +3,8 @@
     python -m harness build [SERIES...]     build or find installations, install podgahp into them
     python -m harness pool [--series S] [--config FILE]...
                                             start a CE-like pool and keep it up until Ctrl-C
+    python -m harness image [SERIES...]     make the pilot image of each series and print it as
+                                            NAME=DIR for `podgahp sim k8s --runtime runc --image`
 
 SERIES defaults to PODGAHP_CONDOR_SERIES (see harness.rootfs).
 """
@@ -33,6 +35,15 @@ def build(names: List[str]) -> int:
     return 0
 
 
+def image(names: List[str]) -> int:
+    from harness.image import pilot_image
+
+    for name in names or series_from_env():
+        reference, directory = pilot_image(get_installation(name))
+        print(f"{reference}={directory}")
+    return 0
+
+
 def pool(series: str, configs: Sequence[str], keep: bool) -> int:
     extra = "".join(open(path).read() + "\n" for path in configs)
     stop = []
@@ -58,6 +69,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_build = sub.add_parser("build", help="build or find installations and install podgahp")
     p_build.add_argument("series", nargs="*")
+    p_image = sub.add_parser("image", help="make the pilot image of each series, print NAME=DIR")
+    p_image.add_argument("series", nargs="*")
     p_pool = sub.add_parser("pool", help="run a CE-like pool until Ctrl-C")
     p_pool.add_argument("--series", default=None, help="default: the first of PODGAHP_CONDOR_SERIES")
     p_pool.add_argument("--config", action="append", default=[], help="extra configuration file (repeatable)")
@@ -66,6 +79,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.command == "build":
             return build(args.series)
+        if args.command == "image":
+            return image(args.series)
         return pool(args.series or series_from_env()[0], args.config, args.keep)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)
