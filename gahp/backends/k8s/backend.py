@@ -36,7 +36,7 @@ from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
 from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import classify, job_state
-from gahp.backends.k8s.view import PodView, decode_pod
+from gahp.backends.k8s.view import PodRecord, decode_pod
 from gahp.backends.k8s.cache import PodCache
 from gahp.backends.k8s.wholenode import WholeNodeSizer
 from gahp.config import Knobs, user_name
@@ -178,10 +178,10 @@ class KubernetesBackend(Backend):
                                "was the configuration changed after this pilot was submitted?")
         return apis
 
-    def _queue_of(self, pod: JsonObj) -> QueueSettings:
-        return self._queues_by_label.get(PodView(pod).label(LABEL_QUEUE)) or self.settings.queue(None)
+    def _queue_of(self, pod: PodRecord) -> QueueSettings:
+        return self._queues_by_label.get(pod.label(LABEL_QUEUE)) or self.settings.queue(None)
 
-    def _find(self, jid: str) -> Tuple[Optional[JsonObj], Optional[KubeApi], Optional[PodCache]]:
+    def _find(self, jid: str) -> Tuple[Optional[PodRecord], Optional[KubeApi], Optional[PodCache]]:
         """The pod of a job id from the watch copies; on a miss, or while a copy is still being listed,
         one GET of that pod (never a relist, never a wait for the LIST: the cost of a stale or unknown
         job id is one request, whatever the number of pods).
@@ -207,8 +207,8 @@ class KubernetesBackend(Backend):
         for api, cache in caches:
             last = cache.gone(name)
             if last is not None and _disrupted(last):
-                if not PodView(last).finished:
-                    last = dict(last, status=dict(PodView(last).status, phase="Failed"))
+                if not last.finished:
+                    last = last.with_phase("Failed")
                 return last, api, cache
         return None, (apis[0] if len(apis) == 1 else None), None
 
@@ -271,7 +271,7 @@ class KubernetesBackend(Backend):
             newest = max(existing, key=generation_of, default=None)
             case = resubmit_case(newest) if newest is not None else "none"
             if newest is not None and dict(RESUBMIT_RULES)[case] == "reuse":
-                name = newest["metadata"]["name"]
+                name = newest.name
                 jid = job_id(namespace, name)
                 log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
                          job.sandbox_id, case)
@@ -323,9 +323,10 @@ class KubernetesBackend(Backend):
             raise BackendError(f"the pilot cannot be recorded, so no pod is made: {e} (PODGAHP_STATE_DIR must "
                                f"be a directory where job owners can write, mode 1777 like $(USER_LOG))") from e
 
-    def _read_into(self, api: KubeApi, cache: PodCache, namespace: str, name: str, jid: str) -> Optional[JsonObj]:
-        """Read one pod the watch copy lacks into it (None if there is no such pod); a pod of that name
-        that is not this user's is refused."""
+    def _read_into(self, api: KubeApi, cache: PodCache, namespace: str, name: str,
+                   jid: str) -> Optional[PodRecord]:
+        """Read one pod the watch copy lacks into it, and return the copy's record of it (None if there is
+        no such pod); a pod of that name that is not this user's is refused."""
         try:
             pod: JsonObj = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace,
                                     job_id=jid, decode=decode_pod)
@@ -334,14 +335,13 @@ class KubernetesBackend(Backend):
         why = refusal(pod, self.settings.ce_name, self.user)
         if why is not None:
             raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
-        cache.put(pod)
-        return pod
+        return cache.put(pod)
 
     def _check_cap(self, api: KubeApi, namespace: str, queue: QueueSettings) -> None:
         cache = self._cache(api, namespace)
         cache.wait_synced(self.settings.sync_timeout_s)
         label = label_value(queue.name.lower())
-        live = sum(1 for p in cache.pods() if is_live(p) and PodView(p).label(LABEL_QUEUE) == label)
+        live = sum(1 for p in cache.pods() if is_live(p) and p.label(LABEL_QUEUE) == label)
         if live >= queue.max_pods:
             raise BackendError(f"queue {queue.name} has {live} live pods, its cap is {queue.max_pods} "
                                f"(PODGAHP_K8S_MAX_PODS); limit the route's jobs (MaxJobs) below the cap")
@@ -369,9 +369,9 @@ class KubernetesBackend(Backend):
                 job_id, state, queue=queue.name, cause=f"{classified.key}: {classified.message}".rstrip(": "),
                 outputs=lambda: self._write_outputs(api, pod, state, job_id), outputs_of="pod",
                 # A pod whose phase cannot be read but that has started is past idle.
-                started=classified.key == "Unknown" and bool(PodView(pod).start_time),
+                started=classified.key == "Unknown" and bool(pod.start_time),
                 source=pod if classified.key in ("Pending", "Running") else None)
-            if (answer.phase is Phase.COMPLETED or (answer.phase is Phase.HELD and PodView(pod).finished
+            if (answer.phase is Phase.COMPLETED or (answer.phase is Phase.HELD and pod.finished
                                                     and answer.hold_subcode != holds.OUTPUT.subcode)):
                 self._mark_reported(api, pod, job_id)
             return answer
@@ -404,20 +404,19 @@ class KubernetesBackend(Backend):
         finally:
             lock.release()
 
-    def _write_outputs(self, api: KubeApi, pod: JsonObj, state: JobState, jid: str) -> bool:
+    def _write_outputs(self, api: KubeApi, pod: PodRecord, state: JobState, jid: str) -> bool:
         """Out/Err from the pod, where the GAHP recorded them (:mod:`.output`); OSError as raised."""
         write_outputs(api, pod, state, jid, self.settings.output_max_bytes, self.records.get(jid))
         return True
 
-    def _mark_reported(self, api: KubeApi, pod: JsonObj, jid: str) -> None:
+    def _mark_reported(self, api: KubeApi, pod: PodRecord, jid: str) -> None:
         """Record on the pod that its final outcome reached HTCondor (a re-submit then makes a new pod)."""
-        view = PodView(pod)
-        if not view.annotation(ANN_REPORTED):
+        if not pod.annotation(ANN_REPORTED):
             patch = {"metadata": {"annotations": {ANN_REPORTED: _rfc3339(_now())}}}
             try:
-                patched = api.call(f"annotate pod {view.namespace}/{view.name}", "patch_namespaced_pod",
-                                   view.name, view.namespace, patch, job_id=jid, decode=decode_pod)
-                self._cache(api, view.namespace).put(patched)
+                patched = api.call(f"annotate pod {pod.namespace}/{pod.name}", "patch_namespaced_pod",
+                                   pod.name, pod.namespace, patch, job_id=jid, decode=decode_pod)
+                self._cache(api, pod.namespace).put(patched)
             except GahpError as e:
                 log.warning("[%s] pod cannot be marked reported (it will be cleaned up later): %s", jid, e)
 
@@ -449,21 +448,21 @@ class KubernetesBackend(Backend):
             return
         self._delete_own(api, pod, job_id, self._queue_of(pod).delete_grace_s)
 
-    def _delete_own(self, api: KubeApi, pod: JsonObj, jid: str, grace: Optional[int]) -> None:
+    def _delete_own(self, api: KubeApi, pod: PodRecord, jid: str, grace: Optional[int]) -> None:
         """Delete a pod of this user, and only that pod: the uid precondition makes the API server
         refuse if the name now holds another pod."""
-        meta = pod.get("metadata") or {}
-        namespace, name = meta.get("namespace", ""), meta.get("name", "")
+        namespace, name = pod.namespace, pod.name
         why = refusal(pod, self.settings.ce_name, self.user)
         if why is not None:
             raise InvalidJob(f"{why}; refusing to delete it")
         extra: JsonObj = {} if grace is None else {"grace_period_seconds": grace}
         try:
             deleted = api.call(f"delete pod {namespace}/{name}", "delete_namespaced_pod", name, namespace,
-                               job_id=jid, body={"preconditions": {"uid": meta.get("uid")}},
+                               job_id=jid, body={"preconditions": {"uid": pod.uid}},
                                propagation_policy="Background", decode=decode_pod, **extra)
             log.info("[%s] deleted pod (grace %s s)", jid, grace if grace is not None else "default")
-            if PodView(deleted).name == name and PodView(deleted).metadata.get("uid") == meta.get("uid"):
+            gone = PodRecord.of(deleted)
+            if gone.name == name and gone.uid == pod.uid:
                 # Terminating (a graceful delete answers with the pod): a submit right after must see it.
                 self._cache(api, namespace).put(deleted)
         except NotFound:
@@ -484,10 +483,9 @@ class KubernetesBackend(Backend):
         if not is_live(pod):
             log.info("[%s] pod has finished; proxy not refreshed", job_id)
             return
-        view = PodView(pod)
-        key = view.annotation(ANN_PROXY_KEY)
+        key = pod.annotation(ANN_PROXY_KEY)
         if not key:
-            secrets = [v.get("secret") for v in view.volumes if v.get("name") == INPUT_VOLUME]
+            secrets = [v.get("secret") for v in pod.volumes if v.get("name") == INPUT_VOLUME]
             staged = [i.get("key") for secret in secrets if isinstance(secret, dict)
                       for i in secret.get("items") or [] if isinstance(i, dict)]
             if PROXY_KEY not in staged:
@@ -540,7 +538,6 @@ class KubernetesBackend(Backend):
             api.close()
 
 
-def _disrupted(pod: JsonObj) -> bool:
+def _disrupted(pod: PodRecord) -> bool:
     """Ended by Kubernetes itself: a terminal phase, or a ``DisruptionTarget`` condition."""
-    view = PodView(pod)
-    return view.finished or view.condition_true("DisruptionTarget")
+    return pod.finished or pod.condition_true("DisruptionTarget")

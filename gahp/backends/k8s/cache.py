@@ -4,8 +4,8 @@ Owns the watch thread: a label-selected LIST, then WATCH requests resumed from t
 ``resourceVersion`` seen (bookmarks included); ``410 Expired`` (as an HTTP status or an in-stream
 ``ERROR`` event) makes it LIST again. Status polls read the copy, so the number of API requests
 does not grow with the number of pilots polled. On API failures the copy keeps its last data and
-the thread retries with back-off. Knows nothing about jobs: it stores pods by name, each reduced to
-the fields podgahp reads (:func:`~gahp.backends.k8s.view.compact`), so memory stays small.
+the thread retries with back-off. Knows nothing about jobs: it stores pods by name, each as the flat
+record of the fields podgahp reads (:class:`~gahp.backends.k8s.view.PodRecord`), so memory stays small.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Collection, Dict, List, Optional, Tuple
+from typing import Any, Collection, Dict, List, Optional, Tuple, Union
 
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
-from gahp.backends.k8s.view import PodView, compact, decode_event, decode_pod_list
+from gahp.backends.k8s.view import PodRecord, decode_event, decode_pod_list
 from gahp.errors import Expired, GahpError, TransientError
 from gahp.retry import Backoff
 
@@ -36,6 +36,13 @@ PAGE = 500
 def resource_version(obj: JsonObj) -> Optional[str]:
     rv = (obj.get("metadata") or {}).get("resourceVersion")
     return str(rv) if rv is not None else None
+
+
+def _names(entry: Union[str, Tuple[str, ...], None]) -> Tuple[str, ...]:
+    """The names of an entry of the index (one name is kept as the name alone)."""
+    if entry is None:
+        return ()
+    return (entry,) if isinstance(entry, str) else entry
 
 
 def _newer(candidate: Optional[str], current: Optional[str]) -> bool:
@@ -73,15 +80,15 @@ class PodCache:
         self.backoff_max_s = backoff_max_s
         self._cond = threading.Condition()
         self._list_lock = threading.Lock()
-        self._pods: Dict[str, JsonObj] = {}
+        self._pods: Dict[str, PodRecord] = {}
         self._index_label = index_label
-        self._index: Dict[str, Tuple[str, ...]] = {}
-        """Value of ``index_label`` -> names of the pods that have it (a tuple: mostly one name)."""
+        self._index: Dict[str, Union[str, Tuple[str, ...]]] = {}
+        """Value of ``index_label`` -> the name of the pod that has it, or a tuple of names when several do."""
         self._canon = Canon()
         """What the stored pods share (:mod:`gahp.backends.k8s.sharing`)."""
         self._kept = {"labels": labels, "annotations": annotations}
         """The label and annotation keys the copy keeps (None: all)."""
-        self._gone: Dict[str, Tuple[float, JsonObj]] = {}
+        self._gone: Dict[str, Tuple[float, PodRecord]] = {}
         self._rv: Optional[str] = None
         self._floor_rv: Optional[str] = None
         self._synced = False
@@ -119,50 +126,49 @@ class PodCache:
                     raise TransientError(f"pods of namespace {self.namespace} not listed yet{detail}")
                 self._cond.wait(remaining)
 
-    def get(self, name: str) -> Optional[JsonObj]:
+    def get(self, name: str) -> Optional[PodRecord]:
         with self._cond:
             return self._pods.get(name)
 
-    def gone(self, name: str) -> Optional[JsonObj]:
+    def gone(self, name: str) -> Optional[PodRecord]:
         """The last state seen of a pod that has been deleted (kept :data:`GONE_KEEP_SECONDS`)."""
         with self._cond:
             entry = self._gone.get(name)
             return entry[1] if entry else None
 
-    def _compact(self, pod: JsonObj) -> JsonObj:
-        return compact(pod, self._canon, **self._kept)
+    def _record(self, pod: JsonObj) -> PodRecord:
+        return PodRecord.of(pod, self._canon, **self._kept)
 
-    def _bury(self, name: str, obj: JsonObj, compacted: bool = False) -> None:
+    def _bury(self, name: str, record: PodRecord) -> None:
         """Remember a deleted pod's last state; caller holds ``_cond``."""
         now = time.monotonic()
-        self._gone[name] = (now, obj if compacted else self._compact(obj))
+        self._gone[name] = (now, record)
         if len(self._gone) > GONE_KEEP_MAX:
             for old in [n for n, (when, _) in self._gone.items() if now - when > GONE_KEEP_SECONDS]:
                 del self._gone[old]
             while len(self._gone) > GONE_KEEP_MAX:
                 del self._gone[next(iter(self._gone))]
 
-    def pods(self) -> List[JsonObj]:
+    def pods(self) -> List[PodRecord]:
         with self._cond:
             return list(self._pods.values())
 
-    def labelled(self, value: str) -> List[JsonObj]:
+    def labelled(self, value: str) -> List[PodRecord]:
         """The pods whose ``index_label`` is ``value`` (an index: no scan of the namespace)."""
         with self._cond:
-            return [self._pods[name] for name in self._index.get(value, ()) if name in self._pods]
+            return [self._pods[name] for name in _names(self._index.get(value)) if name in self._pods]
 
-    def _store(self, name: str, obj: JsonObj, compacted: bool = False) -> None:
-        """Put a pod in the copy (only the fields podgahp reads) and the index; caller holds ``_cond``."""
+    def _store(self, record: PodRecord) -> None:
+        """Put a pod in the copy and the index; caller holds ``_cond``."""
+        name = record.name
         self._unindex(name)
-        if not compacted:
-            obj = self._compact(obj)
-        self._pods[name] = obj
+        self._pods[name] = record
         if self._index_label:
-            value = PodView(obj).label(self._index_label)
+            value = record.label(self._index_label)
             if value:
-                names = self._index.get(value, ())
+                names = _names(self._index.get(value))
                 if name not in names:
-                    self._index[value] = names + (name,)
+                    self._index[value] = names + (name,) if names else name
 
     def _drop(self, name: str) -> None:
         self._unindex(name)
@@ -172,22 +178,25 @@ class PodCache:
         old = self._pods.get(name)
         if old is None or not self._index_label:
             return
-        value = PodView(old).label(self._index_label)
-        names = tuple(n for n in self._index.get(value, ()) if n != name)
+        value = old.label(self._index_label)
+        names = tuple(n for n in _names(self._index.get(value)) if n != name)
         if names:
-            self._index[value] = names
+            self._index[value] = names if len(names) > 1 else names[0]
         else:
             self._index.pop(value, None)
 
-    def put(self, pod: JsonObj) -> None:
-        """Record a pod the caller just got from the API (e.g. a create's response)."""
-        name = (pod.get("metadata") or {}).get("name")
-        if not name:
-            return
+    def put(self, pod: JsonObj) -> Optional[PodRecord]:
+        """Record a pod the caller just got from the API (e.g. a create's response); the copy's record
+        of it (the one it had when that is newer), None for a pod without a name."""
+        record = self._record(pod)
+        if not record.name:
+            return None
         with self._cond:
-            current = self._pods.get(name)
-            if current is None or _newer(resource_version(pod), resource_version(current)):
-                self._store(name, pod)
+            current = self._pods.get(record.name)
+            if current is None or _newer(record.resource_version, current.resource_version):
+                self._store(record)
+                return record
+            return current
 
     # -- the watch thread --------------------------------------------------------------------
 
@@ -197,7 +206,7 @@ class PodCache:
         Each page is reduced to what podgahp reads as it comes, so a LIST never holds all pods in full.
         A continue token that expired mid-way (410) starts the LIST again. A pod the copy got after
         the snapshot (a create's answer, a read) stays."""
-        fresh: Dict[str, JsonObj] = {}
+        fresh: Dict[str, PodRecord] = {}
         token: Optional[str] = None
         while True:
             extra: Dict[str, Any] = {"_continue": token} if token else {}
@@ -211,9 +220,10 @@ class PodCache:
                 fresh, token = {}, None
                 continue
             for item in body.get("items") or []:
-                name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
-                if name:
-                    fresh[name] = self._compact(item)
+                if isinstance(item, dict):
+                    record = self._record(item)
+                    if record.name:
+                        fresh[record.name] = record
             body.pop("items", None)  # the full pods of this page are not kept
             meta = body.get("metadata") or {}
             token = meta.get("continue") or None
@@ -224,15 +234,15 @@ class PodCache:
         with self._cond:
             for name, obj in self._pods.items():
                 if name in fresh:
-                    if not _newer(resource_version(fresh[name]), resource_version(obj)):
+                    if not _newer(fresh[name].resource_version, obj.resource_version):
                         fresh[name] = obj
-                elif _after(resource_version(obj), listed_rv):
+                elif _after(obj.resource_version, listed_rv):
                     fresh[name] = obj  # newer than the snapshot: the watch from it will bring it again
                 else:
-                    self._bury(name, obj, compacted=True)
+                    self._bury(name, obj)
             self._pods, self._index = {}, {}
-            for name, obj in fresh.items():
-                self._store(name, obj, compacted=True)
+            for obj in fresh.values():
+                self._store(obj)
             self._rv = listed_rv
             self._floor_rv = self._rv
             self._synced = True
@@ -251,25 +261,25 @@ class PodCache:
                 raise Expired(f"watch of namespace {self.namespace}: {message}")
             raise TransientError(f"watch of namespace {self.namespace}: {message} ({code})")
         rv = resource_version(obj)
-        name = (obj.get("metadata") or {}).get("name")
+        # Built before the lock is taken: status reads wait for none of it.
+        record = self._record(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
         with self._cond:
             if rv is not None:
                 self._rv = rv
-            if kind == "BOOKMARK" or not name:
+            if record is None or not record.name:
                 return
+            name = record.name
+            current = self._pods.get(name)
             if kind == "DELETED":
-                current = self._pods.get(name)
-                if current is None or _newer(rv, resource_version(current)):
+                if current is None or _newer(rv, current.resource_version):
                     self._drop(name)
-                    self._bury(name, obj)
-            elif kind in ("ADDED", "MODIFIED"):
-                current = self._pods.get(name)
-                if current is None:
-                    # A pod absent from the last LIST may appear only through a change after it.
-                    if _after(rv, self._floor_rv):
-                        self._store(name, obj)
-                elif _newer(rv, resource_version(current)):
-                    self._store(name, obj)
+                    self._bury(name, record)
+            elif current is None:
+                # A pod absent from the last LIST may appear only through a change after it.
+                if _after(rv, self._floor_rv):
+                    self._store(record)
+            elif _newer(rv, current.resource_version):
+                self._store(record)
 
     def _watch(self) -> None:
         """One WATCH request from the current resource version, until the server ends it."""

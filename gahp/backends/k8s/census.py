@@ -22,7 +22,7 @@ from gahp.backends.k8s.identity import job_id
 from gahp.backends.k8s.spec import ANN_SANDBOX_ID, CONTAINER, LABEL_QUEUE, selector
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import classify, parse_time
-from gahp.backends.k8s.view import PodView, container_state
+from gahp.backends.k8s.view import PodRecord, container_state
 from gahp.errors import Conflict, GahpError, NotFound
 from gahp.hops import WAITING, Hop
 
@@ -88,8 +88,8 @@ class KubernetesCeView(CeView):
         return sum(api.requests for api in self._apis.values())
 
     def _remote(self, pod: JsonObj, listed_at: Optional[datetime.datetime], cluster: str) -> RemoteJob:
-        view = PodView(pod)
-        deleting = bool(view.metadata.get("deletionTimestamp"))
+        view = PodRecord.of(pod)
+        deleting = view.deleting
         queue = view.label(LABEL_QUEUE)
         return RemoteJob(
             job_id=job_id(view.namespace, view.name), name=view.name, queue=queue, state=view.phase,
@@ -98,10 +98,10 @@ class KubernetesCeView(CeView):
             created=parse_time(view.created), listed_at=listed_at, where=view.namespace + cluster,
             node=view.node, reason=self._reason(view, queue, listed_at))
 
-    def _reason(self, pod: PodView, queue: str, now: Optional[datetime.datetime]) -> str:
+    def _reason(self, pod: PodRecord, queue: str, now: Optional[datetime.datetime]) -> str:
         """Why the pod is where it is, in the words the GAHP would use (empty when running normally)."""
         q = self._queues.get(queue) or self.settings.queue(None)
-        classified = classify(dict(pod.raw), now=now or datetime.datetime.now(datetime.timezone.utc),
+        classified = classify(pod, now=now or datetime.datetime.now(datetime.timezone.utc),
                               unschedulable_timeout_s=q.unschedulable_timeout_s, disruption_action=q.disruption_action)
         if classified.message:
             return classified.message

@@ -19,7 +19,7 @@ import re
 from typing import Any, Dict, Optional, Tuple
 
 from gahp.backends.k8s.settings import label_value
-from gahp.backends.k8s.view import PodView
+from gahp.backends.k8s.view import Pod, record_of
 from gahp.errors import InvalidJob
 from gahp.identity import KEY_LENGTH as KEY_LENGTH, sandbox_key as sandbox_key  # the GAHP-wide rule
 
@@ -68,9 +68,9 @@ def owner_selector(ce_name: str, user: str) -> str:
     return ",".join(f"{k}={v}" for k, v in owner_labels(ce_name, user).items())
 
 
-def refusal(pod: Dict[str, Any], ce_name: str, user: str) -> Optional[str]:
+def refusal(pod: Pod, ce_name: str, user: str) -> Optional[str]:
     """Why this GAHP must not act on ``pod`` (``None``: it is this CE's pod of this user)."""
-    view = PodView(pod)
+    view = record_of(pod)
     name = f"{view.namespace or '?'}/{view.name or '?'}"
     if view.label(LABEL_MANAGED_BY) != MANAGED_BY:
         return f"pod {name} was not created by podgahp"

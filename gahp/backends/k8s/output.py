@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, Optional
 
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.spec import CONTAINER
-from gahp.backends.k8s.view import PodView
+from gahp.backends.k8s.view import Pod, PodRecord, record_of
 from gahp.errors import BackendError, NotFound
 from gahp.jobstate import JobState
 from gahp.outputs import write_output
@@ -29,16 +29,16 @@ log = logging.getLogger(__name__)
 JsonObj = Dict[str, Any]
 
 
-def _container_name(pod: PodView) -> str:
+def _container_name(pod: PodRecord) -> str:
     names = [c.get("name") for c in pod.containers]
     if CONTAINER in names or not names:
         return CONTAINER
     return str(names[0])
 
 
-def summary(pod: JsonObj, state: JsonObj, out: Optional[str]) -> bytes:
+def summary(pod: Pod, state: JsonObj, out: Optional[str]) -> bytes:
     """The ``podgahp:`` lines written to ``Err``."""
-    view = PodView(pod)
+    view = record_of(pod)
     lines = [f"podgahp: pod {view.namespace}/{view.name} on {view.node or 'no node'} ended"]
     if state.get("exit_signal") is not None:
         lines.append(f"podgahp: killed by signal {state['exit_signal']}")
@@ -60,12 +60,12 @@ def _stream(response: Any, what: str) -> Iterator[bytes]:
         raise translate(e, what) from e
 
 
-def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_bytes: int,
+def write_outputs(api: KubeApi, pod: Pod, state: JobState, job_id: str, max_bytes: int,
                   record: Optional[JobRecord]) -> None:
     """Write ``Out``/``Err`` of a finished pod where ``record`` says. OSError when a file cannot be
     written; TransientError when the log cannot be read now (a missing log is written as empty, with a
     note in ``Err``). Without a record (a pod made before records were kept), nothing is written."""
-    view = PodView(pod)
+    view = record_of(pod)
     if record is None:
         log.warning("[%s] no record of where this pilot's outputs go: they are not written (podgahp writes "
                     "them only where it recorded at submit, never where a pod's annotations say)", job_id)
@@ -91,7 +91,7 @@ def write_outputs(api: KubeApi, pod: JsonObj, state: JobState, job_id: str, max_
     chunks: Iterator[bytes] = iter(())
     if response is not None:
         chunks = _stream(response, f"read log of {where}")
-    text = note + summary(pod, extra, out if err != out else None)
+    text = note + summary(view, extra, out if err != out else None)
     try:
         written = write_output(record.iwd, log_path, itertools.chain(chunks, [text] if err == log_path else []))
     finally:

@@ -17,7 +17,7 @@ from gahp.backends.k8s.identity import parse_job_id
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
 from gahp.backends.k8s.state import POD_STATES, classify
-from gahp.backends.k8s.view import PodView, container_state
+from gahp.backends.k8s.view import container_state, record_of
 from gahp.errors import GahpError, InvalidJob, NotFound
 from gahp.jobstate import Phase
 from gahp.hops import DONE, FAILED, WAITING, Hop
@@ -97,9 +97,9 @@ def pod_hops(pod: Optional[JsonObj], where: Tuple[str, str], events: List[str], 
     if pod is None:
         return [Hop("pod created", WAITING, f"no pod {namespace}/{name} in the cluster (yet, or deleted)",
                     events)]
-    view = PodView(pod)
+    view = record_of(pod)
     hops = [Hop("pod created", DONE, f"pod {namespace}/{name}")]
-    classified = classify(pod, now=now, unschedulable_timeout_s=queue.unschedulable_timeout_s,
+    classified = classify(view, now=now, unschedulable_timeout_s=queue.unschedulable_timeout_s,
                           disruption_action=queue.disruption_action)
     rule = POD_STATES.get(classified.key)
     held = rule is not None and rule.phase == Phase.HELD

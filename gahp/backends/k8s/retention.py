@@ -14,7 +14,7 @@ from gahp.backends.http import truncate
 from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id
 from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_GENERATION
 from gahp.backends.k8s.state import parse_time
-from gahp.backends.k8s.view import PodView, container_state
+from gahp.backends.k8s.view import Pod, PodRecord, container_state, record_of
 from gahp.errors import GahpError, NotFound
 
 if TYPE_CHECKING:
@@ -29,27 +29,27 @@ JsonObj = Dict[str, Any]
 PARALLEL = 8
 
 
-def generation_of(pod: Mapping[str, Any]) -> int:
+def generation_of(pod: Pod) -> int:
     """The pod's generation within its sandbox (label ``LABEL_GENERATION``; 0 when absent or odd)."""
     try:
-        return int(PodView(pod).label(LABEL_GENERATION, "0"))
+        return int(record_of(pod).label(LABEL_GENERATION, "0"))
     except ValueError:
         return 0
 
 
-def due_for_cleanup(pods: Sequence[JsonObj], now: datetime.datetime, finished_retention_s: float,
+def due_for_cleanup(pods: Sequence[Pod], now: datetime.datetime, finished_retention_s: float,
                     unreported_retention_s: float) -> List[Tuple[str, str]]:
     """(name, why) of each pod to delete now, in the order of ``pods``."""
-    views = [PodView(pod) for pod in pods]
+    views = [record_of(pod) for pod in pods]
     newest: Dict[str, int] = {}
     for view in views:
         sandbox = view.label(LABEL_SANDBOX)
-        newest[sandbox] = max(newest.get(sandbox, 0), generation_of(view.raw))
+        newest[sandbox] = max(newest.get(sandbox, 0), generation_of(view))
     doomed: List[Tuple[str, str]] = []
     for view in views:
         if view.deleting:
             continue
-        if generation_of(view.raw) < newest.get(view.label(LABEL_SANDBOX), 0):
+        if generation_of(view) < newest.get(view.label(LABEL_SANDBOX), 0):
             doomed.append((view.name, "superseded by a newer pod of its sandbox"))
             continue
         if not view.finished:
@@ -65,7 +65,7 @@ def due_for_cleanup(pods: Sequence[JsonObj], now: datetime.datetime, finished_re
     return doomed
 
 
-def _finish_time(pod: PodView) -> Optional[datetime.datetime]:
+def _finish_time(pod: PodRecord) -> Optional[datetime.datetime]:
     """When the pod finished: its containers' or conditions' latest time (else its creation)."""
     times = [parse_time(container_state(c, "terminated").get("finishedAt")) for c in pod.container_statuses]
     times += [parse_time(c.get("lastTransitionTime")) for c in pod.conditions]

@@ -8,7 +8,7 @@ from typing import Any, Dict, List
 
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.spec import StagedFile, secret_body
-from gahp.backends.k8s.view import PodView
+from gahp.backends.k8s.view import Pod, record_of
 from gahp.errors import BackendError, Conflict, GahpError
 
 log = logging.getLogger(__name__)
@@ -16,14 +16,14 @@ log = logging.getLogger(__name__)
 JsonObj = Dict[str, Any]
 
 
-def ensure_secret(api: KubeApi, pod: JsonObj, staged: List[StagedFile], jid: str, fresh: bool = False) -> None:
+def ensure_secret(api: KubeApi, pod: Pod, staged: List[StagedFile], jid: str, fresh: bool = False) -> None:
     """Create the pod's input Secret, owned by the pod; replace a stale one left by an older pod.
 
     ``fresh``: the pod was just created for this Secret; if the Secret cannot be made, the pod is
     deleted (a pilot without its inputs must not run) and the submit fails."""
-    meta = pod["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta.get("uid") or ""
-    labels = {k: v for k, v in (meta.get("labels") or {}).items()}
+    view = record_of(pod)
+    name, namespace, uid = view.name, view.namespace, view.uid
+    labels = dict(view.labels)
     body = secret_body(name, namespace, uid, labels, staged)
     try:
         api.call(f"create secret {namespace}/{name}", "create_namespaced_secret", namespace, body, job_id=jid,
@@ -42,7 +42,8 @@ def ensure_secret(api: KubeApi, pod: JsonObj, staged: List[StagedFile], jid: str
             raise BackendError(f"pod {namespace}/{name}: input secret cannot be created: {e}") from e
         raise
     current = api.call(f"read secret {namespace}/{name}", "read_namespaced_secret", name, namespace, job_id=jid)
-    if any(o.get("uid") == uid for o in PodView(current).owner_references):
+    owners = (current.get("metadata") or {}).get("ownerReferences")
+    if isinstance(owners, list) and any(isinstance(o, dict) and o.get("uid") == uid for o in owners):
         return
     log.info("[%s] replacing an input secret owned by an older pod of the same name", jid)
     api.call(f"replace secret {namespace}/{name}", "replace_namespaced_secret", name, namespace, body,

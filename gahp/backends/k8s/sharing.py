@@ -3,7 +3,7 @@
 Pilots of one CE look alike: the same label and annotation keys, mostly the same values, the same
 spec, a handful of phases and conditions. Stored as parsed from each API answer, every pod carries
 its own copy of all of it (about 9 KB a pod). :class:`Canon` hands out one shared object for equal
-values, so a pod costs what is its own (name, uid, versions, times).
+values, so a pod costs what is its own (name, uid, versions, times, its sandbox label).
 
 Shared objects are never changed in place: the watch copy is read-only (a reader that wants a
 different pod builds a new dict). The table is bounded (:data:`LIMIT` values): when it is full it is
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Callable, Dict, Hashable, TypeVar
+from typing import Any, Callable, Collection, Dict, Hashable, Optional, Tuple, TypeVar
 
 try:
     from msgspec.json import Encoder
@@ -27,6 +27,9 @@ except ImportError:  # pragma: no cover - an installation without msgspec
 LIMIT = 16384
 
 T = TypeVar("T")
+
+#: The tag of the keys of tuples of string pairs (no other key is a tuple starting with it).
+_PAIR = "pairs of strings"
 
 
 def _key(value: Any) -> Hashable:
@@ -60,12 +63,28 @@ class Canon:
         shared = self._table.get(key)
         if shared is not None:
             return shared  # type: ignore[no-any-return]
+        return self._put(key, value)
+
+    def pairs(self, mapping: Dict[str, Any], only: Optional[Collection[str]] = None) -> Tuple[Tuple[str, str], ...]:
+        """The string entries of a dict (labels, annotations; of the keys in ``only`` if given) as a tuple
+        of (key, value) pairs, each pair shared, and the tuple too when another pod has the same."""
+        table = self._table
+        pairs = []
+        for key, value in mapping.items():
+            if type(value) is not str or (only is not None and key not in only):
+                continue
+            pair = (key, value)
+            # A pair of strings is its own key, tagged apart from the other kinds of keys.
+            shared = table.get((_PAIR, pair))
+            if shared is None:
+                shared = self._put((_PAIR, pair), pair)
+            pairs.append(shared)
+        whole = tuple(pairs)
+        shared = table.get((_PAIR, whole))
+        return shared if shared is not None else self._put((_PAIR, whole), whole)
+
+    def _put(self, key: Hashable, value: T) -> T:
         if len(self._table) >= self.limit:
             self._table.clear()
         self._table[key] = value
         return value
-
-    def mapping(self, value: Dict[str, Any]) -> Dict[str, Any]:
-        """A dict of strings (labels, annotations; each pod's own as a whole) with its keys and string
-        values shared."""
-        return {self.share(k): (self.share(v) if type(v) is str else v) for k, v in value.items()}

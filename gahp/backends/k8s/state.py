@@ -1,8 +1,8 @@
 """Pod phase and reason → neutral :class:`~gahp.jobstate.JobState`: the backend's one state table.
 
-:func:`classify` reduces a raw pod to a key of :data:`POD_STATES` plus the details a hold reason or
+:func:`classify` reduces a pod (its record, or the raw JSON) to a key of :data:`POD_STATES` plus the details a hold reason or
 exit reason needs; :func:`job_state` turns that into a ``JobState``. Every row of the table is
-documented in ``docs/kubernetes.md`` and covered by a parametrized test. Pure functions over dicts.
+documented in ``docs/kubernetes.md`` and covered by a parametrized test. Pure functions over pods.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
 from gahp.backends.k8s.spec import CONTAINER
-from gahp.backends.k8s.view import PodView, container_state
+from gahp.backends.k8s.view import Pod, PodRecord, container_state, record_of
 from gahp import holds
 from gahp.holds import Hold
 from gahp.jobstate import JobState, Phase
@@ -96,7 +96,7 @@ def parse_time(text: Any) -> Optional[datetime.datetime]:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
 
 
-def _age_s(pod: PodView, now: datetime.datetime) -> float:
+def _age_s(pod: PodRecord, now: datetime.datetime) -> float:
     created = parse_time(pod.created)
     return (now - created).total_seconds() if created else 0.0
 
@@ -113,10 +113,10 @@ def _exit(terminated: JsonObj) -> Classified:
     return Classified("", exit_signal=SIGKILL)
 
 
-def classify(pod: JsonObj, *, now: datetime.datetime, unschedulable_timeout_s: int,
+def classify(pod: Pod, *, now: datetime.datetime, unschedulable_timeout_s: int,
              disruption_action: str) -> Classified:
     """The :data:`POD_STATES` key of a pod, with the message and exit status that go with it."""
-    view = PodView(pod)
+    view = record_of(pod)
     phase = view.phase
     container = view.container_status(CONTAINER)
     terminated = container_state(container, "terminated")
@@ -138,7 +138,7 @@ def classify(pod: JsonObj, *, now: datetime.datetime, unschedulable_timeout_s: i
     return Classified("Unknown", view.reason)
 
 
-def _classify_pending(pod: PodView, container: JsonObj, waiting: JsonObj, now: datetime.datetime,
+def _classify_pending(pod: PodRecord, container: JsonObj, waiting: JsonObj, now: datetime.datetime,
                       unschedulable_timeout_s: int) -> Classified:
     reason = waiting.get("reason") or ""
     if reason in _WAITING_HOLDS:
@@ -157,7 +157,7 @@ def _classify_pending(pod: PodView, container: JsonObj, waiting: JsonObj, now: d
     return Classified("Pending")
 
 
-def _classify_failed(pod: PodView, terminated: JsonObj, disruption_action: str) -> Classified:
+def _classify_failed(pod: PodRecord, terminated: JsonObj, disruption_action: str) -> Classified:
     reason, message = pod.reason, pod.message
     done = _exit(terminated) if terminated else Classified("", exit_signal=SIGKILL)
     disruption = pod.condition("DisruptionTarget")
@@ -183,13 +183,13 @@ def _classify_failed(pod: PodView, terminated: JsonObj, disruption_action: str) 
     return Classified(key, message, done.exit_code, done.exit_signal)
 
 
-def _pilot_spec(pod: PodView) -> JsonObj:
+def _pilot_spec(pod: PodRecord) -> JsonObj:
     """The pilot container of the spec (else the first; {} when there is none)."""
     containers = pod.containers
     return next((c for c in containers if c.get("name") == CONTAINER), containers[0] if containers else {})
 
 
-def _spec_image(pod: PodView) -> str:
+def _spec_image(pod: PodRecord) -> str:
     return str(_pilot_spec(pod).get("image") or "")
 
 
@@ -219,8 +219,8 @@ def _parse(text: Any) -> Optional[Decimal]:
     return value if value.is_finite() and value.adjusted() < 18 else None
 
 
-def _provisioned(pod: JsonObj) -> Dict[str, Optional[int]]:
-    resources = _pilot_spec(PodView(pod)).get("resources")
+def _provisioned(pod: PodRecord) -> Dict[str, Optional[int]]:
+    resources = _pilot_spec(pod).get("resources")
     requests = resources.get("requests") if isinstance(resources, dict) else None
     requests = requests if isinstance(requests, dict) else {}
     cpu, memory, disk = (quantity(requests.get(k)) for k in ("cpu", "memory", "ephemeral-storage"))
@@ -231,14 +231,14 @@ def _provisioned(pod: JsonObj) -> Dict[str, Optional[int]]:
     }
 
 
-def job_state(pod: Optional[JsonObj], classified: Classified, job_id: str) -> JobState:
+def job_state(pod: Optional[Pod], classified: Classified, job_id: str) -> JobState:
     """The ``JobState`` for a classified pod (``pod`` None for a pod that is gone)."""
     rule = POD_STATES[classified.key]
     if pod is None:
         return JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1])
-    view = PodView(pod)
+    view = record_of(pod)
     name = f"{view.namespace}/{view.name}"
-    provisioned = _provisioned(pod)
+    provisioned = _provisioned(view)
     common: Dict[str, Any] = dict(
         batch_id=view.name or None,
         worker_node=view.node or None,

@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from gahp.backends.k8s.spec import ANN_REPORTED
-from gahp.backends.k8s.view import PodView
+from gahp.backends.k8s.view import Pod, record_of
 
 JsonObj = Dict[str, Any]
 
 
-def is_live(pod: JsonObj) -> bool:
+def is_live(pod: Pod) -> bool:
     """Not finished and not being deleted: a pod a repeated submit must not duplicate."""
-    view = PodView(pod)
+    view = record_of(pod)
     return not view.deleting and view.phase in ("Pending", "Running", "Unknown")
 
 
@@ -30,9 +30,9 @@ RESUBMIT_RULES: Tuple[Tuple[str, str], ...] = (
 )
 
 
-def resubmit_case(pod: JsonObj) -> str:
+def resubmit_case(pod: Pod) -> str:
     """The row of :data:`RESUBMIT_RULES` that ``pod`` (the newest of its sandbox) falls in."""
-    view = PodView(pod)
+    view = record_of(pod)
     if view.deleting:
         return "being deleted"
     if view.finished:

@@ -1,14 +1,20 @@
-"""A typed view of a raw pod (the JSON the API server sends): the fields podgahp reads, each with its
-type and default, read the same way everywhere.
+"""What podgahp reads of a pod: :class:`PodRecord`, one flat object per pod with only those fields,
+each with its type and default, read the same way everywhere; and the parsers of the API's JSON.
 
 A pod read back is not trusted to have the shape the API documents (a template, an admission
 webhook or another client may have put anything in it): a field of the wrong type reads as absent.
+
+The watch copy holds one record per pod of the CE (tens of thousands), so a record is small: one
+object with a slot per field (no dict per part of the pod), labels and annotations as tuples of
+pairs, and everything equal across pods (label pairs, the containers of the spec, conditions,
+container states, the node) one object shared through a :class:`~gahp.backends.k8s.sharing.Canon`.
+What is each pod's own is its name, uid, resource version, times and sandbox label.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, TypedDict
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple, TypedDict, Union
 
 from gahp.backends.k8s.sharing import Canon
 
@@ -18,6 +24,7 @@ except ImportError:  # pragma: no cover - an installation without it (a distribu
     msgspec = None  # type: ignore[assignment]
 
 JsonObj = Dict[str, Any]
+Pairs = Tuple[Tuple[str, str], ...]
 
 #: Pod phases after which nothing runs again.
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -35,102 +42,124 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-class PodView:
-    """Read-only accessors over one raw pod."""
+#: The pod conditions podgahp reads of a pod that has not finished (the others — Ready,
+#: Initialized... — are dropped; a finished pod keeps them all: their times tell when it ended).
+CONDITIONS_READ = ("PodScheduled", "DisruptionTarget")
+_CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
 
-    __slots__ = ("raw",)
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
-        self.raw = raw
+class PodRecord:
+    """One pod as podgahp reads it (:meth:`of` builds it from the API's JSON). Read-only: the watch copy
+    hands the same record to every reader, and its parts may be shared with other records."""
+
+    __slots__ = ("name", "namespace", "uid", "resource_version", "_labels", "_annotations", "deleting", "created",
+                 "owner_references", "containers", "node", "volumes", "_phase", "reason", "message", "start_time",
+                 "conditions", "container_statuses")
+
+    name: str
+    namespace: str
+    uid: str
+    resource_version: Optional[str]
+    """``metadata.resourceVersion`` as the server wrote it (None when absent)."""
+    _labels: Pairs
+    _annotations: Pairs
+    deleting: bool
+    """Being deleted (``deletionTimestamp`` set)."""
+    created: str
+    """``metadata.creationTimestamp``."""
+    owner_references: List[JsonObj]
+    containers: List[JsonObj]
+    """The spec's containers: each its ``name``, ``image`` and ``resources``."""
+    node: str
+    """``spec.nodeName``."""
+    volumes: List[JsonObj]
+    """The spec's Secret volumes: each its ``name`` and ``secret.items``."""
+    _phase: str
+    reason: str
+    message: str
+    start_time: str
+    conditions: List[JsonObj]
+    """Of a finished pod every condition; else only :data:`CONDITIONS_READ` (a scheduled one without its
+    time, so that it is the same for every running pilot)."""
+    container_statuses: List[JsonObj]
+    """Each its ``name``, ``image`` and ``state`` (a running state without its start time)."""
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any], canon: Optional[Canon] = None, *, labels: Optional[Collection[str]] = None,
+           annotations: Optional[Collection[str]] = None) -> PodRecord:
+        """The record of a pod (the API's JSON, parsed). With ``canon``, the parts equal across pods are
+        shared with the records built before; with ``labels`` or ``annotations``, only those keys are
+        kept of each."""
+        share = canon.share if canon is not None else _same
+        pairs = canon.pairs if canon is not None else _pairs
+        meta, spec, status = _obj(pod.get("metadata")), _obj(pod.get("spec")), _obj(pod.get("status"))
+        record = cls.__new__(cls)
+        record.name = _text(meta.get("name"))
+        record.namespace = share(_text(meta.get("namespace")))
+        record.uid = _text(meta.get("uid"))
+        version = meta.get("resourceVersion")
+        record.resource_version = str(version) if version is not None else None
+        record._labels = pairs(_obj(meta.get("labels")), labels)
+        record._annotations = pairs(_obj(meta.get("annotations")), annotations)
+        record.deleting = bool(meta.get("deletionTimestamp"))
+        record.created = _text(meta.get("creationTimestamp"))
+        record.owner_references = share(_objs(meta.get("ownerReferences")))
+        record.containers = share([{k: c[k] for k in ("name", "image", "resources") if k in c}
+                                   for c in _objs(spec.get("containers"))])
+        record.node = share(_text(spec.get("nodeName")))
+        record.volumes = share([{"name": v.get("name"), "secret": {"items": _obj(v["secret"]).get("items")}}
+                                for v in _objs(spec.get("volumes")) if isinstance(v.get("secret"), dict)])
+        record._phase = share(_text(status.get("phase")))
+        record.reason = share(_text(status.get("reason")))
+        record.message = share(_text(status.get("message")))
+        started = _text(status.get("startTime"))
+        record.start_time = record.created if started == record.created else started
+        finished = (record._phase or "Pending") in TERMINAL_PHASES
+        record.conditions = share([share(_condition(c, finished)) for c in _objs(status.get("conditions"))
+                                   if finished or c.get("type") in CONDITIONS_READ])
+        record.container_statuses = share([share(_container_status(c))
+                                           for c in _objs(status.get("containerStatuses"))])
+        return record
+
+    def with_phase(self, phase: str) -> PodRecord:
+        """A copy of this record in another phase (the last state of a pod Kubernetes deleted)."""
+        copy = PodRecord.__new__(PodRecord)
+        for slot in PodRecord.__slots__:
+            setattr(copy, slot, getattr(self, slot))
+        copy._phase = phase
+        return copy
 
     # -- metadata ---------------------------------------------------------------------------
 
     @property
-    def metadata(self) -> JsonObj:
-        return _obj(self.raw.get("metadata"))
+    def labels(self) -> Mapping[str, str]:
+        return dict(self._labels)
 
     @property
-    def name(self) -> str:
-        return _text(self.metadata.get("name"))
-
-    @property
-    def namespace(self) -> str:
-        return _text(self.metadata.get("namespace"))
-
-    @property
-    def labels(self) -> Mapping[str, Any]:
-        return _obj(self.metadata.get("labels"))
-
-    @property
-    def annotations(self) -> Mapping[str, Any]:
-        return _obj(self.metadata.get("annotations"))
+    def annotations(self) -> Mapping[str, str]:
+        return dict(self._annotations)
 
     def label(self, key: str, default: str = "") -> str:
-        return _text(self.labels.get(key)) or default
+        for k, v in self._labels:
+            if k == key:
+                return v or default
+        return default
 
     def annotation(self, key: str) -> str:
-        return _text(self.annotations.get(key))
-
-    @property
-    def deleting(self) -> bool:
-        """Being deleted (``deletionTimestamp`` set)."""
-        return bool(self.metadata.get("deletionTimestamp"))
-
-    @property
-    def created(self) -> str:
-        return _text(self.metadata.get("creationTimestamp"))
-
-    @property
-    def owner_references(self) -> List[JsonObj]:
-        return _objs(self.metadata.get("ownerReferences"))
-
-    # -- spec --------------------------------------------------------------------------------
-
-    @property
-    def spec(self) -> JsonObj:
-        return _obj(self.raw.get("spec"))
-
-    @property
-    def containers(self) -> List[JsonObj]:
-        return _objs(self.spec.get("containers"))
-
-    @property
-    def node(self) -> str:
-        return _text(self.spec.get("nodeName"))
-
-    @property
-    def volumes(self) -> List[JsonObj]:
-        return _objs(self.spec.get("volumes"))
+        for k, v in self._annotations:
+            if k == key:
+                return v
+        return ""
 
     # -- status ------------------------------------------------------------------------------
 
     @property
-    def status(self) -> JsonObj:
-        return _obj(self.raw.get("status"))
-
-    @property
     def phase(self) -> str:
-        return _text(self.status.get("phase")) or "Pending"
+        return self._phase or "Pending"
 
     @property
     def finished(self) -> bool:
         return self.phase in TERMINAL_PHASES
-
-    @property
-    def reason(self) -> str:
-        return _text(self.status.get("reason"))
-
-    @property
-    def message(self) -> str:
-        return _text(self.status.get("message"))
-
-    @property
-    def start_time(self) -> str:
-        return _text(self.status.get("startTime"))
-
-    @property
-    def conditions(self) -> List[JsonObj]:
-        return _objs(self.status.get("conditions"))
 
     def condition(self, kind: str) -> JsonObj:
         """The condition of this type ({} when absent)."""
@@ -138,10 +167,6 @@ class PodView:
 
     def condition_true(self, kind: str) -> bool:
         return self.condition(kind).get("status") == "True"
-
-    @property
-    def container_statuses(self) -> List[JsonObj]:
-        return _objs(self.status.get("containerStatuses"))
 
     def container_status(self, name: str) -> JsonObj:
         """The status of container ``name``; else of the first container of the spec; else the first
@@ -157,6 +182,23 @@ class PodView:
                 return status
         return statuses[0] if statuses else {}
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PodRecord) and all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "PodRecord(" + ", ".join(f"{s.lstrip('_')}={getattr(self, s)!r}" for s in self.__slots__) + ")"
+
+
+Pod = Union[PodRecord, Mapping[str, Any]]
+"""A pod as a record, or as the API's JSON."""
+
+
+def record_of(pod: Pod) -> PodRecord:
+    """``pod`` as a record (built, unshared, from the API's JSON)."""
+    return pod if isinstance(pod, PodRecord) else PodRecord.of(pod)
+
 
 def container_state(status: Mapping[str, Any], which: str) -> JsonObj:
     """``state.<which>`` (``waiting``, ``running``, ``terminated``) of a container status ({} if not)."""
@@ -167,55 +209,8 @@ def optional_text(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
-#: The fields of a pod podgahp reads (everything else a pod carries — managedFields, the container's
-#: environment and command, tolerations, affinity, most of the spec — is dropped from the watch copy).
-_META_KEYS = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "deletionTimestamp",
-              "creationTimestamp", "ownerReferences")
-_STATUS_KEYS = ("phase", "reason", "message", "startTime")
-_CONDITION_KEYS = ("type", "status", "reason", "message", "lastTransitionTime")
-#: The pod conditions podgahp reads of a pod that has not finished (the others — Ready,
-#: Initialized... — are dropped; a finished pod keeps them all: their times tell when it ended).
-CONDITIONS_READ = ("PodScheduled", "DisruptionTarget")
-
-
-def compact(pod: Mapping[str, Any], canon: Optional[Canon] = None, *, labels: Optional[Collection[str]] = None,
-            annotations: Optional[Collection[str]] = None) -> JsonObj:
-    """A pod with only what podgahp reads, in the same shape (so :class:`PodView` and the state table
-    read it as the full pod): what the watch copy keeps, so memory stays small with many pilots. With
-    ``canon``, the parts equal across pods (label and annotation keys and values, the spec, conditions,
-    container states...) are shared with the pods compacted before. With ``labels`` or
-    ``annotations``, only those keys are kept of each."""
-    share = canon.share if canon is not None else _same
-    mapping = canon.mapping if canon is not None else _same
-    view = PodView(pod)
-    meta: JsonObj = {}
-    for key, value in view.metadata.items():
-        if key not in _META_KEYS:
-            continue
-        if key in ("labels", "annotations") and isinstance(value, dict):
-            only = labels if key == "labels" else annotations
-            value = mapping(value if only is None else {k: v for k, v in value.items() if k in only})
-        elif key in ("namespace", "creationTimestamp", "ownerReferences"):
-            value = share(value)
-        meta[key] = value
-    containers = [{k: c[k] for k in ("name", "image", "resources") if k in c} for c in view.containers]
-    spec: JsonObj = {"containers": containers}
-    if view.node:
-        spec["nodeName"] = view.node
-    volumes = [{"name": v.get("name"), "secret": {"items": (v.get("secret") or {}).get("items")}}
-               for v in view.volumes if isinstance(v.get("secret"), dict)]
-    if volumes:
-        spec["volumes"] = volumes
-    status: JsonObj = {k: share(v) for k, v in view.status.items() if k in _STATUS_KEYS}
-    finished = view.finished
-    conditions = [share(_condition(c, finished)) for c in view.conditions
-                  if finished or c.get("type") in CONDITIONS_READ]
-    if conditions:
-        status["conditions"] = share(conditions)
-    statuses = [share(_container_status(c)) for c in view.container_statuses]
-    if statuses:
-        status["containerStatuses"] = share(statuses)
-    return {"metadata": meta, "spec": share(spec), "status": status}
+def _pairs(mapping: JsonObj, only: Optional[Collection[str]] = None) -> Pairs:
+    return tuple((k, v) for k, v in mapping.items() if type(v) is str and (only is None or k in only))
 
 
 def _condition(condition: JsonObj, finished: bool) -> JsonObj:
@@ -242,13 +237,13 @@ def _same(value: Any) -> Any:
 
 
 # -- decoding ---------------------------------------------------------------------------------
-# With msgspec installed, the API's JSON of a pod is parsed into only what compact() keeps (labels
+# With msgspec installed, the API's JSON of a pod is parsed into only what a PodRecord keeps (labels
 # and annotations whole; a container's name, image and resources...): the rest (managedFields, the
 # container's environment and command, tolerations...) is skipped by the parser, never built as
 # Python objects. Values are Any: a field of an unexpected type is kept as it is and read as absent
-# by PodView; a pod whose shape the schema refuses (a list where an object must be) is parsed whole
-# and compacted the same. Without msgspec, the json module parses everything (the same result once
-# compacted, several times slower).
+# by PodRecord; a pod whose shape the schema refuses (a list where an object must be) is parsed whole
+# and recorded the same. Without msgspec, the json module parses everything (the same record, several
+# times slower).
 
 
 class _Meta(TypedDict, total=False):
@@ -334,7 +329,7 @@ _pod, _pod_list, _event = _parser(_Pod), _parser(_PodList), _parser(_Event)
 
 
 def decode_pod(data: bytes) -> JsonObj:
-    """A pod from the API's JSON, with what :func:`compact` keeps (ValueError if it is not JSON)."""
+    """A pod from the API's JSON, with what a :class:`PodRecord` keeps (ValueError if it is not JSON)."""
     return _obj(_pod(data))
 
 

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+from gahp.backends.k8s.view import PodRecord
 from gahp.backends.k8s.state import (POD_STATES, _provisioned, classify, job_state, parse_time,
                                      quantity)
 from gahp.backends.k8s.spec import CONTAINER
@@ -168,4 +169,4 @@ def test_provisioned_resources_come_from_the_pilot_containers_requests() -> None
     pod = {"spec": {"containers": [{"name": "sidecar", "resources": {"requests": {"cpu": "7"}}},
                                    {"name": CONTAINER, "resources": {"requests": {
                                        "cpu": "1500m", "memory": "1.5Gi", "ephemeral-storage": "1e308"}}}]}}
-    assert _provisioned(pod) == {"cpus": 2, "memory": 1536, "disk": None}
+    assert _provisioned(PodRecord.of(pod)) == {"cpus": 2, "memory": 1536, "disk": None}

@@ -177,9 +177,8 @@ def test_clean_up_deletes_reported_and_superseded_pods(make_backend: BackendFact
     _create_pods(sim, [old_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"})
     _create_pods(sim, [new_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"})
     cache = next(iter(backend._caches.values()))
-    sim.wait_for(lambda: cache.get(new_gen) and (
-        (cache.get(done.split("/")[2]) or {}).get("metadata", {}).get("annotations", {}).get(ANN_REPORTED)),
-        5, "cache current")
+    sim.wait_for(lambda: cache.get(new_gen) and cache.get(done.split("/")[2]) is not None and
+                 cache.get(done.split("/")[2]).annotation(ANN_REPORTED), 5, "cache current")  # type: ignore[union-attr]
     deleted = backend.reap(cache)
     assert sorted(deleted) == sorted([done.split("/")[2], old_gen])
     assert sim.pod(NAMESPACE, unreported.split("/")[2]) is not None  # outcome never reported: kept

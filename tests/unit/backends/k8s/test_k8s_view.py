@@ -1,4 +1,5 @@
-"""The typed view of a raw pod: documented fields read with their types, odd shapes read as absent."""
+"""The record of a pod: documented fields read with their types, odd shapes read as absent; what the
+watch copy keeps of a pod, and how it parses the API's JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from gahp.backends.k8s.identity import refusal
 from gahp.backends.k8s.state import classify
-from gahp.backends.k8s.view import PodView, compact, container_state, decode_event, decode_pod
+from gahp.backends.k8s.view import PodRecord, container_state, decode_event, decode_pod
 
 POD: Dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "1"}, "annotations": {"b": "2"},
@@ -23,7 +24,7 @@ POD: Dict[str, Any] = {
 
 
 def test_reads_the_documented_fields() -> None:
-    view = PodView(POD)
+    view = PodRecord.of(POD)
     assert (view.name, view.namespace, view.node, view.phase, view.reason, view.message) == \
         ("p", "ns", "n1", "Failed", "Evicted", "m")
     assert view.label("a") == "1" and view.annotation("b") == "2" and view.label("x", "d") == "d"
@@ -40,7 +41,7 @@ def test_reads_the_documented_fields() -> None:
 ])
 def test_odd_shapes_read_as_absent(odd: Dict[str, Any]) -> None:
     """A pod another client or a webhook mangled is read as a pod without those fields, never a traceback."""
-    view = PodView(odd)
+    view = PodRecord.of(odd)
     assert (view.name, view.phase, view.labels, view.conditions, view.container_status("pilot")) == \
         ("", "Pending", {}, [], {})
     assert refusal(odd, "ce", "user") is not None  # not ours, whatever else it is
@@ -49,43 +50,42 @@ def test_odd_shapes_read_as_absent(odd: Dict[str, Any]) -> None:
 
 
 def test_the_watch_copy_keeps_what_podgahp_reads_and_nothing_else() -> None:
-    """A compact pod answers every question podgahp asks the same way as the full pod."""
-    from gahp.backends.k8s.view import compact
-
-    full = dict(POD, metadata=dict(POD["metadata"], managedFields=[{"manager": "kubelet", "fieldsV1": {"x": 1}}]),
+    """A pod's record answers every question podgahp asks the same way as the full pod, in one object
+    with a slot per field (no dict of its own)."""
+    full = dict(POD, metadata=dict(POD["metadata"], managedFields=[{"manager": "kubelet", "fieldsV1": {"x": 1}}],
+                                   labels={"a": "1", "b": "2", "n": 3}, annotations={"b": "2", "c": "3"}),
                 spec=dict(POD["spec"], tolerations=[{"key": "k"}], volumes=[
                     {"name": "inputs", "secret": {"secretName": "p", "items": [{"key": "proxy", "path": "x"}]}},
                     {"name": "work", "emptyDir": {}}]))
-    small = compact(full)
-    assert "managedFields" not in small["metadata"] and "tolerations" not in small["spec"]
-    assert small["spec"]["volumes"] == [{"name": "inputs", "secret": {"items": [{"key": "proxy", "path": "x"}]}}]
+    small = PodRecord.of(full, labels={"a"}, annotations={"c"})
+    assert not hasattr(small, "__dict__")
+    assert small.volumes == [{"name": "inputs", "secret": {"items": [{"key": "proxy", "path": "x"}]}}]
+    assert (small.labels, small.annotations) == ({"a": "1"}, {"c": "3"})
+    assert PodRecord.of(full).labels == {"a": "1", "b": "2"}  # a label that is not a string reads as absent
+    assert (small.name, small.node, small.phase, small.deleting, small.label("a")) == ("p", "n1", "Failed", True, "1")
     now = datetime.datetime.now(datetime.timezone.utc)
-    for pod in (full, small):
-        view = PodView(pod)
-        assert (view.name, view.node, view.phase, view.deleting, view.label("a")) == ("p", "n1", "Failed", True, "1")
     assert classify(full, now=now, unschedulable_timeout_s=0, disruption_action="hold") == \
         classify(small, now=now, unschedulable_timeout_s=0, disruption_action="hold")
-    assert len(repr(small)) < len(repr(full))
+    assert small.with_phase("Running").phase == "Running" and small.phase == "Failed"
 
 
-def test_pods_compacted_with_one_canon_share_what_is_equal() -> None:
-    """Label keys and values, the spec and conditions equal across pods are one object, not one per pod;
-    what differs stays each pod's own."""
+def test_pods_recorded_with_one_canon_share_what_is_equal() -> None:
+    """Label pairs, the containers, conditions and container states equal across pods are one object,
+    not one per pod; what differs stays each pod's own."""
     from gahp.backends.k8s.sharing import Canon
-    from gahp.backends.k8s.view import compact
 
     canon = Canon()
-    first = compact(dict(POD, metadata=dict(POD["metadata"], name="p1", labels={"queue": "default", "job": "1"})),
-                    canon)
-    second = compact(dict(POD, metadata=dict(POD["metadata"], name="p2", labels={"queue": "default", "job": "2"})),
-                     canon)
-    assert first["spec"] is second["spec"]
-    assert first["status"]["conditions"][0] is second["status"]["conditions"][0]
-    (k1, v1), (k2, v2) = [next(iter(p["metadata"]["labels"].items())) for p in (first, second)]
-    assert k1 is k2 and v1 is v2
-    assert (first["metadata"]["name"], second["metadata"]["name"]) == ("p1", "p2")
-    assert (first["metadata"]["labels"]["job"], second["metadata"]["labels"]["job"]) == ("1", "2")
-    assert compact(POD, canon) == compact(POD)
+    first = PodRecord.of(dict(POD, metadata=dict(POD["metadata"], name="p1", labels={"queue": "default", "job": "1"},
+                                                 annotations={"user": "u"})), canon)
+    second = PodRecord.of(dict(POD, metadata=dict(POD["metadata"], name="p2", labels={"queue": "default", "job": "2"},
+                                                  annotations={"user": "u"})), canon)
+    assert first.containers is second.containers and first.container_statuses is second.container_statuses
+    assert first.conditions is second.conditions
+    assert first._labels[0] is second._labels[0] and first._labels is not second._labels
+    assert first._annotations is second._annotations
+    assert (first.name, second.name) == ("p1", "p2")
+    assert (first.label("job"), second.label("job")) == ("1", "2")
+    assert PodRecord.of(POD, canon) == PodRecord.of(POD)
 
 
 @pytest.mark.parametrize("a, b", [(1, True), (1, 1.0), (1, "1"), ({"x": 1, "y": 2}, {"y": 2, "x": 1}),
@@ -114,21 +114,19 @@ def test_a_running_pod_keeps_only_what_its_state_needs_and_a_finished_one_keeps_
     """A running pod's copy drops the conditions podgahp does not read and the times it does not need
     (so that part is the same for every running pilot); a finished pod keeps every condition time
     (the clean-up reads them to know when it ended)."""
-    from gahp.backends.k8s.view import compact
-
     conditions = [{"type": t, "status": "True", "lastTransitionTime": "2026-11-24T00:00:0%dZ" % i}
                   for i, t in enumerate(("PodScheduled", "Initialized", "Ready"))]
     running = {"metadata": {"name": "r"}, "spec": {"containers": [{"name": "pilot"}]},
                "status": {"phase": "Running", "conditions": conditions, "containerStatuses": [
                    {"name": "pilot", "state": {"running": {"startedAt": "2026-11-24T00:00:01Z"}}}]}}
-    small = compact(running)
-    assert small["status"]["conditions"] == [{"type": "PodScheduled", "status": "True"}]
-    assert small["status"]["containerStatuses"] == [{"name": "pilot", "state": {"running": {}}}]
+    small = PodRecord.of(running)
+    assert small.conditions == [{"type": "PodScheduled", "status": "True"}]
+    assert small.container_statuses == [{"name": "pilot", "state": {"running": {}}}]
     now = datetime.datetime.now(datetime.timezone.utc)
     assert classify(small, now=now, unschedulable_timeout_s=0, disruption_action="hold") == \
         classify(running, now=now, unschedulable_timeout_s=0, disruption_action="hold")
     finished = dict(running, status=dict(running["status"], phase="Succeeded"))
-    assert compact(finished)["status"]["conditions"] == conditions
+    assert PodRecord.of(finished).conditions == conditions
 
 
 def test_a_pod_is_parsed_into_what_the_watch_copy_keeps() -> None:
@@ -142,11 +140,11 @@ def test_a_pod_is_parsed_into_what_the_watch_copy_keeps() -> None:
                       "spec": {"nodeName": "n", "containers": [{"name": "pilot", "image": "i",
                                                                "resources": {"requests": {"cpu": "1"}}}]},
                       "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-    assert compact(parsed) == compact(pod)
+    assert PodRecord.of(parsed) == PodRecord.of(pod)
     # a shape the schema refuses is parsed whole and read the usual way (a wrong field reads as absent)
     odd = dict(pod, spec={"containers": "none", "nodeName": "n"})
-    assert PodView(decode_pod(json.dumps(odd).encode())).containers == [] and compact(decode_pod(
-        json.dumps(odd).encode())) == compact(odd)
+    assert PodRecord.of(decode_pod(json.dumps(odd).encode())).containers == [] and PodRecord.of(decode_pod(
+        json.dumps(odd).encode())) == PodRecord.of(odd)
     with pytest.raises(ValueError):
         decode_pod(b"{not json")
 
@@ -169,4 +167,4 @@ def test_without_msgspec_the_json_module_parses_whole_to_the_same_copy(monkeypat
     pod = {"metadata": {"name": "p", "managedFields": [{}]}, "spec": {"containers": [{"name": "c", "env": []}]}}
     monkeypatch.setattr(view, "msgspec", None)
     whole = view._parser(view._Pod)(json.dumps(pod).encode())
-    assert whole == pod and compact(whole) == compact(decode_pod(json.dumps(pod).encode()))
+    assert whole == pod and PodRecord.of(whole) == PodRecord.of(decode_pod(json.dumps(pod).encode()))
