@@ -258,6 +258,69 @@ def test_grid_job_submitted_straight_to_the_ce_is_refused(make_pool: Callable[..
     assert len(kube_sim.pods(NAMESPACE)) == len(pods) == 1
 
 
+def test_forged_routing_links_are_refused(make_pool: Callable[..., Pool], installation: Installation,
+                                         kube_sim: KubeSim) -> None:
+    """A user forges everything the JobRouter writes: a held vanilla job, then a grid job claiming
+    RoutedBy and RoutedFromJobId, then condor_qedit of the vanilla job's RoutedToJobId. The schedd
+    recorded that the user, not the JobRouter, submitted the grid job (its AuthTokenSubject): held,
+    no pod. A routed pilot submitted alongside carries the router's token and runs."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    vanilla = pool.submit(pilot_submit(home, "source", extra=["hold = true"]), cwd=home)
+    forged = pool.submit("\n".join([
+        "universe = grid", "grid_resource = batch k8s", f"executable = {home}/pilot.sh",
+        "output = forged.out", "error = forged.err", "log = forged.log", f"initialdir = {home}",
+        '+RoutedBy = "htcondor-ce"', f'+RoutedFromJobId = "{vanilla}.0"',
+        "hold = true", "queue"]) + "\n", cwd=home)
+    pool.run(["condor_qedit", f"{vanilla}.0", "RoutedToJobId", f'"{forged}.0"'], user="pilot")
+    pool.run(["condor_release", f"{forged}.0"], user="pilot")
+    routed = pool.submit(pilot_submit(home, "routed", run_seconds=1), cwd=home)
+
+    def held() -> List[Dict[str, Any]]:
+        return [ad for ad in pool.q(f"ClusterId == {forged}", ["JobStatus", "HoldReason", "AuthTokenSubject"])
+                if ad["JobStatus"] == HELD and "JobRouter" in str(ad.get("HoldReason"))]
+    ad = pool.wait_for(held, timeout=120, what="the forged grid job held")[0]
+    assert "was not submitted by the JobRouter" in ad["HoldReason"] and "AuthTokenSubject = undefined" in \
+        ad["HoldReason"], ad
+    source = pool.q(f"ClusterId == {vanilla}", ["RoutedToJobId"])[0]
+    assert source["RoutedToJobId"] == f"{forged}.0"  # every link was in place
+    done = wait_done(pool, routed, 1)
+    assert done[0]["ExitCode"] == 0, done[0]
+    attested = routed_jobs(pool, routed)[0]
+    assert len(kube_sim.pods(NAMESPACE)) <= 1 and len(pod_creations(kube_sim)) == 1, pod_creations(kube_sim)
+    assert pool.jobs(f"ClusterId == {attested['ClusterId']}", ["AuthTokenSubject"])[0]["AuthTokenSubject"] == \
+        "condor@password"
+
+
+#: HTCondor-CE's own security defaults (its 05-ce-auth-defaults.conf, read before podgahp's files):
+#: FS by default, the schedd's reads and writes by FS, SCITOKENS or SSL. podgahp's
+#: 10-podgahp-defaults.conf extends them for the router's token.
+CE_AUTH = """\
+SEC_DEFAULT_AUTHENTICATION_METHODS = FS
+SEC_CLIENT_AUTHENTICATION_METHODS = FS, TOKEN, SCITOKENS, SSL
+SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS = FS,SCITOKENS,SSL
+SCHEDD.SEC_READ_AUTHENTICATION_METHODS = FS,SCITOKENS,SSL
+"""
+
+
+def test_podgahps_files_let_the_routers_token_through_the_ces_security(make_pool: Callable[..., Pool],
+                                                                     installation: Installation,
+                                                                     kube_sim: KubeSim) -> None:
+    """Over HTCondor-CE's security defaults, 10-podgahp-defaults.conf lets the JobRouter submit with
+    its token (and users with FS as before): the routed pilot is recorded as the router's and runs."""
+    config = CE_AUTH + f"include : {installation.src_dir}/condor_config.d/10-podgahp-defaults.conf\n"
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
+    assert pool.config_val("SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS") == "FS,SCITOKENS,SSL, IDTOKENS"
+    assert pool.config_val("JOB_ROUTER.SEC_CLIENT_AUTHENTICATION_METHODS") == "IDTOKENS"
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "ce", run_seconds=1), cwd=home)
+    done = wait_done(pool, cluster, 1)
+    assert done[0]["ExitCode"] == 0, done[0]
+    routed = routed_jobs(pool, cluster)[0]
+    ad = pool.jobs(f"ClusterId == {routed['ClusterId']}", ["AuthTokenSubject", "AuthTokenIssuer"])[0]
+    assert (ad["AuthTokenSubject"], ad["AuthTokenIssuer"]) == ("condor@password", pool.config_val("TRUST_DOMAIN"))
+
+
 #: A route that lets at most 2 pilots be routed at a time, at most 1 of them idle. It is the only
 #: route: a full route makes the router try the next one, and the shipped K8s_Cpu takes any queue.
 LIMITED_CONFIG = """\

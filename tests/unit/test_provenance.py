@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional
 
 import classad2
@@ -14,7 +15,9 @@ from gahp.provenance import NotRouted, ProvenanceSettings, RouteCheck
 from gahp.schedd import ScheddUnavailable
 
 SANDBOX = "ce.example.org_9619_ce.example.org_7.0_1795297304"
-ROUTED = {"ClusterId": 8, "ProcId": 0, "Owner": "pilot", "RoutedBy": "htcondor-ce", "RoutedFromJobId": "7.0"}
+ISSUER = "ce.example.org"
+ROUTED = {"ClusterId": 8, "ProcId": 0, "Owner": "pilot", "RoutedBy": "htcondor-ce", "RoutedFromJobId": "7.0",
+          "AuthTokenSubject": "condor@password", "AuthTokenIssuer": ISSUER}
 SOURCE = {"RoutedToJobId": "8.0", "Owner": "pilot"}
 
 
@@ -39,6 +42,7 @@ def pilot(sandbox: str = SANDBOX) -> PilotJob:
 
 
 def check(schedd: FakeSchedd, sandbox: str = SANDBOX, **settings: object) -> None:
+    settings.setdefault("token_issuer", ISSUER)
     RouteCheck(ProvenanceSettings(**settings), "k8s", query=schedd).check(pilot(sandbox))  # type: ignore[arg-type]
 
 
@@ -81,7 +85,7 @@ def test_a_source_the_job_router_has_not_linked_yet_is_asked_again() -> None:
     def query(constraint: str, projection: List[str], name: Optional[str], pool: Optional[str]) -> List[Dict[str, object]]:
         return schedd(constraint, projection, name, pool) if "GridJobId" in constraint else answers.pop(0)
 
-    RouteCheck(ProvenanceSettings(), "k8s", query=query, sleep=waits.append).check(pilot())
+    RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=query, sleep=waits.append).check(pilot())
     assert len(waits) == 3 and answers == []
 
 
@@ -89,7 +93,7 @@ def test_a_source_never_linked_is_refused_after_the_wait() -> None:
     waits: List[float] = []
     schedd = FakeSchedd([ROUTED], [dict(SOURCE, RoutedToJobId=None)])
     with pytest.raises(NotRouted, match="holds no such job of pilot routed to it"):
-        RouteCheck(ProvenanceSettings(), "k8s", query=schedd, sleep=waits.append).check(pilot())
+        RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=schedd, sleep=waits.append).check(pilot())
     assert 29.9 < sum(waits) <= 30.0
 
 
@@ -128,7 +132,41 @@ def test_the_constraint_finds_the_sandbox_in_grid_job_id(grid_job_id: Optional[s
     assert bool(classad2.ExprTree(schedd.asked[0][0]).eval(ad)) is matches
 
 
+#: The attack: a user submits a held vanilla job, then a grid job claiming RoutedBy and RoutedFromJobId,
+#: then condor_qedit's the vanilla job's RoutedToJobId: every link holds, but the schedd recorded the
+#: user's own connection (FS: no token at all), not the JobRouter's.
+FORGED = {k: v for k, v in ROUTED.items() if not k.startswith("AuthToken")}
+
+
+@pytest.mark.parametrize("routed, message", [
+    (FORGED, "job 8.0 was not submitted by the JobRouter: the schedd recorded its submitter's token as "
+             "AuthTokenSubject = undefined, AuthTokenIssuer = undefined, not condor@password of 'ce.example.org' "
+             "(PODGAHP_ROUTER_TOKEN_SUBJECTS, PODGAHP_ROUTER_TOKEN_ISSUER); the CE's JobRouter must authenticate "
+             "to its schedd with IDTOKENS"),
+    (dict(FORGED, x509UserProxySubject="/DC=org/CN=pilot"), "HTCondor 23.x records no token for a job with an "
+                                                            "X.509 proxy: set PODGAHP_ROUTER_TOKEN_REQUIRED = false"),
+    (dict(ROUTED, AuthTokenSubject="pilot@users.htcondor.org"), "AuthTokenSubject = 'pilot@users.htcondor.org'"),
+    (dict(ROUTED, AuthTokenIssuer="https://scitokens.org/osg-connect"),
+     "AuthTokenIssuer = 'https://scitokens.org/osg-connect', not condor@password of 'ce.example.org'"),
+    (dict(ROUTED, AuthTokenSubject=None, AuthTokenIssuer=ISSUER), "AuthTokenSubject = undefined"),
+], ids=["links-forged-no-token", "links-forged-with-proxy", "user-token", "other-issuer", "issuer-only"])
+def test_a_job_the_router_did_not_submit_is_refused_whatever_its_links(routed: Dict[str, object],
+                                                                       message: str) -> None:
+    with pytest.raises(NotRouted, match=re.escape(message)):
+        check(FakeSchedd([routed], [SOURCE]))
+
+
+def test_without_the_token_requirement_the_links_decide() -> None:
+    check(FakeSchedd([FORGED], [SOURCE]), token_required=False)
+    check(FakeSchedd([dict(ROUTED, AuthTokenSubject="router@x")], [SOURCE]), token_subjects=("router@x",))
+
+
 def test_knobs() -> None:
+    defaults = ProvenanceSettings.from_knobs(Knobs({"TRUST_DOMAIN": "ce.example.org"}))
+    assert (defaults.token_required, defaults.token_subjects, defaults.token_issuer) == (
+        True, ("condor@password",), "ce.example.org")
+    assert ProvenanceSettings.from_knobs(Knobs({"PODGAHP_ROUTER_TOKEN_REQUIRED": "false",
+                                                "PODGAHP_ROUTER_TOKEN_ISSUER": "x"})).token_issuer == "x"
     assert ProvenanceSettings.from_knobs(Knobs({})).routers == ("htcondor-ce",)
     settings = ProvenanceSettings.from_knobs(Knobs({"JOB_ROUTER_NAME": "site-router", "PODGAHP_ROUTED_ONLY": "false"}))
     assert settings.routers == ("htcondor-ce", "site-router") and not settings.routed_only
