@@ -1,27 +1,32 @@
-"""The Kubernetes API's client calls: clients per kubeconfig, timeouts, and what an answer says.
+"""The Kubernetes API's requests: a connection per kubeconfig, timeouts, and what an answer says.
 
-Owns building one ``ApiClient`` per (kubeconfig, context) — never the client library's process-wide
-default, never ``load_config()`` (it prints to stdout, the protocol channel) — and :meth:`KubeApi.call`,
-one attempt of a client method, sent through the kit's HTTP door (:mod:`gahp.backends.http`: retries,
-``Retry-After``, the error tree), with the client's exceptions read into the door's
-:class:`~gahp.backends.http.Failure` (:func:`failure_of`). Every call asks for the raw response
-(``_preload_content=False``) and parses the JSON itself, so the code reads plain dicts whether the
-installed client builds old-style or pydantic models (kubernetes 30.1 to 37). Knows nothing about
-pods, queues or jobs beyond the names it logs.
+Owns loading one client ``Configuration`` per (kubeconfig, context) with the official client's
+loaders — never the client library's process-wide default, never ``load_config()`` (it prints to
+stdout, the protocol channel) — and :meth:`KubeApi.call`, one attempt of a request, sent through the
+kit's HTTP door (:mod:`gahp.backends.http`: retries, ``Retry-After``, the error tree), with the answer
+read into the door's :class:`~gahp.backends.http.Failure` (:func:`failure_of`).
+
+The requests go through the connection pool the client builds from the configuration (its TLS,
+client certificates, proxy), with the credentials the configuration holds (refreshed by its
+loaders), but not through the client's API classes: ``CoreV1Api`` and the models its methods name
+are about 20 MB of a GAHP's memory once loaded (kubernetes 37), and they validate and serialise
+every call's arguments again. podgahp sends plain JSON it built and parses the answers itself
+(:data:`REQUESTS` names the few requests it makes), the same with every client release from 30.1 to 37.
+Knows nothing about pods, queues or jobs beyond the names it logs.
 """
 
 from __future__ import annotations
 
 import datetime
 import email.utils
-import functools
 import importlib
 import json
 import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from urllib.parse import quote, urlencode
 
 import urllib3
 
@@ -29,8 +34,15 @@ import urllib3
 # with untyped loaders); it is used only through this module, as Any.
 k8s_client: Any = importlib.import_module("kubernetes.client")
 k8s_config: Any = importlib.import_module("kubernetes.config")
-ApiException: Any = importlib.import_module("kubernetes.client.exceptions").ApiException
+RESTClientObject: Any = importlib.import_module("kubernetes.client.rest").RESTClientObject
 InClusterConfigLoader: Any = importlib.import_module("kubernetes.config.incluster_config").InClusterConfigLoader
+
+try:
+    from msgspec.json import Encoder as _Encoder
+    _encode: Callable[[Any], bytes] = _Encoder().encode
+except ImportError:  # pragma: no cover - an installation without msgspec
+    def _encode(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 from gahp import __version__
 from gahp.backends.http import Door, Failed, Failure, Service, translate as door_translate, truncate
@@ -56,6 +68,61 @@ CONNECTIONS = 64
 #: submit's CPU. The loaders refresh tokens minutes before they expire (kubeconfig exec plugins
 #: five minutes ahead, the in-cluster token each minute), so a second's delay changes nothing.
 CREDENTIAL_REFRESH_SECONDS = 1.0
+#: Most bytes of an error answer read (a ``Status`` is a few hundred).
+ERROR_BODY_MAX = 64 * 1024
+
+_PODS = "/api/v1/namespaces/{namespace}/pods"
+_SECRETS = "/api/v1/namespaces/{namespace}/secrets"
+#: The requests podgahp makes, by the official client's names for them (``CoreV1Api`` and
+#: ``AuthorizationV1Api`` methods): HTTP method, path, and the positional arguments the path's fields
+#: (and ``body``, the request's JSON) come from, in the client's order. Keyword arguments are the
+#: request's query, by the client's names (``label_selector`` is ``labelSelector``), except ``body``.
+REQUESTS: Mapping[str, Tuple[str, str, Tuple[str, ...]]] = {
+    "list_namespaced_pod": ("GET", _PODS, ("namespace",)),
+    "create_namespaced_pod": ("POST", _PODS, ("namespace", "body")),
+    "read_namespaced_pod": ("GET", _PODS + "/{name}", ("name", "namespace")),
+    "patch_namespaced_pod": ("PATCH", _PODS + "/{name}", ("name", "namespace", "body")),
+    "delete_namespaced_pod": ("DELETE", _PODS + "/{name}", ("name", "namespace")),
+    "read_namespaced_pod_log": ("GET", _PODS + "/{name}/log", ("name", "namespace")),
+    "create_namespaced_secret": ("POST", _SECRETS, ("namespace", "body")),
+    "read_namespaced_secret": ("GET", _SECRETS + "/{name}", ("name", "namespace")),
+    "replace_namespaced_secret": ("PUT", _SECRETS + "/{name}", ("name", "namespace", "body")),
+    "patch_namespaced_secret": ("PATCH", _SECRETS + "/{name}", ("name", "namespace", "body")),
+    "list_namespaced_event": ("GET", "/api/v1/namespaces/{namespace}/events", ("namespace",)),
+    "list_node": ("GET", "/api/v1/nodes", ()),
+    "create_self_subject_access_review": ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                          ("body",)),
+}
+#: Content types of a request body: an object patch of a built-in kind is a strategic merge.
+_CONTENT_TYPES = {"PATCH": "application/strategic-merge-patch+json"}
+
+
+def request_of(method: str, args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Tuple[str, str, Any]:
+    """(HTTP method, path with its query, body or None) of a call of :data:`REQUESTS` ``method``;
+    ValueError for a request podgahp does not make or arguments that do not fit it."""
+    try:
+        verb, template, names = REQUESTS[method]
+    except KeyError:
+        raise ValueError(f"podgahp makes no request {method!r}") from None
+    if len(args) != len(names):
+        raise ValueError(f"{method} takes {', '.join(names) or 'no arguments'}, not {len(args)} arguments")
+    values = dict(zip(names, args))
+    body = values.pop("body", kwargs.get("body"))
+    path = template.format(**{k: quote(str(v), safe="") for k, v in values.items()})
+    query = [(_query_name(k), _query_value(v)) for k, v in kwargs.items() if k != "body" and v is not None]
+    return verb, path + ("?" + urlencode(query) if query else ""), body
+
+
+def _query_name(name: str) -> str:
+    """The API's name of a query parameter from the client's (``label_selector`` -> ``labelSelector``)."""
+    if name == "_continue":
+        return "continue"
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def _query_value(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 class ThrottledRefresh:
@@ -87,25 +154,22 @@ class ThrottledRefresh:
             self._last = now
 
 
-def _status_message(e: Any) -> Tuple[str, str]:
-    """(message, reason) of an API error, from its ``Status`` body when it has one."""
-    body = getattr(e, "body", None)
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str) and body.strip().startswith("{"):
+def _status_message(status: int, body: bytes, reason: str) -> Tuple[str, str]:
+    """(message, reason word) of an error answer, from its ``Status`` body when it has one."""
+    text = body.decode("utf-8", "replace").strip()
+    if text.startswith("{"):
         try:
-            status = json.loads(body)
+            parsed = json.loads(text)
         except ValueError:
-            status = None
-        if isinstance(status, dict) and status.get("kind") == "Status":
-            return truncate(str(status.get("message") or e.reason or "")), str(status.get("reason") or "")
-    return truncate(str(getattr(e, "reason", "") or f"HTTP {e.status}")), ""
+            parsed = None
+        if isinstance(parsed, dict) and parsed.get("kind") == "Status":
+            return truncate(str(parsed.get("message") or reason or "")), str(parsed.get("reason") or "")
+    return truncate(reason or f"HTTP {status}"), ""
 
 
-def _retry_after(e: Any) -> Optional[float]:
-    headers = getattr(e, "headers", None) or {}
+def _retry_after(headers: Any) -> Optional[float]:
     try:
-        value = headers.get("Retry-After")
+        value = headers.get("Retry-After") if headers is not None else None
     except AttributeError:
         return None
     try:
@@ -114,14 +178,16 @@ def _retry_after(e: Any) -> Optional[float]:
         return None
 
 
+def answer_failure(status: int, body: bytes, reason: str = "", headers: Any = None) -> Failure:
+    """What an error answer of the API (status, body, HTTP reason phrase, headers) says."""
+    message, word = _status_message(status, body, reason)
+    lower = message.lower()
+    return Failure(status, message, word, _retry_after(headers),
+                   admission=status == 403 and ("quota" in lower or "priorityclass" in lower))
+
+
 def failure_of(e: BaseException) -> Optional[Failure]:
-    """What a client exception says the API answered (None: not an answer, nor the lack of one)."""
-    if isinstance(e, ApiException):
-        status = int(e.status or 0)
-        message, reason = _status_message(e)
-        lower = message.lower()
-        return Failure(status, message, reason, _retry_after(e),
-                       admission=status == 403 and ("quota" in lower or "priorityclass" in lower))
+    """What a transport exception says: that no answer came (None: not a transport failure)."""
     if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
         unsent = isinstance(e, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)) or \
             isinstance(getattr(e, "reason", None), urllib3.exceptions.NewConnectionError)
@@ -135,9 +201,34 @@ def translate(e: BaseException, what: str) -> Exception:
     failure = failure_of(e)
     if failure is not None:
         return door_translate(failure, what, API)
-    if isinstance(e, ValueError):  # bodies rejected by the client's own models, bad JSON in a reply
+    if isinstance(e, ValueError):  # bad JSON in a reply
         return BackendError(f"{what}: {truncate(str(e))}")
     return BackendError(f"{what}: unexpected client error {type(e).__name__}: {truncate(str(e))}")
+
+
+class Connection:
+    """A loaded configuration and the connection pool the client builds from it (TLS, client
+    certificates, proxy), with the headers every request carries."""
+
+    def __init__(self, configuration: Any, agent: str) -> None:
+        self.configuration = configuration
+        self.host = str(configuration.host).rstrip("/")
+        self.pool: Any = RESTClientObject(configuration).pool_manager
+        self.agent = agent
+
+    def headers(self, verb: str, body: bool) -> Dict[str, str]:
+        """Accept, User-Agent, the credentials (the configuration's, refreshed by its loaders' hook),
+        and the body's content type."""
+        headers = {"Accept": "application/json", "User-Agent": self.agent}
+        for auth in self.configuration.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        if body:
+            headers["Content-Type"] = _CONTENT_TYPES.get(verb, "application/json")
+        return headers
+
+    def close(self) -> None:
+        self.pool.clear()
 
 
 class KubeApi:
@@ -150,8 +241,7 @@ class KubeApi:
         self.kubeconfig = queue.kubeconfig
         self.context = queue.context
         self._lock = threading.Lock()
-        self._core: Any = None
-        self._groups: Dict[str, Any] = {}
+        self._connection: Optional[Connection] = None
         self._default_namespace = "default"
         self.door = Door(Service(API.name, settings.retries, Backoff(settings.backoff_s, settings.backoff_max_s),
                                  HINTS))
@@ -166,11 +256,11 @@ class KubeApi:
             return f"kubeconfig {self.kubeconfig}" + (f" context {self.context}" if self.context else "")
         return "in-cluster service account"
 
-    def _connect(self) -> Any:
-        """Build the client on first use; ConfigError when no cluster is usable."""
+    def _connect(self) -> Connection:
+        """Load the configuration on first use; ConfigError when no cluster is usable."""
         with self._lock:
-            if self._core is not None:
-                return self._core
+            if self._connection is not None:
+                return self._connection
             configuration = k8s_client.Configuration()
             try:
                 if self.kubeconfig:
@@ -209,11 +299,8 @@ class KubeApi:
             # per request). Connections are opened only as they are needed.
             configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
                                                         CONNECTIONS)
-            api_client = k8s_client.ApiClient(configuration)
-            api_client.user_agent = f"podgahp/{__version__} ({self.agent})"
-            self._groups = {"authorization": k8s_client.AuthorizationV1Api(api_client)}
-            self._core = k8s_client.CoreV1Api(api_client)
-            return self._core
+            self._connection = Connection(configuration, f"podgahp/{__version__} ({self.agent})")
+            return self._connection
 
     def _load_service_account(self, configuration: Any) -> None:
         """The in-cluster identity: token (re-read as the kubelet rotates it), CA and namespace
@@ -249,49 +336,54 @@ class KubeApi:
         self._connect()
         return self._default_namespace
 
-    def core(self) -> Any:
-        return self._connect()
+    def configuration(self) -> Any:
+        """The client configuration this cluster's requests use (loaded on first use)."""
+        return self._connect().configuration
 
     def call(self, what: str, method: str, *args: Any, job_id: Optional[str] = None,
              stream: bool = False, retry: bool = True, read_timeout: Optional[float] = None,
-             group: Optional[str] = None, answer: bool = True,
-             decode: Optional[Callable[[bytes], Any]] = None, **kwargs: Any) -> Any:
-        """Call ``CoreV1Api.<method>`` with bounded retries; returns parsed JSON (or the raw stream).
+             answer: bool = True, decode: Optional[Callable[[bytes], Any]] = None, **kwargs: Any) -> Any:
+        """Make the request the client calls ``method`` (:data:`REQUESTS`) with bounded retries; returns
+        the answer's parsed JSON (or the response, to read as a stream).
 
-        ``what`` names the operation in errors and logs (``create pod ns/name``); ``group`` picks an
-        API group other than the core one (``authorization``); ``answer=False``: the caller does not
-        read the object the server sends back (a created Secret repeats every input file): {} is
-        returned without parsing it; ``decode`` parses the answer (default: the whole JSON document;
-        :func:`gahp.backends.k8s.view.decode_pod` keeps of a pod only what podgahp reads). Transient failures
-        (429, 5xx, timeouts, connection errors) are retried with exponential back-off honouring
-        ``Retry-After``; everything else is translated at once.
+        ``what`` names the operation in errors and logs (``create pod ns/name``); ``answer=False``: the
+        caller does not read the object the server sends back (a created Secret repeats every input
+        file): {} is returned without parsing it; ``decode`` parses the answer (default: the whole JSON
+        document; :func:`gahp.backends.k8s.view.decode_pod` keeps of a pod only what podgahp reads).
+        Transient failures (429, 5xx, timeouts, connection errors) are retried with exponential back-off
+        honouring ``Retry-After``; everything else is translated at once.
         """
-        core = self._connect()
-        api = self._groups[group] if group else core
-        # The pydantic client (kubernetes 31+) validates every call's arguments into its models and
-        # serialises them back: about 0.4 ms of CPU per request, a fifth of a submit's. podgahp
-        # passes plain values and dicts (as it must for 30.1, whose methods take them as they are),
-        # so it calls the method under the validation; the API server validates the objects.
-        unchecked = getattr(getattr(type(api), method), "raw_function", None)
-        fn: Callable[..., Any] = (functools.partial(unchecked, api) if unchecked is not None
-                                  else getattr(api, method))
-        timeout = (self.settings.connect_timeout_s, read_timeout or self.settings.request_timeout_s)
+        connection = self._connect()
+        verb, path, body = request_of(method, args, kwargs)
+        url = connection.host + path
+        data_out = _encode(body) if body is not None else None
+        timeout = urllib3.Timeout(connect=self.settings.connect_timeout_s,
+                                  read=read_timeout or self.settings.request_timeout_s)
 
         def attempt() -> Any:
             try:
-                response = fn(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+                response = connection.pool.request(verb, url, body=data_out, timeout=timeout, retries=False,
+                                                   headers=connection.headers(verb, data_out is not None),
+                                                   preload_content=False)
                 self._note_date(response)
-                if stream:
+                if 200 <= response.status < 300 and stream:
                     return response
                 try:
-                    data = response.data
+                    if response.status < 300:
+                        data = response.data
+                    else:
+                        data = response.read(ERROR_BODY_MAX)
+                        if len(data) >= ERROR_BODY_MAX:
+                            response.close()  # the rest is not read: the connection cannot serve another
                 finally:
                     response.release_conn()
-            except Exception as e:  # noqa: BLE001 - the choke point: every client failure is read here
+            except Exception as e:  # noqa: BLE001 - the choke point: every transport failure is read here
                 failure = failure_of(e)
                 if failure is None:
                     raise translate(e, what) from e
                 raise Failed(failure) from e
+            if response.status >= 300:
+                raise Failed(answer_failure(response.status, data, response.reason or "", response.headers))
             if not data or not answer:
                 return {}
             try:
@@ -330,9 +422,9 @@ class KubeApi:
 
     def close(self) -> None:
         with self._lock:
-            core, self._core = self._core, None
-        if core is not None:
+            connection, self._connection = self._connection, None
+        if connection is not None:
             try:
-                core.api_client.close()
+                connection.close()
             except Exception:  # noqa: BLE001 - closing a pool must never fail a shutdown
-                log.debug("closing the API client failed", exc_info=True)
+                log.debug("closing the connection pool failed", exc_info=True)

@@ -84,7 +84,7 @@ def may(api: KubeApi, namespace: str, verb: str, resource: str) -> Tuple[bool, s
               "spec": {"resourceAttributes": attributes}}
     try:
         answer = api.call(f"check {verb} {resource} in {namespace}", "create_self_subject_access_review",
-                          review, group="authorization")
+                          review)
     except NotFound:
         log.info("SelfSubjectAccessReview is not available; not checking %s %s in %s", verb, resource,
                  namespace)

@@ -159,7 +159,7 @@ def test_a_kubeconfig_token_is_sent_with_the_throttle_in_place(tls_sim: KubeSim,
         for _ in range(3):
             backend.ping()
         apis = list(backend._apis.values())
-        assert apis and all(isinstance(api.core().api_client.configuration.refresh_api_key_hook, ThrottledRefresh)
+        assert apis and all(isinstance(api.configuration().refresh_api_key_hook, ThrottledRefresh)
                             for api in apis)
     finally:
         backend.close()

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 import pytest
 
 from gahp.backends.k8s import api as k8s_api
-from gahp.backends.http import truncate
+from gahp.backends.http import translate as door_translate, truncate
 from gahp.backends.k8s.api import translate
 from gahp.backends.k8s.identity import sandbox_key
 from gahp.backends.k8s.spec import (ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, build_pod, load_template, parse_job_id,
@@ -171,11 +171,11 @@ def test_names_and_job_ids() -> None:
 # Error translation (the one choke point).
 
 
-def _api_error(status: int, message: str = "m", reason: str = "R") -> Exception:
-    error = k8s_api.ApiException(status=status, reason="HTTP reason")
-    error.body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "reason": reason,
-                             "code": status})
-    return error  # type: ignore[no-any-return]
+def _api_error(status: int, message: str, reason: str, what: str) -> Exception:
+    """The error of an answer of the API with a ``Status`` body, as a request doing ``what`` raises it."""
+    body = json.dumps({"kind": "Status", "status": "Failure", "message": message, "reason": reason,
+                       "code": status}).encode()
+    return door_translate(k8s_api.answer_failure(status, body, "HTTP reason"), what, k8s_api.API)
 
 
 @pytest.mark.parametrize("status, message, reason, kind", [
@@ -194,7 +194,7 @@ def _api_error(status: int, message: str = "m", reason: str = "R") -> Exception:
     (402, "payment required", "PaymentRequired", BackendError),
 ], ids=["401", "403-rbac", "403-quota", "403-priority", "404", "409", "410", "422", "429", "500", "503", "400", "402"])
 def test_api_errors_translate_to_the_error_tree(status: int, message: str, reason: str, kind: type) -> None:
-    error = translate(_api_error(status, message, reason), "create pod ns/p")
+    error = _api_error(status, message, reason, "create pod ns/p")
     assert isinstance(error, kind)
     assert "create pod ns/p" in str(error)
     if status != 401:
@@ -202,8 +202,57 @@ def test_api_errors_translate_to_the_error_tree(status: int, message: str, reaso
 
 
 def test_api_messages_are_truncated() -> None:
-    error = translate(_api_error(422, "x" * 5000), "create pod")
+    error = _api_error(422, "x" * 5000, "Invalid", "create pod")
     assert len(str(error)) < 400 and str(error).endswith("...")
+
+
+@pytest.mark.parametrize("body, message", [(b"<html>bad gateway</html>", "HTTP reason"), (b"", "HTTP reason"),
+                                           (b'{"kind": "Pod"}', "HTTP reason"), (b"{not json", "HTTP reason")],
+                         ids=["html", "empty", "not-a-status", "bad-json"])
+def test_an_error_answer_without_a_status_body_says_its_http_reason(body: bytes, message: str) -> None:
+    failure = k8s_api.answer_failure(502, body, "HTTP reason", {"Retry-After": "3"})
+    assert (failure.status, failure.message, failure.reason, failure.retry_after) == (502, message, "", 3.0)
+
+
+def test_a_transport_failure_is_no_answer() -> None:
+    import urllib3
+
+    failure = k8s_api.failure_of(urllib3.exceptions.NewConnectionError(None, "refused"))  # type: ignore[arg-type]
+    assert failure is not None and failure.status == 0 and not failure.sent
+    assert isinstance(translate(urllib3.exceptions.ReadTimeoutError(None, "/", "timed out"), "watch"),  # type: ignore[arg-type]
+                      TransientError)
+
+
+@pytest.mark.parametrize("method, args, kwargs, expected", [
+    ("list_namespaced_pod", ("ns",), dict(label_selector="a=b,c=d", limit=500, _continue="tok en"),
+     ("GET", "/api/v1/namespaces/ns/pods?labelSelector=a%3Db%2Cc%3Dd&limit=500&continue=tok+en", None)),
+    ("list_namespaced_pod", ("ns",), dict(watch=True, resource_version="12", allow_watch_bookmarks=True,
+                                          timeout_seconds=300),
+     ("GET", "/api/v1/namespaces/ns/pods?watch=true&resourceVersion=12&allowWatchBookmarks=true&timeoutSeconds=300",
+      None)),
+    ("create_namespaced_pod", ("ns", {"kind": "Pod"}), dict(dry_run="All"),
+     ("POST", "/api/v1/namespaces/ns/pods?dryRun=All", {"kind": "Pod"})),
+    ("delete_namespaced_pod", ("p", "ns"), dict(body={"preconditions": {"uid": "u"}}, propagation_policy="Background",
+                                                grace_period_seconds=0),
+     ("DELETE", "/api/v1/namespaces/ns/pods/p?propagationPolicy=Background&gracePeriodSeconds=0",
+      {"preconditions": {"uid": "u"}})),
+    ("read_namespaced_pod_log", ("p/../x", "ns"), dict(container="pilot", limit_bytes=10),
+     ("GET", "/api/v1/namespaces/ns/pods/p%2F..%2Fx/log?container=pilot&limitBytes=10", None)),
+    ("replace_namespaced_secret", ("s", "ns", {"data": {}}), {},
+     ("PUT", "/api/v1/namespaces/ns/secrets/s", {"data": {}})),
+    ("create_self_subject_access_review", ({"spec": {}},), {},
+     ("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {"spec": {}})),
+], ids=["list", "watch", "dry-run", "delete", "log-quoted", "replace", "review"])
+def test_each_request_is_the_api_path_of_the_clients_method(method: str, args: tuple, kwargs: dict,
+                                                            expected: tuple) -> None:
+    assert k8s_api.request_of(method, args, kwargs) == expected
+
+
+def test_a_request_podgahp_does_not_make_is_refused() -> None:
+    with pytest.raises(ValueError, match="no request"):
+        k8s_api.request_of("delete_collection_namespaced_pod", ("ns",), {})
+    with pytest.raises(ValueError, match="takes name, namespace"):
+        k8s_api.request_of("read_namespaced_pod", ("p",), {})
     assert truncate("a\n b   c") == "a b c"
 
 
