@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from typing import Any, Callable, Dict, List
@@ -186,17 +187,19 @@ def test_bad_image_is_held_naming_it(make_pool: Callable[..., Pool], installatio
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=BAD_IMAGE_CONFIG)
     home = iwd(pool)
     cluster = pool.submit(pilot_submit(home, "broken", extra=['+queue = "broken"']), cwd=home)
-    pod_name = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
-    pod = kube_sim.pod(NAMESPACE, pod_name)
-    assert pod is not None and container(pod)["image"] == BAD_IMAGE
 
+    # The pod may be made, found unpullable, held and deleted between two looks at the queue (under
+    # load), so its name is taken from the hold reason, not from a GridJobId seen on the way.
     def held() -> List[Dict[str, Any]]:
         return [ad for ad in routed_jobs(pool, cluster, in_queue_only=True) if ad["JobStatus"] == HELD]
     ad = pool.wait_for(held, timeout=90, what="the grid job to be held")[0]
     assert ad["RouteName"] == "BadImage"
     assert BAD_IMAGE in ad["HoldReason"], ad
     assert ad["HoldReasonCode"] == 1002, ad
-    _wait_pod_gone(pool, kube_sim, pod_name)
+    named = re.search(rf"pod {NAMESPACE}/([a-z0-9-]+)", ad["HoldReason"])
+    assert named, ad["HoldReason"]
+    assert len(pod_creations(kube_sim)) == 1
+    _wait_pod_gone(pool, kube_sim, named.group(1))
     assert not pool.path(f"{home}/broken.out").exists()
 
 
