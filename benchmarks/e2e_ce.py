@@ -12,7 +12,10 @@ last), when the first pod was created (the memory backend: its first submit answ
 from the first to the last (seen by the simulator), submits answered/s (grid jobs whose
 ``GridJobId`` holds the job id the GAHP answered), seconds from the submit until every pod ran and
 until every pilot completed, and the CPU seconds of each daemon and of the GAHP (per pilot: the
-GAHP's whole life, its start included). Each figure of the shipped configuration is the median of
+GAHP's whole life, its start included). Every run submits just after a pass of the JobRouter, so
+that the router's polling (every 10 s) starts routing at the same moment in every run, whatever
+backend: what differs between runs is then the backend, not where the submit fell in the router's
+period. Each figure of the shipped configuration is the median of
 ``--repeat`` runs, the two backends taking turns, with the median ratio of the pairs; each variant
 (one knob changed) runs once with podgahp, to show the knob's effect.
 
@@ -136,6 +139,20 @@ class CpuMeter:
         return totals
 
 
+#: What the JobRouter logs at each pass over the queue (HTCondor 23 and 25).
+ROUTER_PASS = "JobRouter: Checking for candidate jobs."
+
+
+def after_router_pass(pool: Pool, timeout: float = 60.0) -> None:
+    """Return just after the JobRouter's next pass (its polling period then runs from now)."""
+    passes = pool.log("JobRouterLog").count(ROUTER_PASS)
+    deadline = time.monotonic() + timeout
+    while pool.log("JobRouterLog").count(ROUTER_PASS) <= passes:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the JobRouter made no pass in {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 def _first(times: List[Tuple[float, int]], count: int) -> Optional[float]:
     """The first time a count reached ``count``."""
     return next((t for t, n in times if n >= count), None)
@@ -155,6 +172,7 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
         try:
             home = iwd(pool)
             meter = CpuMeter(pool)
+            after_router_pass(pool)
             sim.sample()
             started = time.time()
             cluster = pool.submit(pilot_submit(home, "bench", run_seconds=RUN_SECONDS, count=pilots), cwd=home)

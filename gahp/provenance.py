@@ -26,7 +26,14 @@ accepted when:
   the owner on its own; a check of consistency, and all there is when no token is required).
 
 Anything else is refused with a reason the job's owner or the admin can act on; a schedd that cannot
-be asked fails the submit as retryable. The JobRouter writes ``RoutedToJobId`` into the source job
+be asked fails the submit as retryable.
+
+The schedd answers such questions one at a time, between everything else it does, and the
+gridmanager sends submits in bursts (up to ``GRIDMANAGER_MAX_PENDING_REQUESTS`` at once): asked
+submit by submit, the schedd's answers would set the pace of a burst. So the questions of the
+submits that wait at the same time are asked together (:class:`Batched`): one query for the jobs
+holding any of their sandboxes, one for their source jobs. Each submit's answer comes from a query
+sent after the submit arrived, so it sees every job that existed when it was asked. The JobRouter writes ``RoutedToJobId`` into the source job
 after it has submitted the routed job, and the gridmanager may ask for the submit in between: a
 source of the same owner not linked to any job yet is asked again, for up to :data:`LINK_WAIT_S`,
 before the job is refused.
@@ -36,9 +43,10 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 import classad2
 
@@ -59,6 +67,74 @@ Query = Callable[[str, List[str], Optional[str], Optional[str]], List[Dict[str, 
 #: How long a source job not yet linked to its routed job is waited for.
 LINK_WAIT_S = 30.0
 _LINK_BACKOFF = Backoff(0.25, 4.0)
+#: Most questions asked in one query (a constraint of a few kilobytes).
+BATCH_MAX = 100
+_ROUTED = ["ClusterId", "ProcId", "Owner", "RoutedBy", "RoutedFromJobId", "AuthTokenSubject", "AuthTokenIssuer",
+           "x509UserProxySubject", "GridJobId"]
+_SOURCE = ["ClusterId", "ProcId", "RoutedToJobId", "Owner"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Batched(Generic[K, V]):
+    """Answers to questions asked from many threads, asked of a slow service together: a thread that
+    asks while a query is out waits for it to end, then one of the waiting threads sends every question
+    that came meanwhile (at most ``most``) in one query (``fetch``: the keys asked -> their answers;
+    a key it leaves out gets ``missing``). A question is always answered by a query sent after it was
+    asked. An exception of ``fetch`` is raised in every thread whose question it carried."""
+
+    def __init__(self, fetch: Callable[[Sequence[K]], Dict[K, V]], missing: V, most: int = BATCH_MAX) -> None:
+        self._fetch = fetch
+        self._missing = missing
+        self._most = most
+        self._cond = threading.Condition()
+        self._waiting: List[_Question[K, V]] = []
+        self._busy = False
+        self.queries = 0
+        """Queries sent (for tests and logs)."""
+
+    def ask(self, key: K) -> V:
+        question: _Question[K, V] = _Question(key)
+        with self._cond:
+            self._waiting.append(question)
+            while not question.done and self._busy:
+                self._cond.wait()
+            if question.done:
+                return question.answer()
+            self._busy = True
+            batch = [question] + [q for q in self._waiting if q is not question][:self._most - 1]
+            self._waiting = [q for q in self._waiting if q not in batch]
+            self.queries += 1
+        try:
+            answers = self._fetch(list(dict.fromkeys(q.key for q in batch)))
+            for q in batch:
+                q.value = answers.get(q.key, self._missing)
+        except Exception as e:  # noqa: BLE001 - raised again in every thread that asked
+            for q in batch:
+                q.error = e
+        finally:
+            with self._cond:
+                for q in batch:
+                    q.done = True
+                self._busy = False
+                self._cond.notify_all()
+        return question.answer()
+
+
+class _Question(Generic[K, V]):
+    __slots__ = ("key", "value", "error", "done")
+
+    def __init__(self, key: K) -> None:
+        self.key = key
+        self.value: Optional[V] = None
+        self.error: Optional[BaseException] = None
+        self.done = False
+
+    def answer(self) -> V:
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
 
 
 class NotRouted(InvalidJob):
@@ -113,6 +189,10 @@ class RouteCheck:
         self.grid_type = grid_type
         self._query = query
         self._sleep = sleep
+        self.routed: Batched[str, List[Dict[str, object]]] = Batched(self._holding, [])
+        """Sandbox -> the jobs whose ``GridJobId`` holds it."""
+        self.sources: Batched[Tuple[int, int], List[Dict[str, object]]] = Batched(self._jobs, [])
+        """(ClusterId, ProcId) -> that job of the source schedd."""
 
     def _ask(self, constraint: str, projection: List[str], name: Optional[str] = None,
              pool: Optional[str] = None) -> List[Dict[str, object]]:
@@ -121,18 +201,38 @@ class RouteCheck:
         except schedd.ScheddUnavailable as e:
             raise TransientError(f"cannot check that the job came through a route of this CE: {e}") from e
 
+    def _holding(self, sandboxes: Sequence[str]) -> Dict[str, List[Dict[str, object]]]:
+        """The grid jobs whose ``GridJobId`` holds each sandbox (a word of it after a space): one query."""
+        # No backslashes: the schedd reads constraints in the old ClassAd syntax, where they are
+        # literal. A sandbox holds only [A-Za-z0-9._-]; "." is the one regex character to quote.
+        pattern = classad2.quote(" (" + "|".join(s.replace(".", "[.]") for s in sandboxes) + ")( |$)")
+        ads = self._ask(f"JobUniverse == 9 && regexp({pattern}, GridJobId ?: \"\")", _ROUTED)
+        found: Dict[str, List[Dict[str, object]]] = {s: [] for s in sandboxes}
+        for ad in ads:
+            words = str(ad.get("GridJobId") or "").split(" ")[1:]
+            for sandbox in sandboxes:
+                if sandbox in words:
+                    found[sandbox].append(ad)
+        return found
+
+    def _jobs(self, ids: Sequence[Tuple[int, int]]) -> Dict[Tuple[int, int], List[Dict[str, object]]]:
+        """Each job of the source schedd by (ClusterId, ProcId): one query."""
+        s = self.settings
+        constraint = " || ".join(f"(ClusterId == {c} && ProcId == {p})" for c, p in ids)
+        found: Dict[Tuple[int, int], List[Dict[str, object]]] = {i: [] for i in ids}
+        for ad in self._ask(constraint, _SOURCE, s.source_schedd_name, s.source_schedd_pool):
+            key = (ad.get("ClusterId"), ad.get("ProcId"))
+            if key in found:
+                found[key].append(ad)
+        return found
+
     def check(self, job: PilotJob) -> None:
         if not self.settings.routed_only:
             return
         sandbox = job.sandbox_id
         if not _SANDBOX.match(sandbox):
             raise NotRouted(f"sandbox id {sandbox!r} is not one the gridmanager makes; refusing the job")
-        # No backslashes: the schedd reads constraints in the old ClassAd syntax, where they are
-        # literal. The sandbox holds only [A-Za-z0-9._-]; "." is the one regex character to quote.
-        pattern = classad2.quote(" " + sandbox.replace(".", "[.]") + "( |$)")
-        routed = self._ask(f"JobUniverse == 9 && regexp({pattern}, GridJobId ?: \"\")",
-                           ["ClusterId", "ProcId", "Owner", "RoutedBy", "RoutedFromJobId", "AuthTokenSubject",
-                            "AuthTokenIssuer", "x509UserProxySubject"])
+        routed = self.routed.ask(sandbox)
         if len(routed) != 1:
             raise NotRouted(
                 f"{len(routed)} jobs of {schedd.describe(None, None)} hold sandbox {sandbox}; podgahp accepts "
@@ -151,9 +251,9 @@ class RouteCheck:
             raise NotRouted(f"job {job_id} names no valid source job (RoutedFromJobId = {source_id!r})")
         s = self.settings
         waited, attempt = 0.0, 0
+        source = (int(match.group(1)), int(match.group(2)))
         while True:
-            sources = self._ask(f"ClusterId == {match.group(1)} && ProcId == {match.group(2)}",
-                                ["RoutedToJobId", "Owner"], s.source_schedd_name, s.source_schedd_pool)
+            sources = self.sources.ask(source)
             unlinked = (len(sources) == 1 and sources[0].get("RoutedToJobId") is None
                         and sources[0].get("Owner") == ad.get("Owner"))
             if not unlinked or waited >= LINK_WAIT_S:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from typing import Dict, List, Optional
 
 import classad2
@@ -13,12 +14,13 @@ from gahp.errors import TransientError
 from gahp.job import PilotJob
 from gahp.provenance import NotRouted, ProvenanceSettings, RouteCheck
 from gahp.schedd import ScheddUnavailable
+from polling import wait_until
 
 SANDBOX = "ce.example.org_9619_ce.example.org_7.0_1795297304"
 ISSUER = "ce.example.org"
 ROUTED = {"ClusterId": 8, "ProcId": 0, "Owner": "pilot", "RoutedBy": "htcondor-ce", "RoutedFromJobId": "7.0",
-          "AuthTokenSubject": "condor@password", "AuthTokenIssuer": ISSUER}
-SOURCE = {"RoutedToJobId": "8.0", "Owner": "pilot"}
+          "AuthTokenSubject": "condor@password", "AuthTokenIssuer": ISSUER, "GridJobId": f"batch k8s {SANDBOX}"}
+SOURCE = {"ClusterId": 7, "ProcId": 0, "RoutedToJobId": "8.0", "Owner": "pilot"}
 
 
 class FakeSchedd:
@@ -50,7 +52,7 @@ def test_a_routed_job_is_accepted() -> None:
     schedd = FakeSchedd([ROUTED], [SOURCE])
     check(schedd)
     assert [(c.split(" && ")[0], n) for c, n, _ in schedd.asked] == [("JobUniverse == 9", None),
-                                                                      ("ClusterId == 7", None)]
+                                                                      ("(ClusterId == 7", None)]
 
 
 @pytest.mark.parametrize(
@@ -170,3 +172,122 @@ def test_knobs() -> None:
     assert ProvenanceSettings.from_knobs(Knobs({})).routers == ("htcondor-ce",)
     settings = ProvenanceSettings.from_knobs(Knobs({"JOB_ROUTER_NAME": "site-router", "PODGAHP_ROUTED_ONLY": "false"}))
     assert settings.routers == ("htcondor-ce", "site-router") and not settings.routed_only
+
+
+class Schedd:
+    """A schedd of routed and source jobs that evaluates each constraint on every job, as the schedd
+    does. Its queries wait at gates until they open (a busy schedd): ``routed_gate`` for the queries of
+    routed jobs, ``source_gate`` for those of source jobs."""
+
+    def __init__(self, jobs: List[Dict[str, object]]) -> None:
+        self.jobs = jobs
+        self.asked: List[str] = []
+        self.routed_gate, self.source_gate = threading.Event(), threading.Event()
+        self.routed_gate.set()
+        self.source_gate.set()
+        self.lock = threading.Lock()
+
+    def __call__(self, constraint: str, projection: List[str], name: Optional[str],
+                 pool: Optional[str]) -> List[Dict[str, object]]:
+        with self.lock:
+            self.asked.append(constraint)
+        assert (self.routed_gate if "GridJobId" in constraint else self.source_gate).wait(10)
+        expr = classad2.ExprTree(constraint)
+        return [{k: job.get(k) for k in projection} for job in self.jobs
+                if expr.eval(classad2.ClassAd({k: v for k, v in job.items() if v is not None})) is True]
+
+
+def _routed_pair(n: int, forged: bool = False) -> List[Dict[str, object]]:
+    """Pilot ``n``: its routed job (cluster 1000 + n) and its source job (cluster n)."""
+    sandbox = f"ce.example.org_ce.example.org_{n}.0_1795297304"
+    routed = dict(ROUTED, ClusterId=1000 + n, RoutedFromJobId=f"{n}.0", GridJobId=f"batch k8s {sandbox}",
+                  JobUniverse=9)
+    if forged:
+        routed = {k: v for k, v in routed.items() if not k.startswith("AuthToken")}
+    return [routed, dict(SOURCE, ClusterId=n, RoutedToJobId=f"{1000 + n}.0", JobUniverse=5)]
+
+
+def test_submits_waiting_together_are_checked_in_two_queries_each_by_its_own_jobs() -> None:
+    """The gridmanager sends submits in bursts: those that wait together are asked of the schedd in one
+    query for the routed jobs and one for the sources, and each gets the verdict of its own jobs (a
+    forged one among them is refused, the others accepted)."""
+    jobs = [job for n in range(1, 41) for job in _routed_pair(n, forged=n == 13)]
+    schedd = Schedd(jobs)
+    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=schedd)
+    schedd.routed_gate.clear()
+    schedd.source_gate.clear()
+    verdicts: Dict[int, str] = {}
+
+    def submit(n: int) -> None:
+        try:
+            checker.check(pilot(f"ce.example.org_ce.example.org_{n}.0_1795297304"))
+            verdicts[n] = "accepted"
+        except NotRouted as e:
+            verdicts[n] = str(e)
+
+    threads = [threading.Thread(target=submit, args=(n,)) for n in range(1, 41)]
+    threads[0].start()
+    wait_until(lambda: len(schedd.asked) == 1, "the first query is out", 10)
+    for thread in threads[1:]:
+        thread.start()
+    wait_until(lambda: len(checker.routed._waiting) == 39, "the other submits wait", 10)
+    schedd.routed_gate.set()
+    # the first submit's source query is out; the others (but the forged one) wait for theirs
+    wait_until(lambda: len(checker.sources._waiting) == 38, "the other submits wait for their sources", 10)
+    schedd.source_gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert len(verdicts) == 40 and verdicts.pop(13).startswith("job 1013.0 was not submitted by the JobRouter")
+    assert set(verdicts.values()) == {"accepted"}
+    # the first submit's two queries, then one of each for the 39 that waited together
+    assert len(schedd.asked) == 4 and checker.routed.queries == 2 and checker.sources.queries == 2
+
+
+def test_a_question_is_answered_by_a_query_sent_after_it_was_asked() -> None:
+    """A job that appears while a query is out is not missed: the submit asked meanwhile waits for the
+    next query, which sees it."""
+    first, second = _routed_pair(1), _routed_pair(2)
+    schedd = Schedd(first)
+    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=schedd)
+    schedd.routed_gate.clear()
+    errors: List[BaseException] = []
+
+    def submit(n: int) -> None:
+        try:
+            checker.check(pilot(f"ce.example.org_ce.example.org_{n}.0_1795297304"))
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    one = threading.Thread(target=submit, args=(1,))
+    one.start()
+    wait_until(lambda: len(schedd.asked) == 1, "the first query is out", 10)
+    schedd.jobs = first + second  # pilot 2 is routed while that query is out, then asked for
+    two = threading.Thread(target=submit, args=(2,))
+    two.start()
+    wait_until(lambda: len(checker.routed._waiting) == 1, "the second submit waits", 10)
+    schedd.routed_gate.set()
+    one.join(10)
+    two.join(10)
+    assert errors == []
+    assert "1795297304" in schedd.asked[0] and "_2[.]0_" not in schedd.asked[0]
+
+
+def test_a_schedd_failure_reaches_every_submit_of_its_query() -> None:
+    down = FakeSchedd([ROUTED], [SOURCE], down=True)
+    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=down)
+    for _ in range(2):
+        with pytest.raises(TransientError, match="cannot check"):
+            checker.check(pilot())
+    assert checker.routed.queries == 2  # nothing is kept of a failed query
+
+
+def test_sandboxes_asked_together_are_told_apart_word_by_word() -> None:
+    """One sandbox the start of another (7.0_1 and 7.0_12) or a word of another GridJobId: each gets only
+    the jobs that hold it as a whole word."""
+    short, long = "ce_ce_7.0_1", "ce_ce_7.0_12"
+    jobs = [dict(ROUTED, ClusterId=8, GridJobId=f"batch k8s {short}", JobUniverse=9),
+            dict(ROUTED, ClusterId=9, GridJobId=f"batch k8s {long} k8s/ns/pilot-x-1", JobUniverse=9),
+            dict(ROUTED, ClusterId=10, GridJobId=f"batch k8s {long}X", JobUniverse=9)]
+    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=Schedd(jobs))
+    found = checker._holding([short, long])
+    assert [a["ClusterId"] for a in found[short]] == [8] and [a["ClusterId"] for a in found[long]] == [9]
