@@ -148,13 +148,10 @@ class MemoryBackend(Backend):
                 return existing
             self._serial += 1
             job_id = job_id_of(job.sandbox_id, int(time.time() * 1000), self._serial, exit_code)
+            self.pipeline.record(JobRecord(key=job_id, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
+                                           stderr=job.stderr, made_at=time.time()))
             _remember(self._live, job.sandbox_id, job_id)
             _remember(self._commands, job_id, " ".join((job.executable, *job.arguments)))
-        try:
-            self.pipeline.records.put(JobRecord(key=job_id, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
-                                                stderr=job.stderr, made_at=time.time()))
-        except (OSError, ValueError) as e:
-            raise BackendError(f"the job cannot be recorded, so it is not made: {e}") from e
         self.pipeline.forget(job_id)
         return job_id
 

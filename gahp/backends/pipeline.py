@@ -13,7 +13,8 @@ maps it through its state table; the pipeline does the rest, the same way for ev
 * **Black-hole verdict and figures**: the first final answer of a job counts once, for the guard
   (failed fast or held: the queue may close) and for the health figures (:mod:`gahp.health`).
 * **What the GAHP keeps of its jobs** (:mod:`gahp.records`, in the user's own state directory,
-  :mod:`gahp.statedir`), next to the guard's state and the figures.
+  :mod:`gahp.statedir`), next to the guard's state and the figures: a job is recorded before it can
+  run (:meth:`Pipeline.record`), and a job that cannot be recorded is not made.
 
 A backend calls :meth:`Pipeline.report` with the job's lock held (:meth:`Pipeline.lock`). Knows
 nothing of any service.
@@ -30,7 +31,7 @@ from gahp.blackhole import Guard, GuardSettings, verdict
 from gahp.errors import BackendError
 from gahp.health import Stats, scope_of
 from gahp.jobstate import JobState, Phase
-from gahp.records import JobRecords
+from gahp.records import JobRecord, JobRecords
 from gahp.reports import RANK, Reports
 from gahp.statedir import state_directories
 
@@ -73,6 +74,15 @@ class Pipeline:
         except BackendError:
             self.stats.count("submits_refused_blackhole")
             raise
+
+    def record(self, record: JobRecord, made: str = "the job") -> None:
+        """Record a job before anything can make it run (what it was made for, where its outputs go);
+        BackendError when the record cannot be written: then ``made`` (``the pod``) must not be made."""
+        try:
+            self.records.put(record)
+        except (OSError, ValueError) as e:
+            raise BackendError(f"{made} cannot be recorded, so it is not made: {e} (PODGAHP_STATE_DIR must be a "
+                               f"directory where job owners can write, mode 1777 like $(USER_LOG))") from e
 
     def report(self, job_id: str, state: JobState, *, queue: str, cause: str = "",
                outputs: Optional[Outputs] = None, outputs_of: str = "the job", started: bool = False,

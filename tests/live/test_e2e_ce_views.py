@@ -17,7 +17,8 @@ import pytest
 from e2e import (ANN_SANDBOX_ID, CE_NAME, E2E_FAST, GPU_TEMPLATE, IMAGE, K8S_KNOBS, KEY_FILE, NAMESPACE, grid_parts,
                  iwd, kube_sim, kubeconfig_text, lancium_sim, pilot_submit, routed_jobs, routes_config, running_cluster,
                  wait_for_pods)
-from gahp.backends.lancium.api import ClientSettings, LanciumClient
+from gahp.backends.lancium.api import LanciumClient
+from gahp.backends.lancium.settings import ClientSettings
 from gahp.identity import sandbox_key
 from harness import Installation, Pool
 from podgahp_sim.k8s import KubeSim

@@ -1,15 +1,16 @@
 """The Kubernetes backend: one Pod (plus an input Secret it owns) per routed pilot.
 
-Owns the five verbs over the pieces in the ``k8s_*`` modules: :mod:`~gahp.backends.k8s.settings`
-(knobs, queues), :mod:`~gahp.backends.k8s.api` (clients, retries, error translation),
-:mod:`~gahp.backends.k8s.spec` (pod and Secret bodies, staging), :mod:`~gahp.backends.k8s.cache`
-(the per-namespace LIST + WATCH copy status reads), :mod:`~gahp.backends.k8s.state` (the state
-table) and :mod:`~gahp.backends.k8s.output` (``Out``/``Err``). Job ids are
+Owns the five verbs over the backend's modules: :mod:`~gahp.backends.k8s.settings` (knobs, queues),
+:mod:`~gahp.backends.k8s.api` (the client calls, through the kit's HTTP door),
+:mod:`~gahp.backends.k8s.submit` (one pod per sandbox, whatever answers get lost),
+:mod:`~gahp.backends.k8s.cache` (the per-namespace LIST + WATCH copy status reads),
+:mod:`~gahp.backends.k8s.state` (the state table) and :mod:`~gahp.backends.k8s.output` (``Out``/``Err``);
+every answer goes through the kit's pipeline (:mod:`gahp.backends.pipeline`). Job ids are
 ``k8s/<namespace>/<pod>``; everything else a fresh process needs is in the pod's labels and
-annotations. Finished pods are kept for a while after their outcome was reported, then deleted by a
-periodic clean-up pass, which also removes pods superseded by a resubmission of their sandbox.
+annotations and the job's record. Finished pods are kept for a while after their outcome was
+reported, then deleted by a periodic clean-up pass (:mod:`~gahp.backends.k8s.retention`), which also
+removes pods superseded by a resubmission of their sandbox.
 """
-
 from __future__ import annotations
 
 import base64
@@ -20,41 +21,33 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from gahp import holds
 from gahp.backends.base import Backend
-from gahp.backends.pipeline import Pipeline
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
+from gahp.backends.k8s.cache import PodCache
 from gahp.backends.k8s.census import KubernetesCeView
-from gahp.cancels import CancelRetries
-from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, refusal, sandbox_key
+from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of, owner_selector, parse_job_id
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems
-from gahp.backends.k8s.spec import (ANN_PROXY_KEY, ANN_REPORTED, ANNOTATIONS_READ, INPUT_VOLUME, LABEL_QUEUE,
-                                   LABELS_READ, OVERRIDES, PROXY_KEY, build_pod, job_id, load_template, parse_job_id, pod_name, stage_inputs)
-from gahp.backends.k8s.submit import RESUBMIT_RULES, is_live, resubmit_case
-from gahp.backends.k8s.retention import clean_up, due_for_cleanup, generation_of
-from gahp.backends.k8s.secret import ensure_secret
+from gahp.backends.k8s.retention import clean_up, due_for_cleanup
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
+from gahp.backends.k8s.spec import ANN_PROXY_KEY, ANN_REPORTED, ANNOTATIONS_READ, INPUT_VOLUME, LABEL_QUEUE, LABELS_READ, PROXY_KEY
 from gahp.backends.k8s.state import classify, job_state
+from gahp.backends.k8s.submit import Submitter, is_live
 from gahp.backends.k8s.view import PodRecord, decode_pod
-from gahp.backends.k8s.cache import PodCache
-from gahp.backends.k8s.wholenode import WholeNodeSizer
+from gahp.backends.pipeline import Pipeline
+from gahp.cancels import CancelRetries
 from gahp.config import Knobs, user_name
-from gahp.errors import (BackendError, ConfigError, Conflict, GahpError, Invalid, InvalidJob, NotFound, QuotaExceeded,
-                         TransientError)
+from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
 from gahp.files import read_input
-from gahp.job import PilotJob
-from gahp import holds
 from gahp.jobstate import JobState, Phase
-from gahp.records import JobRecord
+from gahp.job import PilotJob
 
 log = logging.getLogger(__name__)
 
 JsonObj = Dict[str, Any]
 ClusterKey = Tuple[Optional[str], Optional[str]]
-
-#: Attempts at creating a pod when generation numbers collide with a concurrent submit.
-CREATE_ATTEMPTS = 3
 
 
 def _now() -> datetime.datetime:
@@ -90,7 +83,8 @@ class KubernetesBackend(Backend):
         self.records, self.guard, self.stats, self.reports = (self.pipeline.records, self.pipeline.guard,
                                                               self.pipeline.stats, self.pipeline.reports)
         self.pipeline.start()
-        self.whole_node = WholeNodeSizer(self._list_nodes)
+        self.submitter = Submitter(settings, self.pipeline, self.user, self._cluster)
+        """Submits: :mod:`gahp.backends.k8s.submit`."""
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> KubernetesBackend:
@@ -199,7 +193,7 @@ class KubernetesBackend(Backend):
             if pod is not None:
                 return pod, api, cache
         for api, cache in caches:
-            pod = self._read_into(api, cache, namespace, name, jid)
+            pod = cache.read(name, jid, self.submitter.refusal)
             if pod is not None:
                 if cache.synced:
                     log.info("[%s] pod not in the watch copy yet; read it", jid)
@@ -233,11 +227,10 @@ class KubernetesBackend(Backend):
 
     # -- submit ----------------------------------------------------------------------------
 
-    def _list_nodes(self, queue: QueueSettings) -> List[JsonObj]:
-        """The nodes of the queue's cluster (to size whole-node pilots)."""
-        answer = self._api(queue).call("list nodes", "list_node")
-        items = answer.get("items") if isinstance(answer, dict) else None
-        return [n for n in items if isinstance(n, dict)] if isinstance(items, list) else []
+    def _cluster(self, queue: QueueSettings) -> Tuple[KubeApi, PodCache]:
+        """The queue's cluster and the watch copy of its namespace."""
+        api = self._api(queue)
+        return api, self._cache(api, api.namespace(queue))
 
     def _api_totals(self) -> Tuple[int, int, float]:
         with self._lock:
@@ -245,106 +238,12 @@ class KubernetesBackend(Backend):
         return sum(a.requests for a in apis), sum(a.errors for a in apis), sum(a.seconds for a in apis)
 
     def submit(self, job: PilotJob) -> str:
-        queue = self.settings.queue(job.queue)
-        self.pipeline.admit(queue.name)
-        api = self._api(queue)
-        namespace = api.namespace(queue)
-        for setting in job.settings:
-            if setting.startswith("k8s_") and setting not in OVERRIDES:
-                log.warning("sandbox %s: route setting %s is not one a route may override; ignored "
-                            "(allowed: %s)", job.sandbox_id, setting, ", ".join(sorted(OVERRIDES)))
-        template = load_template(queue.pod_template)
-        if job.whole_node:
-            job = self.whole_node.sized(job, queue, template)
-            log.info("sandbox %s: whole-node pilot given %d cores and %d MiB (queue %s)", job.sandbox_id, job.cpus,
-                     job.memory_mb or 0, queue.name)
-        staged = stage_inputs(job, queue, self.settings.secret_max_bytes)
-        key = sandbox_key(self.settings.ce_name, self.user, job.sandbox_id)
-        # "Does this sandbox have pods already?" is answered by the watch copy, not a LIST: names are
-        # deterministic (sandbox key + generation), so a pod the copy has not seen yet makes the create
-        # answer 409, and the pod is then read and judged like any other.
-        cache = self._cache(api, namespace)
-        cache.wait_synced(self.settings.sync_timeout_s)
-
-        for _ in range(CREATE_ATTEMPTS):
-            existing = cache.labelled(key)
-            newest = max(existing, key=generation_of, default=None)
-            case = resubmit_case(newest) if newest is not None else "none"
-            if newest is not None and dict(RESUBMIT_RULES)[case] == "reuse":
-                name = newest.name
-                jid = job_id(namespace, name)
-                log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
-                         job.sandbox_id, case)
-                self._record(job, jid, name)
-                if case == "live":
-                    ensure_secret(api, newest, staged, jid)
-                self.reports.forget(jid)
-                return jid
-            generation = max([generation_of(p) for p in existing] + [0]) + 1
-            if queue.max_pods:
-                self._check_cap(api, namespace, queue)
-            name = pod_name(key, generation)
-            jid = job_id(namespace, name)
-            body = build_pod(job, queue, template, name=name, namespace=namespace,
-                             ce_name=self.settings.ce_name, generation=generation, user=self.user,
-                             staged=staged)
-            self._record(job, jid, name)
-            try:
-                created = api.call(f"create pod {namespace}/{name}", "create_namespaced_pod", namespace, body,
-                                   job_id=jid, decode=decode_pod)
-            except Conflict as e:
-                if e.reason != "AlreadyExists":
-                    raise
-                log.info("[%s] pod exists already (made before the watch copy saw it); checking it", jid)
-                self._read_into(api, cache, namespace, name, jid)
-                continue
-            except (QuotaExceeded, Invalid) as e:
-                self.guard.outcome(queue.name, True, f"pod refused by the API server: {truncate(str(e), 200)}")
-                self.stats.count("pods_refused")
-                raise
-            # The submit's own line says which pod a sandbox got; a later generation is worth its own.
-            log.log(logging.INFO if generation > 1 else logging.DEBUG, "[%s] created pod for sandbox %s "
-                    "(queue %s, generation %d)", jid, job.sandbox_id, queue.name, generation)
-            self.stats.count("pods_created")
-            cache.put(created)
-            ensure_secret(api, created, staged, jid, fresh=True)
-            self.reports.forget(jid)
-            return jid
-        raise TransientError(f"sandbox {job.sandbox_id}: pods kept appearing under the names podgahp chose; "
-                             "another process is submitting the same sandbox")
-
-    def _record(self, job: PilotJob, jid: str, name: str) -> None:
-        """Record where the pilot's outputs go (:mod:`gahp.records`) before its pod may run: they are
-        written only there, whatever the pod's annotations say."""
-        try:
-            self.records.put(JobRecord(key=jid, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
-                                       stderr=job.stderr, made_at=time.time(), name=name))
-        except OSError as e:
-            raise BackendError(f"the pilot cannot be recorded, so no pod is made: {e} (PODGAHP_STATE_DIR must "
-                               f"be a directory where job owners can write, mode 1777 like $(USER_LOG))") from e
-
-    def _read_into(self, api: KubeApi, cache: PodCache, namespace: str, name: str,
-                   jid: str) -> Optional[PodRecord]:
-        """Read one pod the watch copy lacks into it, and return the copy's record of it (None if there is
-        no such pod); a pod of that name that is not this user's is refused."""
-        try:
-            pod: JsonObj = api.call(f"read pod {namespace}/{name}", "read_namespaced_pod", name, namespace,
-                                    job_id=jid, decode=decode_pod)
-        except NotFound:
-            return None
-        why = refusal(pod, self.settings.ce_name, self.user)
-        if why is not None:
-            raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
-        return cache.put(pod)
-
-    def _check_cap(self, api: KubeApi, namespace: str, queue: QueueSettings) -> None:
-        cache = self._cache(api, namespace)
-        cache.wait_synced(self.settings.sync_timeout_s)
-        label = label_value(queue.name.lower())
-        live = sum(1 for p in cache.pods() if is_live(p) and p.label(LABEL_QUEUE) == label)
-        if live >= queue.max_pods:
-            raise BackendError(f"queue {queue.name} has {live} live pods, its cap is {queue.max_pods} "
-                               f"(PODGAHP_K8S_MAX_PODS); limit the route's jobs (MaxJobs) below the cap")
+        """One pod per sandbox, whatever answers get lost (:mod:`gahp.backends.k8s.submit`), once the
+        queue is admitted (not closed as a black hole)."""
+        self.pipeline.admit(self.settings.queue(job.queue).name)
+        result = self.submitter.submit(job)
+        self.pipeline.forget(result.job_id)
+        return result.job_id
 
     # -- status ----------------------------------------------------------------------------
 
@@ -452,7 +351,7 @@ class KubernetesBackend(Backend):
         """Delete a pod of this user, and only that pod: the uid precondition makes the API server
         refuse if the name now holds another pod."""
         namespace, name = pod.namespace, pod.name
-        why = refusal(pod, self.settings.ce_name, self.user)
+        why = self.submitter.refusal(pod)
         if why is not None:
             raise InvalidJob(f"{why}; refusing to delete it")
         extra: JsonObj = {} if grace is None else {"grace_period_seconds": grace}
@@ -477,7 +376,7 @@ class KubernetesBackend(Backend):
         if pod is None or api is None:
             log.info("[%s] no pod to refresh the proxy of", job_id)
             return
-        why = refusal(pod, self.settings.ce_name, self.user)
+        why = self.submitter.refusal(pod)
         if why is not None:
             raise InvalidJob(f"{why}; its proxy is not refreshed")
         if not is_live(pod):
@@ -522,7 +421,7 @@ class KubernetesBackend(Backend):
         deleted = clean_up(cache, due_for_cleanup(cache.pods(), _now(), self.settings.finished_retention_s,
                                                   self.settings.unreported_retention_s), self.stats)
         for name in deleted:
-            self.records.drop(job_id(cache.namespace, name))
+            self.records.drop(job_id_of(cache.namespace, name))
         return deleted
 
     def close(self) -> None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Collection, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
 
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
-from gahp.backends.k8s.view import PodRecord, decode_event, decode_pod_list
-from gahp.errors import Expired, GahpError, TransientError
+from gahp.backends.k8s.view import PodRecord, decode_event, decode_pod, decode_pod_list
+from gahp.errors import Expired, GahpError, InvalidJob, NotFound, TransientError
 from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -197,6 +197,20 @@ class PodCache:
                 self._store(record)
                 return record
             return current
+
+    def read(self, name: str, job_id: str, refusal: Callable[[JsonObj], Optional[str]]) -> Optional[PodRecord]:
+        """One GET of a pod the copy lacks (a miss, or a copy still being listed), into the copy; the
+        copy's record of it, None when there is no such pod. A pod ``refusal`` finds a reason against
+        (not this user's) is InvalidJob naming it, and stays out of the copy."""
+        try:
+            pod: JsonObj = self.api.call(f"read pod {self.namespace}/{name}", "read_namespaced_pod", name,
+                                         self.namespace, job_id=job_id, decode=decode_pod)
+        except NotFound:
+            return None
+        why = refusal(pod)
+        if why is not None:
+            raise InvalidJob(f"{why}; this GAHP acts only on the pods it created for its user")
+        return self.put(pod)
 
     # -- the watch thread --------------------------------------------------------------------
 

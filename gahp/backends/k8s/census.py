@@ -18,7 +18,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 from gahp.backends.base import HEALTH_STATES, Census, CeView, RemoteJob
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
-from gahp.backends.k8s.identity import job_id
+from gahp.backends.k8s.identity import job_id_of
 from gahp.backends.k8s.spec import ANN_SANDBOX_ID, CONTAINER, LABEL_QUEUE, selector
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import classify, parse_time
@@ -92,7 +92,7 @@ class KubernetesCeView(CeView):
         deleting = view.deleting
         queue = view.label(LABEL_QUEUE)
         return RemoteJob(
-            job_id=job_id(view.namespace, view.name), name=view.name, queue=queue, state=view.phase,
+            job_id=job_id_of(view.namespace, view.name), name=view.name, queue=queue, state=view.phase,
             health=view.phase if view.phase in HEALTH_STATES else "", sandbox=view.annotation(ANN_SANDBOX_ID),
             alive=view.phase in ALIVE and not deleting, deleting=deleting,
             created=parse_time(view.created), listed_at=listed_at, where=view.namespace + cluster,

@@ -41,7 +41,7 @@ def pod_name(key: str, generation: int) -> str:
     return f"pilot-{key}-{generation}"
 
 
-def job_id(namespace: str, name: str) -> str:
+def job_id_of(namespace: str, name: str) -> str:
     return f"k8s/{namespace}/{name}"
 
 

@@ -16,7 +16,7 @@ from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import parse_job_id
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
-from gahp.backends.k8s.state import POD_STATES, classify
+from gahp.backends.k8s.state import STATE_TABLE, classify
 from gahp.backends.k8s.view import container_state, record_of
 from gahp.errors import GahpError, InvalidJob, NotFound
 from gahp.jobstate import Phase
@@ -101,7 +101,7 @@ def pod_hops(pod: Optional[JsonObj], where: Tuple[str, str], events: List[str], 
     hops = [Hop("pod created", DONE, f"pod {namespace}/{name}")]
     classified = classify(view, now=now, unschedulable_timeout_s=queue.unschedulable_timeout_s,
                           disruption_action=queue.disruption_action)
-    rule = POD_STATES.get(classified.key)
+    rule = STATE_TABLE.get(classified.key)
     held = rule is not None and rule.phase == Phase.HELD
     why = " ".join(f"{classified.key}: {classified.message}".split()) if classified.message else classified.key
     if not view.node:

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from gahp.backends.http import truncate
-from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id
-from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_GENERATION
+from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of
+from gahp.backends.k8s.spec import ANN_REPORTED, generation_of
 from gahp.backends.k8s.state import parse_time
 from gahp.backends.k8s.view import Pod, PodRecord, container_state, record_of
 from gahp.errors import GahpError, NotFound
@@ -27,14 +27,6 @@ JsonObj = Dict[str, Any]
 
 #: Deletes a clean-up pass sends at a time.
 PARALLEL = 8
-
-
-def generation_of(pod: Pod) -> int:
-    """The pod's generation within its sandbox (label ``LABEL_GENERATION``; 0 when absent or odd)."""
-    try:
-        return int(record_of(pod).label(LABEL_GENERATION, "0"))
-    except ValueError:
-        return 0
 
 
 def due_for_cleanup(pods: Sequence[Pod], now: datetime.datetime, finished_retention_s: float,
@@ -80,7 +72,7 @@ def clean_up(cache: "PodCache", doomed: Sequence[Tuple[str, str]], stats: Option
         return []
 
     def delete(name: str, why: str) -> bool:
-        jid = job_id(cache.namespace, name)
+        jid = job_id_of(cache.namespace, name)
         try:
             cache.api.call(f"delete pod {cache.namespace}/{name}", "delete_namespaced_pod", name,
                            cache.namespace, job_id=jid, propagation_policy="Background")

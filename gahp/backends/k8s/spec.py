@@ -19,11 +19,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from gahp.backends.k8s.identity import (ANN_USER, DOMAIN, LABEL_CE, LABEL_MANAGED_BY, LABEL_OWNER,
-                                        LABEL_SANDBOX, MANAGED_BY, job_id, owner_labels, parse_job_id,
+                                        LABEL_SANDBOX, MANAGED_BY, job_id_of, owner_labels, parse_job_id,
                                         pod_name, sandbox_key)
 from gahp.backends.k8s.limits import check_pod
 from gahp.backends.k8s.schema import schema_errors
 from gahp.backends.k8s.settings import QueueSettings, label_value
+from gahp.backends.k8s.view import Pod, record_of
 from gahp.errors import ConfigError, InvalidJob
 from gahp.files import TooLarge, read_input
 from gahp.job import PilotJob
@@ -91,6 +92,14 @@ MAX_TEMPLATE_BYTES = 1024 * 1024
 
 _template_lock = threading.Lock()
 _template_cache: Dict[str, Tuple[float, JsonObj]] = {}
+
+
+def generation_of(pod: Pod) -> int:
+    """The pod's generation within its sandbox (label ``LABEL_GENERATION``; 0 when absent or odd)."""
+    try:
+        return int(record_of(pod).label(LABEL_GENERATION, "0"))
+    except ValueError:
+        return 0
 
 
 def load_template(path: Optional[str]) -> JsonObj:
@@ -361,7 +370,7 @@ def build_pod(job: PilotJob, queue: QueueSettings, template: JsonObj, *, name: s
     _set_resources(container, job, queue)
     _safe_defaults(spec, container)
     _mount_inputs(spec, container, queue.workdir, name, staged)
-    _set_command(container, job, queue, job_id(namespace, name), staged)
+    _set_command(container, job, queue, job_id_of(namespace, name), staged)
     check_pod(pod, _user_parts(job))
     return pod
 

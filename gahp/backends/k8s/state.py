@@ -1,8 +1,9 @@
 """Pod phase and reason → neutral :class:`~gahp.jobstate.JobState`: the backend's one state table.
 
-:func:`classify` reduces a pod (its record, or the raw JSON) to a key of :data:`POD_STATES` plus the details a hold reason or
-exit reason needs; :func:`job_state` turns that into a ``JobState``. Every row of the table is
-documented in ``docs/kubernetes.md`` and covered by a parametrized test. Pure functions over pods.
+:func:`classify` reduces a pod (its record, or the raw JSON) to a key of :data:`STATE_TABLE` plus the
+details a hold reason or exit reason needs (:class:`~gahp.backends.table.Classified`); :func:`job_state`
+turns that into a ``JobState`` through the row (:func:`gahp.backends.table.answer`). Every row of the
+table is documented in ``docs/kubernetes.md`` and covered by a parametrized test. Pure functions over pods.
 """
 
 from __future__ import annotations
@@ -11,36 +12,22 @@ import datetime
 import functools
 import math
 import re
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Dict, Mapping, Optional
 
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
+from gahp import holds
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.view import Pod, PodRecord, container_state, record_of
-from gahp import holds
-from gahp.holds import Hold
+from gahp.backends.table import Classified, Rule, answer
 from gahp.jobstate import JobState, Phase
 
 JsonObj = Dict[str, Any]
 
 
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One row of the state table."""
-
-    phase: Phase
-    hold: Optional[Hold] = None
-    """The hold (:mod:`gahp.holds`) of a held row."""
-    reason: str = ""
-    """Prefix of ``ExitReason`` (completed) or ``HoldReason`` (held)."""
-
-
 #: Key (pod phase, then reason) → what the gridmanager is told. Keys are produced by :func:`classify`.
-POD_STATES: Mapping[str, Rule] = {
+STATE_TABLE: Mapping[str, Rule] = {
     "Pending": Rule(Phase.IDLE),
     "Pending/Unschedulable": Rule(Phase.IDLE),
     "Pending/Unschedulable/TimedOut": Rule(Phase.HELD, holds.UNSCHEDULABLE,
@@ -77,14 +64,6 @@ _WAITING_HOLDS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "Inva
 SIGKILL = 9
 
 
-@dataclass(frozen=True)
-class Classified:
-    key: str
-    message: str = ""
-    exit_code: Optional[int] = None
-    exit_signal: Optional[int] = None
-
-
 def parse_time(text: Any) -> Optional[datetime.datetime]:
     if not isinstance(text, str) or not text:
         return None
@@ -115,7 +94,7 @@ def _exit(terminated: JsonObj) -> Classified:
 
 def classify(pod: Pod, *, now: datetime.datetime, unschedulable_timeout_s: int,
              disruption_action: str) -> Classified:
-    """The :data:`POD_STATES` key of a pod, with the message and exit status that go with it."""
+    """The :data:`STATE_TABLE` key of a pod, with the message and exit status that go with it."""
     view = record_of(pod)
     phase = view.phase
     container = view.container_status(CONTAINER)
@@ -233,34 +212,17 @@ def _provisioned(pod: PodRecord) -> Dict[str, Optional[int]]:
 
 def job_state(pod: Optional[Pod], classified: Classified, job_id: str) -> JobState:
     """The ``JobState`` for a classified pod (``pod`` None for a pod that is gone)."""
-    rule = POD_STATES[classified.key]
     if pod is None:
         return JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1])
     view = record_of(pod)
-    name = f"{view.namespace}/{view.name}"
     provisioned = _provisioned(view)
-    common: Dict[str, Any] = dict(
-        batch_id=view.name or None,
-        worker_node=view.node or None,
-        cpus_provisioned=provisioned["cpus"],
-        memory_provisioned_mb=provisioned["memory"],
-        disk_provisioned_kb=provisioned["disk"],
-    )
-    if rule.hold is not None:
-        text = f"{rule.reason}: pod {name}: {classified.message}" if classified.message else (
-            f"{rule.reason}: pod {name}")
-        return rule.hold.of(JobState(Phase.HELD, **common), text)
-    if rule.phase is Phase.COMPLETED:
+    wall: Optional[float] = None
+    if STATE_TABLE[classified.key].phase is Phase.COMPLETED:
         terminated = container_state(view.container_status(CONTAINER), "terminated")
         started = parse_time(terminated.get("startedAt") or view.start_time)
         finished = parse_time(terminated.get("finishedAt"))
         wall = (finished - started).total_seconds() if started and finished else None
-        reason = rule.reason
-        if classified.message:
-            reason = f"{reason}: {classified.message}" if reason else classified.message
-        if classified.exit_signal is not None:
-            return JobState(Phase.COMPLETED, exit_signal=classified.exit_signal, exit_reason=reason or None,
-                            wall_clock_s=wall, **common)
-        return JobState(Phase.COMPLETED, exit_code=classified.exit_code or 0, exit_reason=reason or None,
-                        wall_clock_s=wall, **common)
-    return JobState(rule.phase, **common)
+    details = JobState(Phase.IDLE, batch_id=view.name or None, worker_node=view.node or None,
+                       cpus_provisioned=provisioned["cpus"], memory_provisioned_mb=provisioned["memory"],
+                       disk_provisioned_kb=provisioned["disk"], wall_clock_s=wall)
+    return answer(STATE_TABLE, classified, details, f"pod {view.namespace}/{view.name}")

@@ -25,6 +25,7 @@ import urllib3
 
 from gahp.backends.http import Door, Failed, Failure, Service, truncate
 from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
+from gahp.backends.lancium.settings import ClientSettings
 from gahp.errors import Conflict, Missing, Unauthorized, Unavailable, refusal
 from gahp.retry import Backoff
 
@@ -106,28 +107,6 @@ def inputs_by_name(job: Mapping[str, Any]) -> Dict[str, InputFileJSON]:
 
 # --------------------------------------------------------------------------------------------
 # The client.
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """How to reach the Lancium API; built by the backend from its knobs."""
-
-    base_url: str
-    """``PODGAHP_LANCIUM_BASE_URL``: API root, e.g. ``https://portal.lancium.com/api/v1``."""
-    api_key_file: str
-    """``PODGAHP_LANCIUM_API_KEY_FILE``: file holding the API key, mode 0600."""
-    timeout_s: float = 30.0
-    """``PODGAHP_LANCIUM_REQUEST_TIMEOUT_SECONDS``: connect and read timeout of one HTTP request."""
-    retries: int = 3
-    """``PODGAHP_LANCIUM_RETRIES``: extra attempts after a transport error, 429 or 5xx."""
-    backoff_s: float = 1.0
-    """``PODGAHP_LANCIUM_BACKOFF_SECONDS``: first retry delay, doubled per attempt."""
-    backoff_max_s: float = 30.0
-    """``PODGAHP_LANCIUM_BACKOFF_MAX_SECONDS``: longest retry delay (also caps ``Retry-After``)."""
-    token_margin_s: float = 120.0
-    """``PODGAHP_LANCIUM_TOKEN_REFRESH_MARGIN_SECONDS``: fetch a new token this long before ``exp``."""
-    verify: Union[bool, str] = True
-    """``PODGAHP_LANCIUM_CA_FILE``: CA bundle for TLS, or True for the system default."""
 
 
 Sleep = Callable[[float], None]

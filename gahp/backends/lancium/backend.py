@@ -31,14 +31,15 @@ from gahp.backends.base import Backend
 from gahp.backends.http import truncate
 from gahp.backends.lancium.api import JobJSON, LanciumClient
 from gahp.backends.lancium.census import QUEUE, LanciumCeView
-from gahp.backends.lancium.identity import job_id_of, lancium_id_of
+from gahp.backends.lancium.identity import job_id_of, parse_job_id
 from gahp.backends.lancium.output import write_outputs
 from gahp.backends.lancium.retention import Retention
 from gahp.backends.lancium.cache import JobList, Snapshot
-from gahp.backends.lancium.settings import LanciumSettings, settings_from_knobs
-from gahp.backends.lancium.state import GONE, STATE_TABLE
+from gahp.backends.lancium.settings import LanciumSettings
+from gahp.backends.lancium.state import GONE, classify, job_state
 from gahp.backends.lancium.submit import Submitter, delete_quietly
 from gahp.backends.pipeline import Pipeline
+from gahp.backends.table import Classified
 from gahp.cancels import CancelRetries
 from gahp.config import Knobs, user_name
 from gahp.errors import Conflict, GahpError, InvalidJob, Missing, ServiceRefusal, TransientError
@@ -88,7 +89,8 @@ class LanciumBackend(Backend):
                                  lambda: (door.requests, door.errors, door.seconds))
         """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
         self.records, self.guard, self.reports = self.pipeline.records, self.pipeline.guard, self.pipeline.reports
-        self.submitter = Submitter(self.client, self.jobs, settings, self.records, self.user)
+        self.submitter = Submitter(self.client, self.jobs, settings, self.pipeline, self.user)
+        """Submits: :mod:`gahp.backends.lancium.submit`."""
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.client.backoff_s,
                                       settings.client.backoff_max_s, done=self._cancel_done)
         self._lock = threading.Lock()
@@ -99,14 +101,14 @@ class LanciumBackend(Backend):
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
-        return cls(settings_from_knobs(knobs))
+        return cls(LanciumSettings.from_knobs(knobs))
 
     @classmethod
     def ce_view(cls, knobs: Knobs) -> Optional[LanciumCeView]:
         """This CE's jobs in the Lancium account (:mod:`.census`), read with the key file of the user
         running the tool (``podgahp reap``: the condor user; ``~`` is its home); None where there is no
         such file (the CE does not use Lancium, or gives that user no key)."""
-        settings = settings_from_knobs(knobs)
+        settings = LanciumSettings.from_knobs(knobs)
         if not os.path.exists(settings.client.api_key_file):
             return None
         return LanciumCeView(settings)
@@ -146,7 +148,7 @@ class LanciumBackend(Backend):
     def _own(self, job_id: str) -> Tracked:
         """What this process knows of a job this GAHP made; InvalidJob (nothing sent to Lancium) for
         a job id it has no record of making, for this user, on this CE."""
-        lancium_id = lancium_id_of(job_id)
+        lancium_id = parse_job_id(job_id)
         with self._lock:
             tracked = self._tracked.get(lancium_id)
         if tracked is not None:
@@ -171,8 +173,8 @@ class LanciumBackend(Backend):
         if result.made is not None:
             tracked.lancium_status = "submitted"
             tracked.submitted_at = time.time()
-            tracked.reported = self.pipeline.report(job_id, self._state(result.lancium_id, "submitted", result.made),
-                                                    queue=QUEUE)
+            state = job_state(result.lancium_id, Classified("submitted"), result.made)
+            tracked.reported = self.pipeline.report(job_id, state, queue=QUEUE)
         return job_id
 
     # -- status --------------------------------------------------------------------------------
@@ -208,10 +210,11 @@ class LanciumBackend(Backend):
                 raise
             log.warning("%s: cannot read the job's details now, reporting the last state: %s", job_id, e)
             return tracked.reported
-        if status not in STATE_TABLE:
+        classified = classify(status, detail)
+        if classified is None:
             log.warning("%s: unknown Lancium state %r, reporting no change", job_id, status)
-            return tracked.reported or self._state(tracked.lancium_id, "submitted", detail)
-        state = self._state(tracked.lancium_id, status, detail)
+            return tracked.reported or job_state(tracked.lancium_id, Classified("submitted"), detail)
+        state = job_state(tracked.lancium_id, classified, detail)
         if status == "error":
             self._write_outputs(tracked, job_id, best_effort=True)
         new = self.pipeline.report(job_id, state, queue=QUEUE, outputs=lambda: self._outputs_ready(tracked, job_id),
@@ -220,46 +223,6 @@ class LanciumBackend(Backend):
         if status != "finished" or new.phase is not Phase.RUNNING:
             tracked.lancium_status = status  # (a finished job whose outputs are awaited is read again)
         return new
-
-    def _state(self, lancium_id: int, status: str, detail: Optional[JobJSON]) -> JobState:
-        """The neutral state for a Lancium state and (if read) the job's details."""
-        phase = STATE_TABLE[status]
-        cpus: Optional[int] = None
-        memory_mb: Optional[int] = None
-        disk_kb: Optional[int] = None
-        wall_clock: Optional[float] = None
-        if detail is not None:
-            resources = detail.get("resources") or {}
-            cores, memory, scratch = (resources.get(k) for k in ("core_count", "memory", "scratch"))
-            cpus = cores if isinstance(cores, int) else None
-            memory_mb = memory * 1024 if isinstance(memory, int) else None
-            disk_kb = scratch * 1024 * 1024 if isinstance(scratch, int) else None
-            run = detail.get("execution_time")
-            if isinstance(run, (int, float)) and status in ("finished", "error"):
-                wall_clock = float(run)
-        state = JobState(phase=phase, batch_id=str(lancium_id), cpus_provisioned=cpus,
-                         memory_provisioned_mb=memory_mb, disk_provisioned_kb=disk_kb,
-                         wall_clock_s=wall_clock)
-        if phase is Phase.COMPLETED:
-            exit_code = detail.get("exit_code") if detail is not None else None
-            return replace(state, exit_code=exit_code if isinstance(exit_code, int) else 0)
-        if phase is Phase.HELD:
-            return self._held(lancium_id, state, detail)
-        return state
-
-    def _held(self, lancium_id: int, state: JobState, detail: Optional[JobJSON]) -> JobState:
-        error = (detail or {}).get("error_string") or "no error_string given"
-        exit_code = (detail or {}).get("exit_code")
-        run = (detail or {}).get("execution_time")
-        limit = (detail or {}).get("max_run_time")
-        hold = holds.REMOTE_ERROR
-        reason = f"Lancium job {lancium_id} failed: {truncate(str(error))}"
-        if isinstance(exit_code, int):
-            reason += f" (exit code {exit_code})"
-        if isinstance(run, (int, float)) and isinstance(limit, int) and run >= limit:
-            hold = holds.RUN_TIME
-            reason += f"; it ran {run} s, its max_run_time (BatchRuntime) of {limit} s"
-        return hold.of(state, reason)
 
     # -- outputs -------------------------------------------------------------------------------
 
@@ -303,7 +266,7 @@ class LanciumBackend(Backend):
         self._cancel_done(job_id)
 
     def _cancel_once(self, job_id: str) -> None:
-        lancium_id = lancium_id_of(job_id)
+        lancium_id = parse_job_id(job_id)
         try:
             self.client.terminate_job(lancium_id)
             log.info("%s: terminated", job_id)
@@ -319,7 +282,7 @@ class LanciumBackend(Backend):
 
     def _cancel_done(self, job_id: str) -> None:
         """The job is cancelled: its record says so (a repeated cancel is still answered)."""
-        lancium_id = lancium_id_of(job_id)
+        lancium_id = parse_job_id(job_id)
         with self._lock:
             tracked = self._tracked.pop(lancium_id, None)
         record = tracked.record if tracked is not None else self.records.get(job_id)

@@ -23,7 +23,7 @@ from typing import Any, Dict, FrozenSet, Optional
 
 from gahp.backends.base import Census, CeView, RemoteJob
 from gahp.backends.lancium.api import JobJSON, LanciumClient
-from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name, lancium_id_of
+from gahp.backends.lancium.identity import job_id_of, sandbox_key, key_of_name, parse_job_id
 from gahp.backends.http import truncate
 from gahp.errors import Conflict, Missing
 from gahp.backends.lancium.settings import LanciumSettings
@@ -68,7 +68,7 @@ def sandbox_of(detail: JobJSON, key: str, ce_name: str) -> Optional[str]:
     ce, user, sandbox = said.get("ce"), said.get("user"), said.get("sandbox")
     if not (isinstance(ce, str) and isinstance(user, str) and isinstance(sandbox, str)) or ce != ce_name:
         return None
-    return sandbox if key_of(ce, user, sandbox) == key else None
+    return sandbox if sandbox_key(ce, user, sandbox) == key else None
 
 
 class LanciumCeView(CeView):
@@ -142,7 +142,7 @@ class LanciumCeView(CeView):
 
     def delete(self, job: RemoteJob) -> None:
         """Terminate (a queued or running job) and delete; already gone is success."""
-        lancium_id = lancium_id_of(job.job_id)
+        lancium_id = parse_job_id(job.job_id)
         for step in (self.client.terminate_job, self.client.delete_job):
             self.sent += 1
             try:

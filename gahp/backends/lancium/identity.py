@@ -24,7 +24,7 @@ import secrets
 from typing import Optional
 
 from gahp.errors import InvalidJob
-from gahp.identity import KEY_LENGTH, sandbox_key
+from gahp.identity import KEY_LENGTH, sandbox_key as sandbox_key  # the GAHP-wide rule
 
 JOB_ID_PREFIX = "lancium/"
 _JOB_ID = re.compile(r"^lancium/([1-9][0-9]{0,17})$")
@@ -37,16 +37,12 @@ def job_id_of(lancium_id: int) -> str:
     return f"{JOB_ID_PREFIX}{lancium_id}"
 
 
-def lancium_id_of(job_id: str) -> int:
+def parse_job_id(job_id: str) -> int:
     """The numeric Lancium id in ``lancium/<id>``; InvalidJob for anything else."""
     match = _JOB_ID.fullmatch(job_id)
     if not match:
         raise InvalidJob(f"{job_id[:200]!r} is not a Lancium job id podgahp hands out (lancium/<number>)")
     return int(match.group(1))
-
-
-def key_of(ce_name: str, user: str, sandbox_id: str) -> str:
-    return sandbox_key(ce_name, user, sandbox_id)
 
 
 def new_name(key: str) -> str:

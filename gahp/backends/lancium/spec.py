@@ -16,19 +16,13 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from gahp.backends.lancium.settings import MAX_RUN_TIME_S, MIN_RUN_TIME_S, QOS_LEVELS, SpecDefaults
 from gahp.errors import InvalidJob
 from gahp.files import read_input
 from gahp.job import PilotJob
 
 #: Version of the JSON kept in a Lancium job's ``notes`` (for people: podgahp never reads it).
 NOTES_VERSION = 2
-
-#: QOS values the API accepts (lancium-openapi.json ``job_fields.qos``).
-QOS_LEVELS = ("high", "medium", "low", "best-effort")
-
-#: ``max_run_time`` limits in seconds (``job_fields.max_run_time``: 600 .. 30 days).
-MIN_RUN_TIME_S = 600
-MAX_RUN_TIME_S = 2592000
 
 #: Resource limits of ``job_fields.resources``.
 MAX_CORES = 72
@@ -165,22 +159,6 @@ def input_files(job: PilotJob, max_bytes: int) -> List[InputFile]:
 
 # --------------------------------------------------------------------------------------------
 # The job fields.
-
-
-@dataclass(frozen=True)
-class SpecDefaults:
-    """Knob values the job fields fall back to when the route says nothing."""
-
-    image: str
-    """``PODGAHP_LANCIUM_IMAGE``."""
-    qos: str
-    """``PODGAHP_LANCIUM_QOS``."""
-    max_run_time_s: int
-    """``PODGAHP_LANCIUM_MAX_RUN_TIME_SECONDS``: used when the pilot has no ``BatchRuntime``."""
-    gpu_type: Optional[str]
-    """``PODGAHP_LANCIUM_GPU_TYPE``: GPU type id for pilots that request GPUs."""
-    account: Optional[str]
-    """``PODGAHP_LANCIUM_ACCOUNT``: passed to Lancium's invoice."""
 
 
 def _text_setting(job: PilotJob, name: str) -> Optional[str]:

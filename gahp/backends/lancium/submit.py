@@ -7,7 +7,9 @@ than its answer said) and is returned; a ``created`` one was left half-made and 
 set again, its missing inputs added) rather than made anew. Jobs that merely carry the sandbox's name
 are left alone. A transient failure anywhere starts another attempt (``PODGAHP_LANCIUM_RETRIES`` more,
 with back-off); any other failure deletes the job and fails the submit. The backend serialises submits
-of one sandbox around :meth:`Submitter.submit`.
+of one sandbox around :meth:`Submitter.submit`, after admitting it (a queue closed as a black hole
+refuses at once). The job is recorded (:meth:`gahp.backends.pipeline.Pipeline.record`) before anything
+makes it runnable.
 """
 
 from __future__ import annotations
@@ -18,44 +20,50 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.lancium.api import InputFileJSON, JobJSON, LanciumClient, inputs_by_name
-from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name, new_name, pending_key
+from gahp.backends.lancium.identity import job_id_of, sandbox_key, key_of_name, new_name, pending_key
 from gahp.backends.lancium.cache import JobList
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.spec import InputFile, input_files, job_fields, notes_text
 from gahp.backends.lancium.state import LIVE_STATES
+from gahp.backends.pipeline import Pipeline
 from gahp.errors import BackendError, Conflict, GahpError, Missing, TransientError, Unavailable
 from gahp.job import PilotJob
 from gahp.retry import Backoff, retried
-from gahp.records import JobRecord, JobRecords
+from gahp.records import JobRecord
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Submitted:
-    """The pilot's Lancium job; ``made`` is its record when this submit made it (None when a live job
-    of the sandbox was already there)."""
+    """The pilot's Lancium job; ``made`` is the job when this submit made it (None when a live job of
+    the sandbox was already there)."""
 
     lancium_id: int
     record: JobRecord
     """What this GAHP recorded of the job (where its outputs go)."""
     made: Optional[JobJSON] = None
 
+    @property
+    def job_id(self) -> str:
+        return job_id_of(self.lancium_id)
+
 
 class Submitter:
     """Submits pilots to Lancium through one client and the shared job list, recording what it makes."""
 
-    def __init__(self, client: LanciumClient, jobs: JobList, settings: LanciumSettings, records: JobRecords,
+    def __init__(self, client: LanciumClient, jobs: JobList, settings: LanciumSettings, pipeline: Pipeline,
                  user: str) -> None:
         self.client = client
         self.jobs = jobs
         self.settings = settings
-        self.records = records
+        self.pipeline = pipeline
+        self.records = pipeline.records
         self.user = user
 
     def submit(self, job: PilotJob) -> Submitted:
         """Converge on one submitted Lancium job for the pilot's sandbox (see the module docstring)."""
-        key = key_of(self.settings.ce_name, self.user, job.sandbox_id)
+        key = sandbox_key(self.settings.ce_name, self.user, job.sandbox_id)
         pending = self._pending(job, key)
         fields = job_fields(job, self.settings.spec, pending.name, notes_text(job, self.settings.ce_name, self.user))
         inputs = input_files(job, self.settings.max_input_bytes)
@@ -88,22 +96,14 @@ class Submitter:
             return pending
         pending = JobRecord(key=pending_key(key), sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
                             stderr=job.stderr, made_at=time.time(), name=new_name(key))
-        self._put(pending)
+        self.pipeline.record(pending, "the Lancium job")
         return pending
-
-    def _put(self, record: JobRecord) -> None:
-        try:
-            self.records.put(record)
-        except OSError as e:
-            raise BackendError(f"the Lancium job cannot be recorded, so it is not made: {e} "
-                               f"(PODGAHP_STATE_DIR must be a directory where job owners can write, "
-                               f"mode 1777 like $(USER_LOG))") from e
 
     def _record(self, job: PilotJob, lancium_id: int, name: str) -> JobRecord:
         """Record a job this GAHP made (before anything makes it runnable)."""
         record = JobRecord(key=job_id_of(lancium_id), sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
                            stderr=job.stderr, made_at=time.time(), name=name)
-        self._put(record)
+        self.pipeline.record(record, "the Lancium job")
         return record
 
     def _make(self, job: PilotJob, fields: Dict[str, Any], inputs: List[InputFile],

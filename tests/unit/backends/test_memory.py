@@ -84,3 +84,13 @@ def test_pilots_failing_fast_close_the_queue(made: List[MemoryBackend], tmp_path
         backend.submit(_pilot(tmp_path, sandbox="ce_9.0"))
     backend.pipeline.stats.flush()
     assert "submits_refused_blackhole" in Path(backend.pipeline.stats.path).read_text()
+
+
+def test_a_job_that_cannot_be_recorded_is_not_made(made: List[MemoryBackend], tmp_path: Path) -> None:
+    backend = _backend(made, tmp_path)
+    backend.pipeline.records.directories = []  # no state directory can be used
+    with pytest.raises(BackendError, match="cannot be recorded, so it is not made.*PODGAHP_STATE_DIR"):
+        backend.submit(_pilot(tmp_path))
+    backend.pipeline.records.directories = _backend(made, tmp_path).pipeline.records.directories
+    job_id = backend.submit(_pilot(tmp_path))  # the sandbox has no job: a new one is made, and recorded
+    assert backend.pipeline.records.get(job_id) is not None

@@ -1,4 +1,4 @@
-"""The state table: every row of ``POD_STATES`` reached from a pod shaped as Kubernetes shapes it
+"""The state table: every row of ``STATE_TABLE`` reached from a pod shaped as Kubernetes shapes it
 (kubernetes-api.md §4), and the JobState it gives."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from gahp.backends.k8s.view import PodRecord
-from gahp.backends.k8s.state import (POD_STATES, _provisioned, classify, job_state, parse_time,
+from gahp.backends.k8s.state import (STATE_TABLE, _provisioned, classify, job_state, parse_time,
                                      quantity)
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
@@ -102,7 +102,7 @@ ROWS = [
 
 
 def test_every_row_of_the_table_is_tested() -> None:
-    assert sorted(row[0] for row in ROWS) == sorted(POD_STATES)
+    assert sorted(row[0] for row in ROWS) == sorted(STATE_TABLE)
 
 
 @pytest.mark.parametrize("key, raw, action, phase, code, subcode, exit_code, signal, words", ROWS,

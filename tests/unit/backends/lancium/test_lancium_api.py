@@ -13,7 +13,8 @@ from typing import List, Type
 
 import pytest
 
-from gahp.backends.lancium.api import ClientSettings, LanciumClient
+from gahp.backends.lancium.api import LanciumClient
+from gahp.backends.lancium.settings import ClientSettings
 from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
 from gahp.backends.http import MESSAGE_MAX as BODY_LIMIT
 from gahp.errors import (AuthError, BackendError, Conflict, GahpError, Invalid, InvalidJob, Missing, NotFound, Refused,

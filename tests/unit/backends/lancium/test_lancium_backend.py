@@ -11,13 +11,10 @@ from typing import Dict, List
 
 import pytest
 
-from gahp.backends.lancium.backend import (
-    GONE,
-    STATE_TABLE,
-    LanciumBackend,
-    lancium_id_of,
-)
-from gahp.backends.lancium.identity import job_id_of, key_of, key_of_name
+from gahp.backends.lancium.backend import LanciumBackend
+from gahp.backends.lancium.identity import job_id_of, key_of_name, parse_job_id, sandbox_key
+from gahp.backends.lancium.state import GONE, STATE_TABLE
+from gahp.backends.table import Rule
 from gahp.backends.lancium.spec import LAUNCHER
 from gahp.holds import OUTPUT as HOLD_OUTPUT, REMOTE_ERROR as HOLD_REMOTE_ERROR, RUN_TIME as HOLD_RUN_TIME
 from gahp.records import JobRecord
@@ -37,8 +34,8 @@ def test_submit_describes_the_pilot(backend: LanciumBackend, sim: LanciumSim, tm
     job_id = backend.submit(pilot)
 
     assert job_id.startswith("lancium/") and " " not in job_id
-    job = sim.job(lancium_id_of(job_id))
-    assert key_of_name(job["name"]) == key_of(backend.settings.ce_name, backend.user, pilot.sandbox_id)
+    job = sim.job(parse_job_id(job_id))
+    assert key_of_name(job["name"]) == sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)
     assert job["status"] in ("submitted", "queued")
     assert job["qos"] == "high" and job["image"] == "lancium/ubuntu"
     assert job["command_line"] == f"/bin/sh {LAUNCHER}"
@@ -49,10 +46,10 @@ def test_submit_describes_the_pilot(backend: LanciumBackend, sim: LanciumSim, tm
     record = backend.records.get(job_id)
     assert record is not None and (record.stdout, record.iwd, record.name) == (pilot.stdout, pilot.iwd, job["name"])
 
-    files = {f["name"]: f for f in sim.input_files(lancium_id_of(job_id))}
+    files = {f["name"]: f for f in sim.input_files(parse_job_id(job_id))}
     assert set(files) == {LAUNCHER, "glidein_startup.sh", "x509up_u1000", "pilot.token"}
     assert all(f["upload_complete"] for f in files.values())
-    content = {name: sim.input_bytes(lancium_id_of(job_id), f["id"]) for name, f in files.items()}
+    content = {name: sim.input_bytes(parse_job_id(job_id), f["id"]) for name, f in files.items()}
     assert content["glidein_startup.sh"] == b"#!/bin/sh\necho pilot\n"
     assert content["pilot.token"] == b"TOKEN"
     launcher = content[LAUNCHER].decode()
@@ -68,7 +65,7 @@ def test_route_settings_choose_image_and_qos(backend: LanciumBackend, sim: Lanci
                                              tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path, settings={"lancium_image": "osg/pilot:1", "lancium_qos": "low"},
                        gpus=2, whole_node=True, disk_kb=20 * 1024 * 1024)
-    job = sim.job(lancium_id_of(backend.submit(pilot)))
+    job = sim.job(parse_job_id(backend.submit(pilot)))
     assert (job["image"], job["qos"]) == ("osg/pilot:1", "low")
     assert job["resources"]["gpu_count"] == 2
     assert job["resources"]["node_exclusive"] is True
@@ -88,14 +85,14 @@ def test_submit_is_idempotent_per_sandbox(make_backend: BackendFactory, sim: Lan
     for t in threads:
         t.join()
     assert results == [first, first]
-    assert [j["id"] for j in sim.jobs().values()] == [lancium_id_of(first)]
+    assert [j["id"] for j in sim.jobs().values()] == [parse_job_id(first)]
 
 
 def test_resubmit_after_the_job_ended_creates_a_new_job(backend: LanciumBackend, sim: LanciumSim,
                                                         tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path)
     first = backend.submit(pilot)
-    sim.advance(lancium_id_of(first), "error", error_string="node lost")
+    sim.advance(parse_job_id(first), "error", error_string="node lost")
     second = backend.submit(pilot)
     assert second != first
 
@@ -104,14 +101,14 @@ def test_half_made_job_is_completed_not_made_again(backend: LanciumBackend, sim:
                                                    tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path)
     # Two jobs an earlier GAHP of this user made and recorded, then a job someone else made with the name.
-    name = f"podgahp-{key_of(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
+    name = f"podgahp-{sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
     older, newer, foreign = (backend.client.create_job({"name": name}) for _ in range(3))
     for made in (older, newer):
         backend.records.put(JobRecord(job_id_of(made["id"]), pilot.sandbox_id, pilot.iwd, pilot.stdout,
                                       pilot.stderr, time.time(), name))
     backend.client.create_input(newer["id"], LAUNCHER, size=3)  # an upload cut short
     job_id = backend.submit(pilot)
-    assert lancium_id_of(job_id) == newer["id"]
+    assert parse_job_id(job_id) == newer["id"]
     job = sim.job(newer["id"])
     assert job["status"] != "created" and job["command_line"]
     names = sorted(i["name"] for i in job["input_files"])
@@ -140,7 +137,7 @@ def test_lost_answer_makes_one_complete_job(backend: LanciumBackend, sim: Lanciu
     sim.inject(status, method=method, path=path, lost_answer=True)
     job_id = backend.submit(make_pilot(tmp_path))
     ours = [j for j in sim.jobs().values() if j["status"] != "delete pending"]
-    assert [j["id"] for j in ours] == [lancium_id_of(job_id)]
+    assert [j["id"] for j in ours] == [parse_job_id(job_id)]
     assert ours[0]["status"] != "created"
     names = [i["name"] for i in ours[0]["input_files"]]
     assert len(names) == len(set(names)) == 4 and all(i["upload_complete"] for i in ours[0]["input_files"])
@@ -199,7 +196,7 @@ def test_qos_not_achievable_after_bounded_retries(make_backend: BackendFactory, 
 def test_transient_503_at_submit_is_retried(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
     sim.inject(503, method="POST", path="/jobs/*/submit", count=1)
     job_id = backend.submit(make_pilot(tmp_path))
-    assert sim.job(lancium_id_of(job_id))["status"] != "created"
+    assert sim.job(parse_job_id(job_id))["status"] != "created"
 
 
 def test_lancium_validation_error_is_invalid_job(backend: LanciumBackend, sim: LanciumSim,
@@ -284,50 +281,52 @@ def test_error_is_held_with_error_string(backend: LanciumBackend, sim: LanciumSi
 def test_error_at_max_run_time_is_a_run_time_hold(backend: LanciumBackend, sim: LanciumSim,
                                                   tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path, wall_time_s=700))
-    sim.advance(lancium_id_of(job_id), "error", error_string="walltime exceeded", execution_time=700)
+    sim.advance(parse_job_id(job_id), "error", error_string="walltime exceeded", execution_time=700)
     state = backend.status(job_id)
     assert state.phase is Phase.HELD
     assert (state.hold_code, state.hold_subcode) == (1002, 21) and not HOLD_RUN_TIME.retryable
     assert "max_run_time" in (state.hold_reason or "")
 
 
-def _job_in_state(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path, status: str) -> str:
-    """A job of ours the simulator shows in ``status`` (or that has vanished, for ``gone``)."""
+def _job_in_state(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path, key: str) -> str:
+    """A job of ours the simulator shows as the row ``key`` of the state table says (``gone``: vanished;
+    ``error/RunTime``: in error after using up its run time)."""
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1"})
-    if status == "created":  # made and recorded by a submit that went no further
-        name = f"podgahp-{key_of(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
+    if key == "created":  # made and recorded by a submit that went no further
+        name = f"podgahp-{sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
         job_id = job_id_of(backend.client.create_job({"name": name})["id"])
         backend.records.put(JobRecord(job_id, pilot.sandbox_id, pilot.iwd, None, None, time.time(), name))
         return job_id
     job_id = backend.submit(pilot)
-    lancium_id = lancium_id_of(job_id)
-    if status in ("delete pending", GONE):
+    lancium_id = parse_job_id(job_id)
+    if key in ("delete pending", GONE):
         backend.client.delete_job(lancium_id)
-        if status == GONE:
+        if key == GONE:
             sim.wait_for(lancium_id, "gone")
-    elif status != "submitted":
-        sim.advance(lancium_id, status)
+    elif key == "error/RunTime":
+        sim.advance(lancium_id, "error", error_string="walltime exceeded", execution_time=2592000)
     else:
-        sim.advance(lancium_id, "submitted")
+        sim.advance(lancium_id, key)
     return job_id
 
 
-@pytest.mark.parametrize("status, phase", sorted(STATE_TABLE.items()), ids=sorted(STATE_TABLE))
-def test_every_lancium_state_is_mapped(make_backend: BackendFactory, sim: LanciumSim, tmp_path: Path,
-                                       status: str, phase: Phase) -> None:
+@pytest.mark.parametrize("key, rule", sorted(STATE_TABLE.items()), ids=sorted(STATE_TABLE))
+def test_every_row_of_the_state_table_is_reached(make_backend: BackendFactory, sim: LanciumSim, tmp_path: Path,
+                                                 key: str, rule: Rule) -> None:
     sim.settings.output_prepare_polls = 0
-    job_id = _job_in_state(make_backend(), sim, tmp_path, status)
+    job_id = _job_in_state(make_backend(), sim, tmp_path, key)
     fresh = make_backend()  # a process that has never seen the job
     state = fresh.status(job_id)
-    assert state.phase is phase
-    if phase is Phase.COMPLETED:
+    assert state.phase is rule.phase
+    if rule.phase is Phase.COMPLETED:
         assert state.exit_code == 0
-    if phase is Phase.HELD:
-        assert state.hold_reason and "failed" in state.hold_reason
+    if rule.hold is not None:
+        assert (state.hold_code, state.hold_subcode) == (rule.hold.code, rule.hold.subcode)
+        assert state.hold_reason and state.hold_reason.startswith(f"{rule.reason}: Lancium job {parse_job_id(job_id)}: ")
 
 
 def test_state_table_covers_every_lancium_state() -> None:
-    assert set(STATE_TABLE) == set(STATUSES) | {GONE}
+    assert {key.split("/")[0] for key in STATE_TABLE} == set(STATUSES) | {GONE}
 
 
 def test_one_list_call_per_cycle_and_detail_reads_only_on_change(
@@ -336,7 +335,7 @@ def test_one_list_call_per_cycle_and_detail_reads_only_on_change(
     job_ids = [backend.submit(make_pilot(tmp_path, f"sandbox_{i}", env={"PODGAHP_SIM_NEVER_START": "1"}))
                for i in range(6)]
     for job_id in job_ids:
-        sim.wait_for(lancium_id_of(job_id), "queued")
+        sim.wait_for(parse_job_id(job_id), "queued")
     time.sleep(0.5)
     sim.clear_log()
 
@@ -355,7 +354,7 @@ def test_one_list_call_per_cycle_and_detail_reads_only_on_change(
     assert {s.phase for s in poll_all()} == {Phase.IDLE}
     assert sim.count("GET", "/jobs") == 1 and sim.count("GET", "/jobs/*") == 6  # cached, no change
 
-    sim.advance(lancium_id_of(job_ids[0]), "running")
+    sim.advance(parse_job_id(job_ids[0]), "running")
     time.sleep(0.5)
     states = poll_all()
     assert sorted(s.phase.value for s in states) == ["idle"] * 5 + ["running"]
@@ -364,13 +363,13 @@ def test_one_list_call_per_cycle_and_detail_reads_only_on_change(
 
 def test_reported_state_never_goes_back(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path))
-    sim.advance(lancium_id_of(job_id), "running")
+    sim.advance(parse_job_id(job_id), "running")
     assert backend.status(job_id).phase is Phase.RUNNING
-    sim.advance(lancium_id_of(job_id), "queued")
+    sim.advance(parse_job_id(job_id), "queued")
     assert backend.status(job_id).phase is Phase.RUNNING
-    sim.advance(lancium_id_of(job_id), "error")
+    sim.advance(parse_job_id(job_id), "error")
     assert backend.status(job_id).phase is Phase.HELD
-    sim.advance(lancium_id_of(job_id), "running")
+    sim.advance(parse_job_id(job_id), "running")
     assert backend.status(job_id).phase is Phase.HELD
 
 
@@ -378,7 +377,7 @@ def test_fresh_process_finishes_the_job_from_its_id(make_backend: BackendFactory
                                                     tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_STDOUT": "from lancium\n"})
     job_id = make_backend().submit(pilot)
-    sim.wait_for(lancium_id_of(job_id), "finished")
+    sim.wait_for(parse_job_id(job_id), "finished")
     state = wait_phase(make_backend(), job_id, (Phase.COMPLETED,))
     assert state.exit_code == 0
     assert Path(pilot.stdout or "").read_text() == "from lancium\n"
@@ -410,7 +409,7 @@ def test_failed_detail_read_keeps_the_last_state(make_backend: BackendFactory, s
                                                  tmp_path: Path) -> None:
     backend = make_backend(PODGAHP_LANCIUM_RETRIES="0")
     job_id = backend.submit(make_pilot(tmp_path))
-    sim.advance(lancium_id_of(job_id), "running")
+    sim.advance(parse_job_id(job_id), "running")
     sim.inject(500, method="GET", path="/jobs/*", count=1)
     assert backend.status(job_id).phase is Phase.IDLE  # the change is seen on the next query
     assert backend.status(job_id).phase is Phase.RUNNING
@@ -447,7 +446,7 @@ def test_cancel_terminates_and_deletes_idempotently(backend: LanciumBackend, sim
     job_id = backend.submit(make_pilot(tmp_path, env={"PODGAHP_SIM_RUN_SECONDS": "60"}))
     wait_phase(backend, job_id, (Phase.RUNNING,))
     backend.cancel(job_id)
-    lancium_id = lancium_id_of(job_id)
+    lancium_id = parse_job_id(job_id)
     assert sim.job(lancium_id)["status"] == "delete pending"
     assert sim.count("POST", f"/jobs/{lancium_id}/terminate", 202) == 1
     assert sim.count("DELETE", f"/jobs/{lancium_id}", 202) == 1
@@ -461,10 +460,10 @@ def test_cancel_terminates_and_deletes_idempotently(backend: LanciumBackend, sim
 
 def test_cancel_of_finished_job(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path))
-    sim.advance(lancium_id_of(job_id), "finished")
+    sim.advance(parse_job_id(job_id), "finished")
     backend.cancel(job_id)
     assert sim.count("POST", "/jobs/*/terminate", 409) == 1
-    assert sim.job(lancium_id_of(job_id))["status"] == "delete pending"
+    assert sim.job(parse_job_id(job_id))["status"] == "delete pending"
 
 
 def test_cancel_lancium_refused_is_answered_failed_and_retried(make_backend: BackendFactory, sim: LanciumSim,
@@ -478,7 +477,7 @@ def test_cancel_lancium_refused_is_answered_failed_and_retried(make_backend: Bac
         backend.cancel(job_id)
     record = backend.records.get(job_id)
     assert record is not None and record.cancel == "pending"
-    wait_until(lambda: sim.job(lancium_id_of(job_id)).get("status"), "the job deleted by the background retry",
+    wait_until(lambda: sim.job(parse_job_id(job_id)).get("status"), "the job deleted by the background retry",
                10, 0.05, done=lambda status: status in ("delete pending", None))
     wait_until(lambda: backend.records.get(job_id), "the record saying the cancel is done", 10, 0.05,
                done=lambda r: r is not None and r.cancel == "done")
@@ -495,9 +494,9 @@ def test_a_pending_cancel_outlives_the_gahp(make_backend: BackendFactory, sim: L
         first.cancel(job_id)
     first.close()
     sim.clear_faults()
-    assert sim.job(lancium_id_of(job_id))["status"] != "delete pending"
+    assert sim.job(parse_job_id(job_id))["status"] != "delete pending"
     make_backend().start()
-    wait_until(lambda: sim.job(lancium_id_of(job_id)).get("status"), "the job deleted by the next GAHP", 10, 0.05,
+    wait_until(lambda: sim.job(parse_job_id(job_id)).get("status"), "the job deleted by the next GAHP", 10, 0.05,
                done=lambda status: status in ("delete pending", None))
 
 
@@ -508,19 +507,19 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
     unreported = backend.submit(make_pilot(tmp_path, "unreported"))
     foreign = backend.client.create_job({"name": "someone else's job"})["id"]
     # Named as this user's would be, but made by someone else (no record): not this GAHP's to delete.
-    name = f"podgahp-{key_of(backend.settings.ce_name, backend.user, 'x')}-0123456789ab"
+    name = f"podgahp-{sandbox_key(backend.settings.ce_name, backend.user, 'x')}-0123456789ab"
     lookalike = backend.client.create_job({"name": name})["id"]
-    sim.advance(lancium_id_of(unreported), "finished")
+    sim.advance(parse_job_id(unreported), "finished")
     wait_phase(backend, done, (Phase.COMPLETED,))
     backend.status(unreported)  # not yet: outputs are awaited, so it is RUNNING at first
     def cleaned() -> str:
         backend.status(done)
-        return str(sim.job(lancium_id_of(done))["status"])
+        return str(sim.job(parse_job_id(done))["status"])
 
     wait_until(cleaned, "the finished job cleaned up", 5, 0.05, done=lambda status: status == "delete pending")
     assert sim.job(foreign)["status"] == "created"  # not named by podgahp
     assert sim.job(lookalike)["status"] == "created"
-    assert sim.job(lancium_id_of(unreported))["status"] == "finished"  # outcome not reported yet
+    assert sim.job(parse_job_id(unreported))["status"] == "finished"  # outcome not reported yet
 
 
 def test_ping_checks_key_and_list(backend: LanciumBackend, sim: LanciumSim) -> None:
@@ -543,7 +542,7 @@ def test_lancium_closes_as_a_black_hole_when_its_jobs_keep_failing(make_backend:
     backend = make_backend(PODGAHP_BLACKHOLE_FAILURES="2", PODGAHP_STATE_DIR=str(tmp_path))
     for i in range(2):
         job_id = backend.submit(make_pilot(tmp_path, f"sandbox_{i}", env={"PODGAHP_SIM_NEVER_START": "1"}))
-        sim.advance(lancium_id_of(job_id), "error", error_string="node lost")
+        sim.advance(parse_job_id(job_id), "error", error_string="node lost")
         wait_phase(backend, job_id, (Phase.HELD,))
     creates = sim.count("POST", "/jobs")
     with pytest.raises(BackendError, match="queue lancium is closed as a black hole.*node lost"):

@@ -12,7 +12,7 @@ import pytest
 
 from gahp.backends.lancium.backend import LanciumBackend
 from gahp.backends.lancium.census import MAX_DETAILS, LanciumCeView, sandbox_of
-from gahp.backends.lancium.identity import key_of, lancium_id_of, new_name
+from gahp.backends.lancium.identity import sandbox_key, parse_job_id, new_name
 from gahp.config import Knobs
 from gahp.jobstate import Phase
 from gahp.reaper import census_health, reap_views
@@ -54,9 +54,9 @@ def test_the_census_lists_this_ces_jobs_and_a_pass_deletes_the_orphans(make_back
         wait_phase(backend, job, (Phase.RUNNING,))
     ce = backend.settings.ce_name
     other_ce = _forge(backend, json.dumps({"ce": "other.example.org", "user": backend.user, "sandbox": sandbox(4)}),
-                      new_name(key_of("other.example.org", backend.user, sandbox(4))))
+                      new_name(sandbox_key("other.example.org", backend.user, sandbox(4))))
     mismatched = _forge(backend, json.dumps({"ce": ce, "user": backend.user, "sandbox": sandbox(5)}),
-                        new_name(key_of(ce, backend.user, sandbox(6))))
+                        new_name(sandbox_key(ce, backend.user, sandbox(6))))
     not_ours = _forge(backend, "{}", "someone-elses-job")
     view = _view(sim, key_file)
     try:
@@ -74,9 +74,9 @@ def test_the_census_lists_this_ces_jobs_and_a_pass_deletes_the_orphans(make_back
         view.close()
     assert (result.jobs, result.orphans, result.deleted, result.errors) == (3, 2, 2, [])
     left = sim.jobs()
-    assert lancium_id_of(held) in left and lancium_id_of(other_ce) in left
-    assert lancium_id_of(mismatched) in left and lancium_id_of(not_ours) in left
-    assert all(left[lancium_id_of(j)]["status"] == "delete pending" for j in (lost, done) if lancium_id_of(j) in left)
+    assert parse_job_id(held) in left and parse_job_id(other_ce) in left
+    assert parse_job_id(mismatched) in left and parse_job_id(not_ours) in left
+    assert all(left[parse_job_id(j)]["status"] == "delete pending" for j in (lost, done) if parse_job_id(j) in left)
     health = census_health(knobs_for(sim, key_file), result.censuses, result.ce_names)
     assert health.pods == {"lancium": {"Running": 2, "Succeeded": 1}}
 
@@ -91,7 +91,7 @@ def test_a_pass_refuses_jobs_made_through_another_schedd(make_backend: BackendFa
     finally:
         view.close()
     assert result.deleted == 0 and any("another CE uses the same CE name" in e for e in result.errors)
-    assert sim.job(lancium_id_of(job))["status"] != "delete pending"
+    assert sim.job(parse_job_id(job))["status"] != "delete pending"
 
 
 @pytest.mark.parametrize("notes, key_sandbox, expected", [
@@ -105,8 +105,8 @@ def test_a_pass_refuses_jobs_made_through_another_schedd(make_backend: BackendFa
 def test_notes_make_a_job_this_ces_only_when_they_match_its_name(notes: object, key_sandbox: str,
                                                                  expected: object) -> None:
     text = notes if isinstance(notes, str) else json.dumps(notes)
-    assert sandbox_of({"notes": text}, key_of("ce.test", "alice", key_sandbox), "ce.test") == expected
-    assert sandbox_of({"notes": "x" * 5000}, key_of("ce.test", "alice", "s1"), "ce.test") is None
+    assert sandbox_of({"notes": text}, sandbox_key("ce.test", "alice", key_sandbox), "ce.test") == expected
+    assert sandbox_of({"notes": "x" * 5000}, sandbox_key("ce.test", "alice", "s1"), "ce.test") is None
 
 
 def test_a_ce_giving_no_key_file_has_no_lancium_view(tmp_path: Path) -> None:

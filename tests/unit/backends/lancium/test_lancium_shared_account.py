@@ -15,8 +15,9 @@ from typing import Iterator, List
 
 import pytest
 
-from gahp.backends.lancium.backend import LanciumBackend, lancium_id_of, settings_from_knobs
-from gahp.backends.lancium.identity import job_id_of, key_of, new_name, pending_key
+from gahp.backends.lancium.backend import LanciumBackend
+from gahp.backends.lancium.identity import job_id_of, new_name, parse_job_id, pending_key, sandbox_key
+from gahp.backends.lancium.settings import LanciumSettings
 from gahp.errors import InvalidJob
 from gahp.records import JobRecord
 from gahp.jobstate import Phase
@@ -37,8 +38,8 @@ def _key_file(path: Path, key: str) -> Path:
 def users(sim: LanciumSim, key_file: Path, tmp_path: Path) -> Iterator[List[LanciumBackend]]:
     """The GAHPs of alice and mallory on one CE (one state directory), each with a key of their own."""
     mallory_key = _key_file(tmp_path / "mallory.key", sim.new_api_key("mallory"))
-    made = [LanciumBackend(settings_from_knobs(knobs_for(sim, key_file)), user="alice"),
-            LanciumBackend(settings_from_knobs(knobs_for(sim, mallory_key)), user="mallory")]
+    made = [LanciumBackend(LanciumSettings.from_knobs(knobs_for(sim, key_file)), user="alice"),
+            LanciumBackend(LanciumSettings.from_knobs(knobs_for(sim, mallory_key)), user="mallory")]
     yield made
     for backend in made:
         backend.close()
@@ -59,8 +60,8 @@ def test_claiming_another_users_sandbox_gets_a_job_of_ones_own(users: List[Lanci
     attacker = mallory.submit(make_pilot(tmp_path / "mallory", VICTIM_SANDBOX, env=env))
     assert attacker != victim
     mallory.cancel(attacker)
-    assert sim.job(lancium_id_of(attacker))["status"] == "delete pending"
-    assert sim.job(lancium_id_of(victim))["status"] == "running"
+    assert sim.job(parse_job_id(attacker))["status"] == "delete pending"
+    assert sim.job(parse_job_id(victim))["status"] == "running"
     assert alice.status(victim).phase is Phase.RUNNING
 
 
@@ -80,7 +81,7 @@ def test_another_users_job_ids_are_refused_without_a_request(users: List[Lancium
         with pytest.raises(InvalidJob, match="was not made by this CE"):
             mallory.refresh_proxy(job_id, str(tmp_path / "proxy"))
     assert sim.request_log == []
-    assert sim.job(lancium_id_of(victim))["status"] == "running"
+    assert sim.job(parse_job_id(victim))["status"] == "running"
     assert alice.status(victim).phase is Phase.RUNNING
 
 
@@ -97,7 +98,7 @@ def test_a_job_made_up_as_the_victims_with_forged_notes_is_never_adopted_nor_wri
     pilot = make_pilot(tmp_path / "alice", VICTIM_SANDBOX, env={"PODGAHP_SIM_STDOUT": "the pilot's output"})
     forged_notes = json.dumps({"podgahp": 1, "sandbox": VICTIM_SANDBOX, "iwd": str(private.parent),
                                "out": str(private), "err": str(private)})
-    key = key_of(alice.settings.ce_name, "alice", VICTIM_SANDBOX)
+    key = sandbox_key(alice.settings.ce_name, "alice", VICTIM_SANDBOX)
     forged = []
     for name in (f"podgahp:{VICTIM_SANDBOX}", f"podgahp-{key}-0123456789ab"):
         made = mallory.client.create_job({"name": name, "notes": forged_notes, "qos": "high", "image": "x",
@@ -111,7 +112,7 @@ def test_a_job_made_up_as_the_victims_with_forged_notes_is_never_adopted_nor_wri
     sim.clear_log()
 
     job_id = alice.submit(pilot)
-    assert lancium_id_of(job_id) not in forged
+    assert parse_job_id(job_id) not in forged
     state = wait_phase(alice, job_id, (Phase.COMPLETED,))
     assert state.exit_code == 0
     assert Path(pilot.stdout or "").read_text() == "the pilot's output"
@@ -130,7 +131,7 @@ def test_a_lost_create_answer_is_completed_but_a_copy_of_its_name_is_not(
     job someone made later under the same name (it was visible in the account's list)."""
     backend = make_backend()
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1"})
-    key = key_of(backend.settings.ce_name, backend.user, pilot.sandbox_id)
+    key = sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)
     name = new_name(key)
     backend.records.put(JobRecord(pending_key(key), pilot.sandbox_id, pilot.iwd, pilot.stdout, pilot.stderr,
                                   time.time(), name))
@@ -138,7 +139,7 @@ def test_a_lost_create_answer_is_completed_but_a_copy_of_its_name_is_not(
     copy = backend.client.create_job({"name": name})
     sim.clear_log()
     job_id = backend.submit(pilot)
-    assert lancium_id_of(job_id) == made["id"]
+    assert parse_job_id(job_id) == made["id"]
     assert sim.job(made["id"])["status"] != "created"
     assert sim.job(copy["id"])["status"] == "created"
     assert not [r for r in sim.request_log if f"/jobs/{copy['id']}" in r.path]

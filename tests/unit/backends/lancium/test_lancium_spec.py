@@ -8,11 +8,11 @@ from typing import Dict, Optional, Tuple
 
 import pytest
 
-from gahp.backends.lancium.backend import LanciumBackend, lancium_id_of, settings_from_knobs
-from gahp.backends.lancium.identity import key_of, key_of_name, new_name
+from gahp.backends.lancium.backend import LanciumBackend
+from gahp.backends.lancium.identity import key_of_name, new_name, parse_job_id, sandbox_key
+from gahp.backends.lancium.settings import LanciumSettings, SpecDefaults
 from gahp.backends.lancium.spec import (
     LAUNCHER,
-    SpecDefaults,
     input_files,
     job_fields,
     lancium_shape,
@@ -66,13 +66,13 @@ def test_run_time(wall: Optional[int], expected: int) -> None:
 
 
 def test_names_bind_ce_user_and_sandbox() -> None:
-    key = key_of("ce.example.org", "alice", "ce_1.0_17")
+    key = sandbox_key("ce.example.org", "alice", "ce_1.0_17")
     name = new_name(key)
     assert key_of_name(name) == key and name != new_name(key)  # a fresh nonce for each submit
-    assert len({key, key_of("ce.example.org", "mallory", "ce_1.0_17"), key_of("ce2", "alice", "ce_1.0_17"),
-                key_of("ce.example.org", "alice", "ce_1.0_18")}) == 4
+    assert len({key, sandbox_key("ce.example.org", "mallory", "ce_1.0_17"), sandbox_key("ce2", "alice", "ce_1.0_17"),
+                sandbox_key("ce.example.org", "alice", "ce_1.0_18")}) == 4
     # Another user claiming the sandbox, or a sandbox id that shifts the separators, gets another key.
-    assert key_of("ce", "a", "b-c") != key_of("ce", "a-b", "c")
+    assert sandbox_key("ce", "a", "b-c") != sandbox_key("ce", "a-b", "c")
     for foreign in (None, "", "podgahp:ce_1.0_17", f"podgahp-{key}", f"podgahp-{key}-x", f"podgahp-{key.upper()}-0123456789ab"):
         assert key_of_name(foreign) is None
 
@@ -159,7 +159,7 @@ def _conf_values(path: Path, commented: bool) -> Dict[str, str]:
 
 def test_defaults_file_matches_the_code() -> None:
     shipped = _conf_values(DEFAULTS, commented=False)
-    assert settings_from_knobs(Knobs(shipped)) == settings_from_knobs(Knobs({}))
+    assert LanciumSettings.from_knobs(Knobs(shipped)) == LanciumSettings.from_knobs(Knobs({}))
     assert _conf_values(ADMIN, commented=True) == shipped
     code = (ROOT / "gahp" / "backends" / "lancium" / "settings.py").read_text()
     read = set(re.findall(r"\"(PODGAHP_LANCIUM_[A-Z0-9_]+)\"", code))
@@ -167,7 +167,7 @@ def test_defaults_file_matches_the_code() -> None:
 
 
 def test_default_settings() -> None:
-    settings = settings_from_knobs(Knobs({}))
+    settings = LanciumSettings.from_knobs(Knobs({}))
     assert settings.client.base_url == "https://portal.lancium.com/api/v1"
     assert settings.client.api_key_file.endswith("/.lancium/api_key") and "~" not in settings.client.api_key_file
     assert (settings.spec.image, settings.spec.qos, settings.spec.max_run_time_s) == ("lancium/ubuntu", "high",
@@ -196,4 +196,4 @@ def test_bad_knobs_name_knob_value_and_form(knob: str, value: str, message: str)
 
 
 def test_job_ids() -> None:
-    assert lancium_id_of("lancium/1234") == 1234
+    assert parse_job_id("lancium/1234") == 1234
