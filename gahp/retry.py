@@ -1,5 +1,5 @@
-"""The one back-off rule of every retry in podgahp (API calls, watches, submits, background cancels), and
-the one retry loop (:func:`retried`).
+"""The one back-off rule of every retry in podgahp (API calls, watches, submits, background cancels), the
+one retry loop (:func:`retried`), and the one reconnect loop of a long-lived stream (:func:`reconnected`).
 
 The wait after failed attempt *n* doubles from ``first_s``, is capped at ``max_s``, is replaced by a
 ``Retry-After`` the service sent (capped too), and gets up to ``jitter`` of itself added at random so
@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, TypeVar
+
+from gahp.errors import GahpError
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +57,36 @@ def retried(attempt: Callable[[], T], *, what: str, attempts: int, backoff: Back
                         " ".join(str(e).split())[:200], wait)
             sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def reconnected(session: Callable[[], None], *, what: str, backoff: Backoff, stop: threading.Event,
+                failed: Callable[[Exception], None] = lambda e: None) -> None:
+    """``session()`` again and again until ``stop`` is set: the one reconnect loop of a long-lived stream
+    (a watch), which a request retry (:func:`retried`) cannot be, having no last attempt. A session that
+    returns (the server ended the stream, or it must start over at once) is followed by the next at
+    once; one that raises waits :class:`Backoff`'s delay for that many failures in a row (``stop``
+    ends the wait), after ``failed`` heard of it (to tell the stream's readers). Never raises: an error
+    of the tree (:mod:`gahp.errors`) is a warning, anything else is logged with its traceback (the
+    stream outlives a bug), and waits at least a second."""
+    failures = 0
+    while not stop.is_set():
+        try:
+            session()
+            failures = 0
+            continue
+        except GahpError as e:
+            failures += 1
+            wait = backoff.delay(failures)
+            log.warning("%s failed (%d in a row); again in %.1f s: %s", what, failures, wait,
+                        " ".join(str(e).split())[:300])
+            error: Exception = e
+        except Exception as e:  # noqa: BLE001 - the stream's thread must survive anything
+            failures += 1
+            wait = max(backoff.delay(failures), 1.0)
+            log.exception("%s failed unexpectedly (%d in a row); again in %.1f s", what, failures, wait)
+            error = e
+        if stop.is_set():
+            return
+        failed(error)
+        if stop.wait(wait):
+            return

@@ -4,8 +4,9 @@ Owns the watch thread: a label-selected LIST, then WATCH requests resumed from t
 ``resourceVersion`` seen (bookmarks included); ``410 Expired`` (as an HTTP status or an in-stream
 ``ERROR`` event) makes it LIST again. Status polls read the copy, so the number of API requests
 does not grow with the number of pilots polled. On API failures the copy keeps its last data and
-the thread retries with back-off. Knows nothing about jobs: it stores pods by name, each as the flat
-record of the fields podgahp reads (:class:`~gahp.backends.k8s.view.PodRecord`), so memory stays small.
+the thread reconnects by the kit's one reconnect loop and back-off (:func:`gahp.retry.reconnected`);
+a stream read that fails is translated into the error tree as any request is (:func:`.api.translate`).
+Knows nothing about jobs: it stores pods by name, each as the flat record of the fields podgahp reads (:class:`~gahp.backends.k8s.view.PodRecord`), so memory stays small.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
 from gahp.backends.k8s.view import PodRecord, decode_event, decode_pod, decode_pod_list
 from gahp.errors import Expired, GahpError, InvalidJob, NotFound, TransientError
-from gahp.retry import Backoff
+from gahp.retry import Backoff, reconnected
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class PodCache:
         self._rv: Optional[str] = None
         self._floor_rv: Optional[str] = None
         self._synced = False
-        self._error: Optional[GahpError] = None
+        self._error: Optional[Exception] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._response: Any = None
@@ -331,34 +332,28 @@ class PodCache:
             except Exception:  # noqa: BLE001 - a broken connection cannot be released cleanly
                 pass
 
+    def _session(self) -> None:
+        """A LIST when the copy has no version to resume from, then one WATCH until the server ends it;
+        an expired version (410) starts over with a LIST, at once."""
+        try:
+            if self._rv is None:
+                with self._list_lock:
+                    self._list()
+            self._watch()
+        except Expired as e:
+            log.info("%s; listing again", e)
+            with self._cond:
+                self._rv = None
+
+    def _failed(self, error: Exception) -> None:
+        """The copy keeps its data; a reader waiting for the first LIST learns why it is late."""
+        with self._cond:
+            self._error = error
+            self._cond.notify_all()
+
     def _run(self) -> None:
-        backoff = Backoff(max(self.backoff_s, 0.1), self.backoff_max_s)
-        failures = 0
-        while not self._stop.is_set():
-            delay = backoff.delay(failures + 1)
-            try:
-                if self._rv is None:
-                    with self._list_lock:
-                        self._list()
-                self._watch()
-                failures = 0
-            except Expired as e:
-                log.info("%s; listing again", e)
-                with self._cond:
-                    self._rv = None
-            except GahpError as e:
-                with self._cond:
-                    self._error = e
-                    self._cond.notify_all()
-                log.warning("pod watch in namespace %s failed, retrying in %.1f s: %s", self.namespace,
-                            delay, e)
-                if self._stop.wait(delay):
-                    return
-                failures += 1
-            except Exception:  # noqa: BLE001 - the thread must survive anything; the copy stays usable
-                log.exception("pod watch in namespace %s failed unexpectedly", self.namespace)
-                if self._stop.wait(max(delay, 1.0)):
-                    return
+        reconnected(self._session, what=f"pod watch in namespace {self.namespace}", stop=self._stop,
+                    backoff=Backoff(max(self.backoff_s, 0.1), self.backoff_max_s), failed=self._failed)
 
     def close(self) -> None:
         self._stop.set()

@@ -2,7 +2,8 @@
 package saying so, the same names in them for the same roles (the submit's ``Submitter``, the state
 table of ``Rule`` rows, settings from a ``from_knobs`` classmethod, the job id's two functions, the
 outputs' writer), and none holding what the kit holds for all (a retry loop over requests, the
-translation of statuses, a hold code of its own, the recording of a job). Every module of
+translation of statuses, a wait between attempts or reconnections of its own, a hold code of its own,
+the recording of a job). Every module of
 gahp/backends/ beside the backend packages is in a layer of the kit's import contract."""
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def test_no_backend_repeats_the_kits_rules(path: str) -> None:
     assert "_send(" not in text or "self.door.call(" in text, path
     assert not re.search(r"Hold\(|HOLD_RETRYABLE|HOLD_FATAL|hold_subcode=", text), path
     assert "cannot be recorded" not in text, path  # Pipeline.record's
+    assert ".delay(" not in text and "time.sleep(" not in text, path  # a wait of its own
 
 
 def test_every_module_beside_the_backend_packages_is_in_the_kits_layers() -> None:
