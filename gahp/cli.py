@@ -164,12 +164,24 @@ def routes_check(config_file: str | None, jobs_file: str | None, mode: str, ce_c
     from gahp.errors import GahpError
 
     try:
-        report = routes_lib.check_file(config_file, jobs_file=jobs_file, mode=mode, ce_config=ce_config)
+        report = routes_lib.check_file(config_file, jobs_file=jobs_file, mode=mode, ce_config=ce_config,
+                                       whole_node=_whole_node)
     except GahpError as e:
         raise click.ClickException(str(e)) from e
     click.echo(report.to_json() if as_json else report.text())
     if not report.ok:
         raise click.exceptions.Exit(1)
+
+
+def _whole_node(backend: str) -> str:
+    """How the backend ``backend`` gives a pilot a whole node, in its words (routes check's note)."""
+    from gahp.backends import backend_class
+    from gahp.errors import ConfigError
+
+    try:
+        return backend_class(backend).whole_node
+    except (ImportError, ConfigError) as e:
+        return f"the {backend} backend cannot be loaded here to say how ({e})"
 
 
 @routes.command("convert")
@@ -426,11 +438,13 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document at the end instead of lines.")
 def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, interval_s: float, as_json: bool) -> None:
     """Follow a pilot hop by hop, as condor_ce_trace does: submitted, routed (which route), grid job,
-    GAHP request, pod created, scheduled (which node), running, completed, output back.
+    GAHP request, then its remote job's hops as its backend names them (a pod: pod created, scheduled
+    on which node, running, completed), output back.
 
     Without JOB_ID, submits a small test pilot to the CE (as the user running it) and follows it; with
     JOB_ID (a job a factory submitted, e.g. 1234.0), follows that one. On a stall, says where and why:
-    the hold reason, the state table's reason, the pod's Events, what the GAHP's ping finds wrong.
+    the hold reason, the state table's reason, what the service says (a pod's Events), what the GAHP's
+    ping finds wrong.
     Exits 0 when the pilot went through, 1 when it failed or stalled."""
     import json
     import re

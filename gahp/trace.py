@@ -1,12 +1,14 @@
-"""``podgahp trace``: one pilot followed hop by hop through the CE to its pod and back, as HTCondor-CE's
-``condor_ce_trace`` follows a test job: submitted, routed (by which route), grid job, GAHP request
-(the job id podgahp gave it), pod created, scheduled (on which node), running, completed, output back.
+"""``podgahp trace``: one pilot followed hop by hop through the CE to its remote job and back, as
+HTCondor-CE's ``condor_ce_trace`` follows a test job: submitted, routed (by which route), grid job, GAHP
+request (the job id podgahp gave it), then the remote job's own hops as its backend names them (a pod:
+created, scheduled on which node, running, completed), and output back.
 
 Each look reads the CE's schedd (the source job, its routed copy; the history once they left the
-queue) and the remote job, through its backend's view (:meth:`gahp.backends.base.CeView.trace`; for
-Kubernetes :mod:`gahp.backends.k8s.podtrace`). The hops are a pure function of those reads
-(:func:`schedd_hops`), so a stall is always named by the first hop not done, with why: the hold reason,
-the state table's reason, the pod's conditions and Events, or what the GAHP's ping finds wrong.
+queue) and the remote job, through its backend's view (:meth:`gahp.backends.base.CeView.trace`, the
+hops' names :attr:`~gahp.backends.base.CeView.hops`). The hops are a pure function of those reads
+(:func:`schedd_hops`), so a stall is always named by the first hop not done, with why: the hold
+reason, the state table's reason, what the service says of the job, or what the GAHP's ping finds
+wrong. Knows no backend's words.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from gahp.errors import GahpError
 from gahp.hops import DONE, FAILED, WAITING, Hop
 from gahp.schedd import gahp_type
 
-#: Every hop, in order.
-HOPS = ("submitted", "routed", "grid job", "GAHP request", "pod created", "scheduled", "running", "completed",
-        "output back")
+#: The hops the schedd tells, in order; the remote job's come next (its backend's), then :data:`OUTPUT`.
+SCHEDD_HOPS = ("submitted", "routed", "grid job", "GAHP request")
+OUTPUT = "output back"
 
 #: The job attributes a trace reads.
 ATTRIBUTES = ["ClusterId", "ProcId", "Owner", "JobStatus", "HoldReason", "HoldReasonCode", "HoldReasonSubCode",
@@ -50,14 +52,16 @@ class Trace:
     job: str
     hops: List[Hop]
     problems: List[str] = field(default_factory=list)
-    """What the GAHP's ping finds wrong, when the trace stops before a pod exists."""
+    """What the GAHP's ping finds wrong, when the trace stops before the remote job exists."""
+    expected: Tuple[str, ...] = SCHEDD_HOPS + (OUTPUT,)
+    """Every hop of this pilot's way, in order (with its backend's remote hops once it is known)."""
 
     @property
     def stop(self) -> Optional[Hop]:
         """The first hop not done (None when the pilot went all the way)."""
         stop = next((h for h in self.hops if h.state != DONE), None)
-        if stop is None and len(self.hops) < len(HOPS):
-            return Hop(HOPS[len(self.hops)], WAITING, "not reached yet")
+        if stop is None and len(self.hops) < len(self.expected):
+            return Hop(self.expected[len(self.hops)], WAITING, "not reached yet")
         return stop
 
     @property
@@ -97,8 +101,8 @@ def _held(ad: Mapping[str, Any]) -> str:
 
 def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[str, Any]],
                 job: str) -> Tuple[List[Hop], bool]:
-    """The hops the schedd tells: submitted, routed, grid job, GAHP request; and whether the pod's
-    hops come next (the GAHP gave the pilot a job id)."""
+    """The hops the schedd tells: submitted, routed, grid job, GAHP request; and whether the remote
+    job's hops come next (the GAHP gave the pilot a job id)."""
     if source is None:
         return [Hop("submitted", FAILED, f"job {job} is neither in the queue nor in the history of this schedd")], False
     hops = [Hop("submitted", DONE, f"job {job} of {source.get('Owner')}: {_status(source)}")]
@@ -151,16 +155,16 @@ def output_hop(source: Mapping[str, Any]) -> Hop:
     out = str(source.get("Out") or "")
     path = out if os.path.isabs(out) else os.path.join(str(source.get("Iwd") or ""), out)
     if source.get("JobStatus") != COMPLETED:
-        return Hop("output back", WAITING,
+        return Hop(OUTPUT, WAITING,
                    f"job {_job_id(source)} is {_status(source)}: the gridmanager writes Out/Err back, then the "
                    "JobRouter completes the job")
     if out in ("", "/dev/null"):
-        return Hop("output back", DONE, f"job {_job_id(source)} completed (no Out file)")
+        return Hop(OUTPUT, DONE, f"job {_job_id(source)} completed (no Out file)")
     try:
         size = os.path.getsize(path)
     except OSError:
-        return Hop("output back", DONE, f"job {_job_id(source)} completed; Out {path} is not readable from here")
-    return Hop("output back", DONE, f"job {_job_id(source)} completed; Out {path} ({size} bytes)")
+        return Hop(OUTPUT, DONE, f"job {_job_id(source)} completed; Out {path} is not readable from here")
+    return Hop(OUTPUT, DONE, f"job {_job_id(source)} completed; Out {path} ({size} bytes)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -208,16 +212,20 @@ class Ce:
             raise TraceError(f"the CE's schedd refused the test pilot: {e}") from e
         return f"{result.cluster()}.0"
 
-    def remote(self, backend: str, grid_job_id: str, queue: Optional[str], user: str,
-               ping: bool) -> Tuple[List[Hop], List[str]]:
-        """The remote job's hops, as its backend's view tells them (and the ping's findings when ``ping``);
-        none for a backend whose view does not trace."""
+    def view(self, backend: str) -> Optional[CeView]:
+        """The backend's CE-wide view (None where it has none, or the CE does not use it)."""
         if backend not in self._views:
             try:
                 self._views[backend] = backend_class(backend).ce_view(self.knobs)
             except ImportError as e:
                 raise TraceError(f"the {backend} backend is not installed here: {e}") from e
-        view = self._views[backend]
+        return self._views[backend]
+
+    def remote(self, backend: str, grid_job_id: str, queue: Optional[str], user: str,
+               ping: bool) -> Tuple[List[Hop], List[str]]:
+        """The remote job's hops, as its backend's view tells them (and the ping's findings when ``ping``);
+        none for a backend whose view does not trace."""
+        view = self.view(backend)
         if view is None:
             return [], []
         return view.trace(grid_job_id, queue, user, ping)
@@ -234,22 +242,27 @@ def look(ce: Ce, job: str, user: str) -> Trace:
     routed = None
     if source is not None:
         routed = ce.ad(f'RoutedFromJobId == "{job}"')
-    hops, has_pod = schedd_hops(source, routed, job)
+    hops, has_remote = schedd_hops(source, routed, job)
     problems: List[str] = []
     gahp_stall = any(h.name == "GAHP request" and h.state != DONE for h in hops)
     backend = gahp_type(routed.get("GridResource")) if routed is not None else None
-    if routed is not None and backend in plugins.backend_names() and (has_pod or gahp_stall):
-        pod_hops_, problems = ce.remote(str(backend), str(routed.get("GridJobId") or ""), _text(routed.get("BatchQueue")),
-                                        user, ping=gahp_stall)
-        if has_pod and routed.get("JobStatus") == COMPLETED and pod_hops_[:1] and pod_hops_[0].state != DONE:
-            # podgahp deletes a pod once its outcome is reported: the grid job's end stands for it.
-            pod_hops_ = [Hop(name, DONE, f"the pod is cleaned up; grid job {_job_id(routed)} completed with "
-                             f"ExitCode {routed.get('ExitCode')}") for name in HOPS[4:8]]
-        if has_pod:
-            hops += pod_hops_
-    if source is not None and hops[-1].name == "completed" and hops[-1].state == DONE:
+    names: Tuple[str, ...] = ()
+    if routed is not None and backend in plugins.backend_names() and (has_remote or gahp_stall):
+        view = ce.view(str(backend))
+        names = view.hops if view is not None else ()
+        remote, problems = ce.remote(str(backend), str(routed.get("GridJobId") or ""), _text(routed.get("BatchQueue")),
+                                     user, ping=gahp_stall)
+        if has_remote and routed.get("JobStatus") == COMPLETED and remote[:1] and remote[0].state != DONE \
+                and view is not None:
+            # podgahp deletes a remote job once its outcome is reported: the grid job's end stands for it.
+            remote = [Hop(name, DONE, f"the {view.noun} is cleaned up; grid job {_job_id(routed)} completed with "
+                      f"ExitCode {routed.get('ExitCode')}") for name in names]
+        if has_remote:
+            hops += remote
+    expected = SCHEDD_HOPS + names + (OUTPUT,)
+    if source is not None and len(hops) == len(expected) - 1 and all(h.state == DONE for h in hops):
         hops.append(output_hop(source))
-    return Trace(job, hops, problems)
+    return Trace(job, hops, problems, expected)
 
 
 def _text(value: Any) -> Optional[str]:

@@ -86,6 +86,12 @@ class CeView(abc.ABC):
 
     backend: ClassVar[str]
     """The backend's name."""
+    hops: ClassVar[Tuple[str, ...]] = ()
+    """The names of the remote hops :meth:`trace` tells, in order (``pod created``, ``scheduled``,
+    ``running``, ``completed``): ``podgahp trace`` shows them after "GAHP request", and the pilot's
+    output after the last. Empty for a view that does not trace."""
+    noun: ClassVar[str] = "remote job"
+    """What the service's job is called in the tools' words (``pod``, ``Lancium job``)."""
     ce_name: str
     """The CE's name for its remote jobs (in errors, and the scope of the GAHPs' figure files)."""
 
@@ -108,8 +114,9 @@ class CeView(abc.ABC):
 
     def trace(self, grid_job_id: str, queue: Optional[str], user: str, ping: bool) -> Tuple[List[Hop], List[str]]:
         """Optional, for ``podgahp trace``: the remote hops of the job a routed job's ``GridJobId``
-        names (after "GAHP request"), and with ``ping`` what the GAHP's ping would find wrong. The
-        default: no hops (the trace then ends at the GAHP request)."""
+        names (after "GAHP request"), the first of :attr:`hops` up to the one it stops at, and with
+        ``ping`` what the GAHP's ping would find wrong. The default: no hops (the trace goes from the
+        GAHP request to the pilot's output)."""
         return [], []
 
     def close(self) -> None:
@@ -121,6 +128,9 @@ class Backend(abc.ABC):
 
     #: The batch type this backend serves (``GridResource = "batch <name>"``).
     name: ClassVar[str]
+    #: How a pilot asking for a whole node (``WantWholeNode``, forwarded as ``WholeNodes``) is given
+    #: one, in a sentence for ``podgahp routes check`` (which knobs decide, what is refused).
+    whole_node: ClassVar[str] = "this backend gives it the cores and memory it asks for, no more"
 
     @classmethod
     @abc.abstractmethod

@@ -18,7 +18,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
@@ -83,8 +83,10 @@ def lay_out(safe: SafeConfig, path: Optional[str], mode: str, ce_config: str) ->
 
 
 def check_file(path: Optional[str], jobs_file: Optional[str] = None, mode: str = "auto",
-               ce_config: str = CE_CONDOR_CONFIG) -> Report:
+               ce_config: str = CE_CONDOR_CONFIG, whole_node: Callable[[str], str] = lambda backend: "") -> Report:
     """Check the routes of ``path`` (on a CE, ``None`` checks the CE's own configuration).
+    ``whole_node``: how a backend gives a pilot a whole node, in its words (its
+    :attr:`~gahp.backends.base.Backend.whole_node`; the caller knows the backends, this module none).
 
     Raises :class:`RoutesError` when the check itself cannot run."""
     mode = resolve_mode(mode, ce_config)
@@ -98,14 +100,16 @@ def check_file(path: Optional[str], jobs_file: Optional[str] = None, mode: str =
         safe = SafeConfig(tmp, handled=("LOCAL_CONFIG_DIR", "LOCAL_CONFIG_FILE") if mode == "ce" else ())
         transforms = lay_out(safe, path, mode, ce_config)
         tools = safe.tools()
-        return _Check(safe, tools, path or ce_config, mode, transforms).run(jobs_file, tmp)
+        return _Check(safe, tools, path or ce_config, mode, transforms, whole_node).run(jobs_file, tmp)
 
 
 class _Check:
     """One check, step by step; problems and warnings accumulate."""
 
-    def __init__(self, safe: SafeConfig, tools: Tools, path: str, mode: str, transforms: str) -> None:
+    def __init__(self, safe: SafeConfig, tools: Tools, path: str, mode: str, transforms: str,
+                 whole_node: Callable[[str], str]) -> None:
         self.safe, self.tools, self.path, self.mode, self.transforms = safe, tools, path, mode, transforms
+        self.whole_node = whole_node
         self.problems: List[str] = []
         self.warnings: List[str] = list(safe.warnings)
         self.locations: Dict[str, Tuple[str, str]] = {}
@@ -295,7 +299,8 @@ class _Check:
                                      "it in CERequirements (and default_CERequirements on an HTCondor-CE)")
         notes = []
         if job.whole_node:
-            notes.append(f"whole node: the pilot asks for a whole node (WholeNodes); {whole_node_note(job.grid_type)}")
+            how = self.whole_node(job.grid_type or batch) or f"the {batch} backend's document says what it gives"
+            notes.append(f"whole node: the pilot asks for a whole node (WholeNodes); {how}")
         for name in UNUSED_SUBMIT_ATTRIBUTES:
             if name in submit_ad:
                 notes.append(f"{name} = {submit_ad.lookup(name)} reaches podgahp, which does not use it")
@@ -379,15 +384,6 @@ def spelling_warnings(routes: Sequence[Route]) -> List[str]:
                             f"gridmanager needs exactly \"batch\", one space and the type); write "
                             f"\"batch {looks}\"")
     return warnings
-
-
-def whole_node_note(grid_type: Optional[str]) -> str:
-    if grid_type == "lancium":
-        return ("Lancium runs it alone on a node (node_exclusive), with the cores and memory it asks for")
-    return ("podgahp gives the pod a whole node of its queue: PODGAHP_K8S_<QUEUE>_WHOLE_NODE_CPUS and _MEMORY_MB "
-            "where set, else the largest node the queue's pods may run on (which needs list on nodes), within the "
-            "queue's MAX_CPUS and MAX_MEMORY_MB; the pilot is held with the reason where the queue cannot "
-            "(PODGAHP_K8S_<QUEUE>_WHOLE_NODE = hold, or no size to be found)")
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
+from gahp import plugins
 from gahp.errors import InvalidJob, RoutesError
 from gahp.job import split_env_v2
 from gahp.routes.check import job_id, lay_out, parse_listing, pilots, route
@@ -58,13 +59,13 @@ class RouteProof:
 
 
 def _observed(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "") -> Tuple[Dict[str, object], str]:
-    """What the destination of a routed pilot receives: for a podgahp route (``batch k8s`` /
-    ``batch lancium``) what podgahp reads from the gridmanager's submit ad; for any other route
+    """What the destination of a routed pilot receives: for a podgahp route (``batch <backend>`` of a
+    registered backend) what podgahp reads from the gridmanager's submit ad; for any other route
     the routed job's own requests."""
     if grid_resource and "GridResource" not in routed:
         routed["GridResource"] = grid_resource
     resource = ad_value(routed, "GridResource")
-    if not (isinstance(resource, str) and grid_type(resource)[0] in ("k8s", "lancium")):
+    if not (isinstance(resource, str) and grid_type(resource)[0] in plugins.backend_names()):
         return _requests(routed), ""
     try:
         job = gahp_view(routed, "proof_" + job_id(sample).replace(".", "_"))[1]

@@ -133,3 +133,12 @@ def test_ce_tools_without_any_configuration_say_so(tmp_path: Path, command: list
     proc = _ce_tool(tmp_path, *command)
     assert proc.returncode == 1 and "no HTCondor configuration" in proc.stderr and "--condor-config" in proc.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["tmp"] and not any((tmp_path / "tmp").iterdir())
+
+
+def test_routes_check_has_each_backend_say_how_it_gives_a_whole_node() -> None:
+    from gahp.backends import backend_class
+    from gahp.cli import _whole_node
+
+    assert "WHOLE_NODE_CPUS" in _whole_node("k8s") and _whole_node("k8s") == backend_class("k8s").whole_node
+    assert "node_exclusive" in _whole_node("lancium")
+    assert "cannot be loaded" in _whole_node("slurm")

@@ -4,15 +4,17 @@ stop, each naming why."""
 from __future__ import annotations
 
 import datetime
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import pytest
 
+from gahp.backends.base import Census, CeView, RemoteJob
+from gahp.backends.k8s.census import KubernetesCeView
 from gahp.backends.k8s.podtrace import pod_hops, pod_of
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.config import Knobs
 from gahp.hops import DONE, FAILED, WAITING, Hop
-from gahp.trace import Ce, Trace, follow, schedd_hops, text_lines, verdict
+from gahp.trace import OUTPUT, SCHEDD_HOPS, Ce, Trace, follow, look, schedd_hops, text_lines, verdict
 
 SOURCE = {"ClusterId": 12, "ProcId": 0, "Owner": "pilot", "JobStatus": 1}
 ROUTED = {"ClusterId": 13, "ProcId": 0, "JobStatus": 1, "RouteName": "K8s_Cpu", "GridResource": "batch k8s",
@@ -120,9 +122,60 @@ def test_follow_stops_at_once_on_a_failed_hop() -> None:
 
 
 def test_a_trace_is_complete_only_with_every_hop_done() -> None:
-    from gahp.trace import HOPS
-
-    short = Trace("12.0", [Hop(name, DONE, "") for name in ("submitted", "routed")])
+    expected = SCHEDD_HOPS + KubernetesCeView.hops + (OUTPUT,)
+    short = Trace("12.0", [Hop(name, DONE, "") for name in ("submitted", "routed")], expected=expected)
     assert short.stop is not None and short.stop.name == "grid job"
-    trace = Trace("12.0", [Hop(name, DONE, "") for name in HOPS])
+    almost = Trace("12.0", [Hop(name, DONE, "") for name in expected[:-2]], expected=expected)
+    assert almost.stop is not None and almost.stop.name == "completed"
+    trace = Trace("12.0", [Hop(name, DONE, "") for name in expected], expected=expected)
     assert trace.stop is None and trace.as_dict(1.0, "completed")["why"] is None
+
+
+class ToyView(CeView):
+    """A backend's view whose remote hops have names of its own (the trace knows no backend's words)."""
+
+    backend = "memory"
+    hops = ("job queued", "job ran")
+    noun = "toy job"
+
+    def __init__(self, done: int) -> None:
+        self.done = done
+
+    def census(self, held: FrozenSet[str]) -> Census:
+        raise AssertionError("a trace takes no census")
+
+    def delete(self, job: RemoteJob) -> None:
+        raise AssertionError("a trace deletes nothing")
+
+    def trace(self, grid_job_id: str, queue: Optional[str], user: str, ping: bool) -> Tuple[List[Hop], List[str]]:
+        return [Hop(name, DONE if n < self.done else WAITING, name) for n, name in enumerate(self.hops)
+                if n <= self.done], []
+
+
+class ToyCe(FakeCe):
+    def __init__(self, looks: List[Dict[str, Optional[Dict[str, Any]]]], done: int) -> None:
+        super().__init__(looks)
+        self.toy = ToyView(done)
+
+    def view(self, backend: str) -> Optional[CeView]:
+        return self.toy
+
+
+TOY_ROUTED = {**ROUTED, "GridResource": "batch memory", "GridJobId": "batch memory home_bl_x memory/x/1.1/0"}
+
+
+def test_the_remote_hops_are_the_backends_and_the_output_comes_after_the_last() -> None:
+    waiting = look(ToyCe([{"source": SOURCE, "routed": TOY_ROUTED}], done=1), "12.0", "pilot")
+    assert [h.name for h in waiting.hops] == list(SCHEDD_HOPS) + ["job queued", "job ran"]
+    assert waiting.stop is not None and waiting.stop.name == "job ran"
+    done = look(ToyCe([{"source": {**SOURCE, "JobStatus": 4}, "routed": {**TOY_ROUTED, "JobStatus": 4}}], done=2),
+                "12.0", "pilot")
+    assert [h.name for h in done.hops] == list(SCHEDD_HOPS) + ["job queued", "job ran", OUTPUT]
+    assert done.stop is None and done.expected == SCHEDD_HOPS + ToyView.hops + (OUTPUT,)
+
+
+def test_a_remote_job_cleaned_up_after_its_grid_job_completed_is_named_in_the_backends_words() -> None:
+    trace = look(ToyCe([{"source": {**SOURCE, "JobStatus": 4}, "routed": {**TOY_ROUTED, "JobStatus": 4}}], done=0),
+                 "12.0", "pilot")
+    assert [h.name for h in trace.hops][len(SCHEDD_HOPS):] == ["job queued", "job ran", OUTPUT]
+    assert all(h.state == DONE for h in trace.hops) and "the toy job is cleaned up" in trace.hops[-2].detail

@@ -62,6 +62,10 @@ class KubernetesBackend(Backend):
     """Routed pilots as pods; see ``docs/kubernetes.md`` for the admin's view."""
 
     name = "k8s"
+    whole_node = ("podgahp gives the pod a whole node of its queue: PODGAHP_K8S_<QUEUE>_WHOLE_NODE_CPUS and "
+                  "_MEMORY_MB where set, else the largest node the queue's pods may run on (which needs list on "
+                  "nodes), within the queue's MAX_CPUS and MAX_MEMORY_MB; the pilot is held with the reason where "
+                  "the queue cannot (PODGAHP_K8S_<QUEUE>_WHOLE_NODE = hold, or no size to be found)")
 
     def __init__(self, settings: KubernetesSettings, user: Optional[str] = None) -> None:
         self.settings = settings

@@ -19,6 +19,7 @@ from gahp.backends.base import HEALTH_STATES, Census, CeView, RemoteJob
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import job_id_of
+from gahp.backends.k8s.podtrace import HOPS, PodLook, pod_hops, pod_of
 from gahp.backends.k8s.spec import ANN_SANDBOX_ID, CONTAINER, LABEL_QUEUE, selector
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import classify, parse_time
@@ -38,6 +39,8 @@ class KubernetesCeView(CeView):
     """The pods of this CE in every (cluster, namespace) its queues name."""
 
     backend = "k8s"
+    hops = HOPS
+    noun = "pod"
 
     def __init__(self, settings: KubernetesSettings, agent: str = "reap") -> None:
         self.settings = settings
@@ -47,7 +50,7 @@ class KubernetesCeView(CeView):
         self._listed: Dict[str, List[Tuple[KubeApi, str]]] = {}
         """Job id -> (cluster, uid) of each pod of that id in the last census."""
         self._queues = {label_value(q.name.lower()): q for q in reversed(list(settings.queues.values()))}
-        self._looks: Dict[Optional[str], Any] = {}
+        self._looks: Dict[Optional[str], PodLook] = {}
 
     def _api(self, queue: QueueSettings) -> KubeApi:
         api = self._apis.get(queue.cluster_key)
@@ -118,8 +121,6 @@ class KubernetesCeView(CeView):
                 continue  # gone, or the name now holds another pod: not ours to delete
 
     def trace(self, grid_job_id: str, queue: Optional[str], user: str, ping: bool) -> Tuple[List[Hop], List[str]]:
-        from gahp.backends.k8s.podtrace import PodLook, pod_hops, pod_of
-
         look = self._looks.get(queue)
         if look is None:
             look = self._looks[queue] = PodLook(self.settings, queue)
@@ -132,7 +133,7 @@ class KubernetesCeView(CeView):
             succeeded = pod is not None and str((pod.get("status") or {}).get("phase") or "") == "Succeeded"
             events = look.events(*where) if not succeeded else []
         except GahpError as e:
-            return [Hop("pod created", WAITING, f"the cluster cannot be asked: {e}")], problems
+            return [Hop(HOPS[0], WAITING, f"the cluster cannot be asked: {e}")], problems
         now = datetime.datetime.now(datetime.timezone.utc)
         return pod_hops(pod, where, events, self.settings, look.queue, now), problems
 

@@ -26,6 +26,9 @@ JsonObj = Dict[str, Any]
 
 #: How many of a pod's Events a stall shows (the latest).
 EVENTS_SHOWN = 5
+#: The pod's hops, in order (the names ``podgahp trace`` shows after "GAHP request").
+HOPS = ("pod created", "scheduled", "running", "completed")
+CREATED, SCHEDULED, RUNNING, COMPLETED = HOPS
 
 
 def pod_of(grid_job_id: str) -> Optional[Tuple[str, str]]:
@@ -95,10 +98,10 @@ def pod_hops(pod: Optional[JsonObj], where: Tuple[str, str], events: List[str], 
     """The pod's hops, from what was read: created, scheduled, running, completed."""
     namespace, name = where
     if pod is None:
-        return [Hop("pod created", WAITING, f"no pod {namespace}/{name} in the cluster (yet, or deleted)",
+        return [Hop(CREATED, WAITING, f"no pod {namespace}/{name} in the cluster (yet, or deleted)",
                     events)]
     view = record_of(pod)
-    hops = [Hop("pod created", DONE, f"pod {namespace}/{name}")]
+    hops = [Hop(CREATED, DONE, f"pod {namespace}/{name}")]
     classified = classify(view, now=now, unschedulable_timeout_s=queue.unschedulable_timeout_s,
                           disruption_action=queue.disruption_action)
     rule = STATE_TABLE.get(classified.key)
@@ -107,9 +110,9 @@ def pod_hops(pod: Optional[JsonObj], where: Tuple[str, str], events: List[str], 
     if not view.node:
         scheduled = view.condition("PodScheduled")
         message = str(scheduled.get("message") or scheduled.get("reason") or "not placed yet")
-        hops.append(Hop("scheduled", FAILED if held else WAITING, " ".join(message.split()), events))
+        hops.append(Hop(SCHEDULED, FAILED if held else WAITING, " ".join(message.split()), events))
         return hops
-    hops.append(Hop("scheduled", DONE, f"on node {view.node}"))
+    hops.append(Hop(SCHEDULED, DONE, f"on node {view.node}"))
     status = view.container_status(CONTAINER)
     raw_state = status.get("state")
     state: JsonObj = raw_state if isinstance(raw_state, dict) else {}
@@ -119,15 +122,15 @@ def pod_hops(pod: Optional[JsonObj], where: Tuple[str, str], events: List[str], 
         detail = str(waiting.get("reason") or view.phase or "Pending")
         if waiting.get("message"):
             detail += f": {waiting.get('message')}"
-        hops.append(Hop("running", FAILED if held else WAITING,
+        hops.append(Hop(RUNNING, FAILED if held else WAITING,
                         f"{' '.join(detail.split())} (state table: {why})" if held else " ".join(detail.split()),
                         events))
         return hops
-    hops.append(Hop("running", DONE, f"phase {view.phase}"))
+    hops.append(Hop(RUNNING, DONE, f"phase {view.phase}"))
     if view.phase == "Succeeded":
-        hops.append(Hop("completed", DONE, f"Succeeded ({why})"))
+        hops.append(Hop(COMPLETED, DONE, f"Succeeded ({why})"))
     elif view.phase == "Failed" or held:
-        hops.append(Hop("completed", FAILED, why, events))
+        hops.append(Hop(COMPLETED, FAILED, why, events))
     else:
-        hops.append(Hop("completed", WAITING, f"still {view.phase}"))
+        hops.append(Hop(COMPLETED, WAITING, f"still {view.phase}"))
     return hops

@@ -77,6 +77,7 @@ class LanciumBackend(Backend):
     """Pilots as Lancium Compute jobs; see the module docstring and ``docs/lancium.md``."""
 
     name = "lancium"
+    whole_node = "Lancium runs it alone on a node (node_exclusive), with the cores and memory it asks for"
 
     def __init__(self, settings: LanciumSettings, client: Optional[LanciumClient] = None,
                  user: Optional[str] = None) -> None:

@@ -75,6 +75,7 @@ class LanciumCeView(CeView):
     """The jobs of this CE in the Lancium account."""
 
     backend = "lancium"
+    noun = "Lancium job"
 
     def __init__(self, settings: LanciumSettings, client: Optional[LanciumClient] = None) -> None:
         self.settings = settings
