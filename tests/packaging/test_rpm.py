@@ -14,7 +14,7 @@ from typing import Dict, List, Set
 
 import pytest
 
-from gahp import __version__
+from gahp import __version__, plugins
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -25,7 +25,9 @@ def _tracked_files() -> List[str]:
     return [name for name in out.splitlines() if (ROOT / name).is_file()]
 
 
-PACKAGES = ("podgahp", "podgahp-ce", "podgahp-k8s", "podgahp-lancium", "podgahp-standalone", "podgahp-sim")
+#: The backends with a GAHP program, each a subpackage of its own (podgahp-k8s, podgahp-lancium...).
+BACKENDS = tuple(plugins.programs())
+PACKAGES = ("podgahp", "podgahp-ce", "podgahp-standalone", "podgahp-sim") + tuple(f"podgahp-{b}" for b in BACKENDS)
 #: EL9's Python, which the packages are built for (make rpm's RPM_PYTHON_VERSION).
 TARGET_PYTHON = "3.9"
 SITE = f"/usr/lib/python{TARGET_PYTHON}/site-packages"
@@ -90,10 +92,7 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
         "/usr/bin/podgahp": "podgahp", f"{site}/gahp/server.py": "podgahp",
         f"{site}/gahp/data/ce-router-defaults.conf": "podgahp",
         "/etc/condor/config.d/60-podgahp-ce-schedd2.conf": "podgahp-ce",
-        "/usr/share/man/man1/podgahp.1.gz": "podgahp", "/usr/share/man/man1/k8s_gahp.1.gz": "podgahp-k8s",
-        "/usr/share/man/man1/lancium_gahp.1.gz": "podgahp-lancium",
-        "/usr/bin/k8s_gahp": "podgahp-k8s", f"{site}/gahp/backends/k8s/backend.py": "podgahp-k8s",
-        "/usr/bin/lancium_gahp": "podgahp-lancium", f"{site}/gahp/backends/lancium/backend.py": "podgahp-lancium",
+        "/usr/share/man/man1/podgahp.1.gz": "podgahp",
         f"{site}/podgahp_sim/k8s/sim.py": "podgahp-sim", f"{site}/podgahp_sim/lancium/sim.py": "podgahp-sim",
         "/usr/share/podgahp/ce-config/standalone/condor_config": "podgahp-standalone",
         "/usr/share/podgahp/ce-config/bin/condor_ce_q": "podgahp-standalone",
@@ -103,6 +102,11 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
         "/usr/share/podgahp/ce-config/standalone/ce-router-env.conf": "podgahp-standalone",
         f"{site}/gahp/data/ce-router-env.conf": "podgahp",
     }
+    for backend in BACKENDS:
+        for path in (f"/usr/bin/{backend}_gahp", f"/usr/share/man/man1/{backend}_gahp.1.gz",
+                     f"{site}/gahp/backends/{backend}/backend.py", f"{site}/gahp/backends/{backend}/__init__.py"):
+            expected[path] = f"podgahp-{backend}"
+    assert {"k8s", "lancium"} <= set(BACKENDS)
     for conf in (ROOT / "condor_config.d").glob("*.conf"):
         where = "/usr/share/condor-ce" if conf.name.endswith("-defaults.conf") else "/etc/condor-ce"
         expected[f"{where}/config.d/{conf.name}"] = "podgahp-ce"
@@ -126,7 +130,7 @@ def test_license_and_versioned_requires(rpms: Dict[str, Path]) -> None:
     assert "python3-condor >= 23.9" in requires["podgahp"]
     spec = (Path(__file__).resolve().parents[2] / "rpm" / "podgahp.spec").read_text()
     release = re.search(r"^Release:\s*(\d+)", spec, re.MULTILINE).group(1)  # type: ignore[union-attr]
-    for name in ("podgahp-ce", "podgahp-k8s", "podgahp-lancium", "podgahp-standalone"):
+    for name in set(PACKAGES) - {"podgahp", "podgahp-sim"}:
         assert f"podgahp = {__version__}-{release}" in requires[name], name
     assert "podgahp" not in requires["podgahp-sim"].replace("podgahp-sim", "")
 
@@ -146,7 +150,7 @@ def _extract(rpms: Dict[str, Path], where: Path) -> None:
 
 def test_programs_use_the_system_python(rpms: Dict[str, Path], tmp_path: Path) -> None:
     _extract(rpms, tmp_path)
-    for program in ("k8s_gahp", "lancium_gahp", "podgahp"):
+    for program in [f"{backend}_gahp" for backend in BACKENDS] + ["podgahp"]:
         first = (tmp_path / "usr" / "bin" / program).read_text().splitlines()[0]
         assert first == "#!/usr/bin/python3"
 
@@ -182,7 +186,7 @@ def _requires(rpm: Path) -> List[str]:
 def test_built_for_el9_python(rpms: Dict[str, Path]) -> None:
     """Built here with another Python, the packages are still for EL9's: its site-packages, and the
     python(abi) rpm's generator derives from it, so dnf on EL9 (Python 3.9) can install them."""
-    for name in ("podgahp", "podgahp-k8s", "podgahp-lancium", "podgahp-sim"):
+    for name in ("podgahp", "podgahp-sim") + tuple(f"podgahp-{backend}" for backend in BACKENDS):
         requires = _requires(rpms[name])
         assert f"python(abi) = {TARGET_PYTHON}" in requires, (name, requires)
         assert not [r for r in requires if r.startswith("python(abi)") and r != f"python(abi) = {TARGET_PYTHON}"]
@@ -237,8 +241,9 @@ def test_rpmlint_reports_no_error(build: "subprocess.CompletedProcess[str]", rpm
 
 def test_man_pages_render_each_programs_help(rpms: Dict[str, Path], tmp_path: Path) -> None:
     _extract(rpms, tmp_path)
-    for program, words in (("podgahp", ("podgahp q", "podgahp trace", "--condor-config")),
-                           ("k8s_gahp", ("K8S_GAHP", "BLAH_PING 1 k8s")), ("lancium_gahp", ("LANCIUM_GAHP",))):
+    pages = [("podgahp", ("podgahp q", "podgahp trace", "--condor-config"))] + [
+        (f"{backend}_gahp", (f"{backend.upper()}_GAHP", f"BLAH_PING 1 {backend}")) for backend in BACKENDS]
+    for program, words in pages:
         page = gzip.decompress((tmp_path / "usr/share/man/man1" / f"{program}.1.gz").read_bytes()).decode()
         assert page.startswith(f'.TH {program.upper()} 1 ""'), page[:80]
         assert f"{program.replace('_', '_')} \\- " in page

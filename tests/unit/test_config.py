@@ -143,7 +143,7 @@ def test_each_backend_program_knob_is_in_its_own_pair_and_no_test_knob_ships() -
     with a <name>_gahp program); the site schedd of a CE routing into it reads that pair too. The
     in-memory test backend has no knob in any shipped file."""
     programs = plugins.programs()
-    assert programs == ["k8s", "lancium"]
+    assert {"k8s", "lancium"} <= set(programs)
     schedd2 = (ROOT / "ce-config/condor/60-podgahp-ce-schedd2.conf").read_text()
     for name in programs:
         knob = f"{name.upper()}_GAHP"

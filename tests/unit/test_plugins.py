@@ -41,7 +41,8 @@ def test_an_unregistered_backend_is_a_configuration_error_naming_the_registered_
 def test_each_gahp_program_is_a_registered_backend() -> None:
     scripts = [line.split("=") for line in _setup_cfg_entry_points()["console_scripts"].splitlines() if line.strip()]
     programs = {name.strip(): target.strip() for name, target in scripts if name.strip().endswith("_gahp")}
-    assert programs == {f"{n}_gahp": f"gahp.cli:{n}_gahp" for n in ("k8s", "lancium")}
+    assert programs == {f"{n}_gahp": f"gahp.cli:{n}_gahp" for n in plugins.programs()}
+    assert {"k8s_gahp", "lancium_gahp"} <= set(programs)
     for name in programs:
         assert callable(getattr(cli, name)) and getattr(cli, name).__name__ == name
     with pytest.raises(AttributeError):

@@ -36,7 +36,7 @@ def _module(package: str, name: str) -> Any:
 
 
 def test_there_are_backend_packages() -> None:
-    assert PACKAGES == ["k8s", "lancium"]
+    assert {"k8s", "lancium"} <= set(PACKAGES)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
