@@ -11,7 +11,8 @@ from gahp import holds
 from gahp.jobstate import JobState, Phase
 
 ROOT = Path(__file__).resolve().parents[2]
-BACKEND_DOCS = ("docs/kubernetes.md", "docs/lancium.md")
+#: The documents with hold tables (each backend's: docs/kubernetes.md, docs/lancium.md...).
+BACKEND_DOCS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
 
 
 def test_every_hold_is_registered_once_with_one_of_the_two_codes() -> None:
