@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
-from gahp import manpages
+from gahp import manpages, plugins
 from gahp.cli import gahp_help, main
 
 
 def test_every_podgahp_command_and_option_is_on_the_page(tmp_path: Path) -> None:
     written = manpages.write_pages(str(tmp_path))
-    assert sorted(Path(p).name for p in written) == ["k8s_gahp.1", "lancium_gahp.1", "podgahp.1"]
+    assert sorted(Path(p).name for p in written) == sorted([f"{b}_gahp.1" for b in plugins.programs()] + ["podgahp.1"])
+    assert {"k8s", "lancium"} <= set(plugins.programs())
     page = (tmp_path / "podgahp.1").read_text()
     ctx = click.Context(main, info_name="podgahp")
     for name in main.list_commands(ctx):
