@@ -270,7 +270,8 @@ class KubernetesBackend(Backend):
             state = job_state(pod, classified, job_id)
             answer = self.pipeline.report(
                 job_id, state, queue=queue.name, cause=f"{classified.key}: {classified.message}".rstrip(": "),
-                outputs=lambda: self._write_outputs(api, pod, state, job_id), outputs_of="pod",
+                outputs=lambda: write_outputs(api, pod, state, job_id, self.settings.output_max_bytes,
+                                              self.records.get(job_id)), outputs_of="pod",
                 # A pod whose phase cannot be read but that has started is past idle.
                 started=classified.key == "Unknown" and bool(pod.start_time),
                 source=pod if classified.key in ("Pending", "Running") else None)
@@ -306,11 +307,6 @@ class KubernetesBackend(Backend):
                                         source=pod if classified.key in ("Pending", "Running") else None)
         finally:
             lock.release()
-
-    def _write_outputs(self, api: KubeApi, pod: PodRecord, state: JobState, jid: str) -> bool:
-        """Out/Err from the pod, where the GAHP recorded them (:mod:`.output`); OSError as raised."""
-        write_outputs(api, pod, state, jid, self.settings.output_max_bytes, self.records.get(jid))
-        return True
 
     def _mark_reported(self, api: KubeApi, pod: PodRecord, jid: str) -> None:
         """Record on the pod that its final outcome reached HTCondor (a re-submit then makes a new pod)."""

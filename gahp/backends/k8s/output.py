@@ -61,18 +61,19 @@ def _stream(response: Any, what: str) -> Iterator[bytes]:
 
 
 def write_outputs(api: KubeApi, pod: Pod, state: JobState, job_id: str, max_bytes: int,
-                  record: Optional[JobRecord]) -> None:
-    """Write ``Out``/``Err`` of a finished pod where ``record`` says. OSError when a file cannot be
-    written; TransientError when the log cannot be read now (a missing log is written as empty, with a
-    note in ``Err``). Without a record (a pod made before records were kept), nothing is written."""
+                  record: Optional[JobRecord]) -> bool:
+    """Write ``Out``/``Err`` of a finished pod where ``record`` says; True (a pod's log is never still
+    being prepared: the pipeline's :data:`~gahp.backends.pipeline.Outputs`). OSError when a file cannot
+    be written; TransientError when the log cannot be read now (a missing log is written as empty, with
+    a note in ``Err``). Without a record (a pod made before records were kept), nothing is written."""
     view = record_of(pod)
     if record is None:
         log.warning("[%s] no record of where this pilot's outputs go: they are not written (podgahp writes "
                     "them only where it recorded at submit, never where a pod's annotations say)", job_id)
-        return
+        return True
     out, err = record.stdout, record.stderr
     if not out and not err:
-        return
+        return True
     where = f"pod {view.namespace}/{view.name}"
     extra = {"exit_code": state.exit_code, "exit_signal": state.exit_signal, "exit_reason": state.exit_reason}
     note = b""
@@ -101,3 +102,4 @@ def write_outputs(api: KubeApi, pod: Pod, state: JobState, job_id: str, max_byte
         write_output(record.iwd, err, [text])
     log.info("[%s] wrote %d bytes of pod log to %s%s", job_id, written, log_path,
              f" and the outcome to {err}" if err else "")
+    return True

@@ -84,7 +84,8 @@ def test_each_backend_names_its_job_ids_and_writes_its_outputs_by_the_same_funct
     identity = _module(package, "identity")
     assert callable(identity.job_id_of) and callable(identity.parse_job_id)
     assert identity.sandbox_key is importlib.import_module("gahp.identity").sandbox_key  # the GAHP-wide rule
-    assert callable(_module(package, "output").write_outputs)
+    write_outputs = _module(package, "output").write_outputs
+    assert inspect.signature(write_outputs).return_annotation in (bool, "bool")  # the pipeline's Outputs
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in BACKENDS.glob("*/*.py")))
