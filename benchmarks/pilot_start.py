@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
 import statistics
 import subprocess
@@ -130,7 +131,7 @@ def pilot_submitted(ce: Pool, memory: int) -> float:
 def gahp_submit_times(ce: Pool, pod: str) -> Tuple[float, float]:
     """(received, answered) of the BLAH_JOB_SUBMIT that made ``pod``, from the GAHP's log (ms)."""
     for name in ce.log_names():
-        if not name.startswith("PodgahpLog.k8s"):
+        if not os.path.basename(name).startswith("PodgahpLog.k8s"):
             continue
         for line in ce.log(name).splitlines():
             if f"job=k8s/{NAMESPACE}/{pod} " in line and "BLAH_JOB_SUBMIT rc=0" in line:

@@ -446,7 +446,6 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
     the hold reason, the state table's reason, what the service says (a pod's Events), what the GAHP's
     ping finds wrong.
     Exits 0 when the pilot went through, 1 when it failed or stalled."""
-    import json
     import re
 
     from gahp import trace as tracing
@@ -482,7 +481,7 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
     except GahpError as e:
         raise _failed(e, source) from None
     if as_json:
-        click.echo(json.dumps(last.as_dict(elapsed, outcome), indent=2))
+        click.echo(tracing.json_text(last, outcome, elapsed))
     else:
         click.echo(tracing.verdict(last, outcome, elapsed))
     if outcome != "completed":

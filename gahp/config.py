@@ -232,11 +232,16 @@ class ServerSettings:
     max_pending_bytes: int
     """``PODGAHP_MAX_PENDING_BYTES``: most bytes of arguments queued or running; default 67108864."""
 
-    @classmethod
-    def from_knobs(cls, knobs: Knobs, backend: str) -> ServerSettings:
+    @staticmethod
+    def default_log(knobs: Knobs, backend: str, user: str) -> str:
+        """``PODGAHP_LOG`` when unset, for a GAHP of ``backend`` run by ``user``."""
         # On an HTCondor-CE, $(USER_LOG) ($(LOG)/user, mode 1777) is where processes running as a job
         # owner can write; $(LOG) itself belongs to condor.
         log_dir = knobs.raw("USER_LOG") or knobs.raw("LOG") or "/tmp"
+        return os.path.join(log_dir, f"PodgahpLog.{backend}.{user}")
+
+    @classmethod
+    def from_knobs(cls, knobs: Knobs, backend: str) -> ServerSettings:
         call_timeout = knobs.number("GRIDMANAGER_GAHP_CALL_TIMEOUT", 300.0, minimum=1)
         timeout = knobs.number("PODGAHP_REQUEST_TIMEOUT_SECONDS", max(call_timeout - 60, call_timeout / 2),
                                minimum=1)
@@ -249,8 +254,7 @@ class ServerSettings:
         if level_name not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"PODGAHP_DEBUG = {level_name!r} is not one of DEBUG, INFO, WARNING, ERROR")
         return cls(
-            log_file=knobs.string("PODGAHP_LOG",
-                                  os.path.join(log_dir, f"PodgahpLog.{backend}.{user_name()}")),
+            log_file=knobs.string("PODGAHP_LOG", cls.default_log(knobs, backend, user_name())),
             log_max_bytes=knobs.integer("PODGAHP_LOG_MAX_BYTES", 10_000_000, minimum=0),
             log_backups=knobs.integer("PODGAHP_LOG_BACKUPS", 2, minimum=0),
             log_level=getattr(logging, level_name),

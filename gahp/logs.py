@@ -4,20 +4,32 @@ Stdout is the protocol channel, so nothing here ever writes there. The log goes 
 (``PODGAHP_LOG``); if that cannot be opened it goes to stderr, which the gridmanager copies into its
 own log. Each line names the request id and job id of the request being served, and credentials are
 masked before anything is written.
+
+The GAHPs of every job owner log into one directory (on a CE ``$(USER_LOG)``, mode 1777), where any
+user can create any name: a log file named in advance (``PodgahpLog.<backend>.<user>``) could be
+created first by another user, who would then read and write the owner's log. So a log whose directory
+another user can write goes into the owner's own directory there (:mod:`gahp.statedir`:
+``Podgahp.<user>.<random>``, a name nobody can take first, where only the owner creates anything), and
+every log file is opened without following a symbolic link, only if it is a regular file of the
+process's user, and created readable by that user alone. :func:`find` gives readers (``podgahp trace``,
+admins) the same place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import logging.handlers
 import os
 import re
+import stat
 import sys
 import threading
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional
 
-from gahp.config import ServerSettings
+from gahp import statedir
+from gahp.config import ServerSettings, user_name
 
 _context = threading.local()
 
@@ -81,6 +93,58 @@ class _MaskingFormatter(logging.Formatter):
         return mask_secrets(super().format(record))
 
 
+def _others_may_write(directory: str) -> bool:
+    """Whether a user other than this process's (and root) can create a name in ``directory``: it is
+    writable by its group or by all, or it belongs to another user (who could create the file first)."""
+    info = os.stat(directory)
+    return bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) or info.st_uid not in (os.getuid(), 0)
+
+
+def own_path(configured: str, user: Optional[str] = None) -> str:
+    """Where this process writes the log configured as ``configured``: that path where no one else can
+    create names, else the same file name in ``user``'s own directory in that directory (made if
+    needed). OSError when neither can be used."""
+    directory = os.path.dirname(os.path.abspath(configured))
+    if not _others_may_write(directory):
+        return configured
+    return os.path.join(statedir.own_directory(directory, user or user_name()), os.path.basename(configured))
+
+
+def find(configured: str, user: str) -> Optional[str]:
+    """Where the GAHP of ``user`` writes the log configured as ``configured`` (for readers: nothing is
+    made); None when that user's own directory does not exist there (yet)."""
+    directory = os.path.dirname(os.path.abspath(configured))
+    try:
+        shared = _others_may_write(directory)
+    except OSError:
+        return None
+    if not shared:
+        return configured
+    own = statedir.user_directories(directory).get(user)
+    return os.path.join(own, os.path.basename(configured)) if own else None
+
+
+class _OwnFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log opened as only the user's own file may be: never through a symbolic link, only
+    a regular file of this user (one another user made or linked there is refused, whatever its
+    mode), created with mode 0600."""
+
+    def _open(self) -> io.TextIOWrapper:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.baseFilename, flags, 0o600)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_nlink != 1:
+                raise PermissionError(0, "not a file of this user alone (made or linked by another?)",
+                                      self.baseFilename)
+            if info.st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+            return open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115 - the handler keeps it
+        except BaseException:
+            os.close(fd)
+            raise
+
+
 def setup(settings: ServerSettings) -> str:
     """Send the ``gahp`` loggers to the configured file; returns where the log really goes."""
     handler: logging.Handler
@@ -88,21 +152,22 @@ def setup(settings: ServerSettings) -> str:
     # that user's home, and only if that fails too to stderr (the gridmanager's D_FULLDEBUG log).
     # No directory is made for the configured file: a path from a missing or wrong configuration
     # (HTCondor's built-in LOG is /log) must not appear on the machine.
-    candidates = [settings.log_file,
-                  os.path.join(os.path.expanduser("~"), ".podgahp", os.path.basename(settings.log_file))]
-    problems = []
+    home = os.path.join(os.path.expanduser("~"), ".podgahp")
+    candidates = [settings.log_file, os.path.join(home, os.path.basename(settings.log_file))]
+    problems: List[str] = []
     handler, where = logging.StreamHandler(sys.stderr), ""
-    for index, path in enumerate(candidates):
+    for index, configured in enumerate(candidates):
+        path = configured
         try:
             if index:  # only the fallback's own directory is made; a configured one must exist
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            handler = logging.handlers.RotatingFileHandler(
-                path, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups, encoding="utf-8",
-                errors="backslashreplace")
+                os.makedirs(home, mode=0o700, exist_ok=True)
+            path = own_path(configured)
+            handler = _OwnFileHandler(path, maxBytes=settings.log_max_bytes, backupCount=settings.log_backups,
+                                      encoding="utf-8", errors="backslashreplace")
             where = path
             break
         except OSError as e:
-            problems.append(f"{path}: {e.strerror}")
+            problems.append(f"{path}: {e.strerror or e}")
     if not where:
         where = "stderr (cannot open " + "; ".join(problems) + ")"
     handler.addFilter(_ContextFilter())

@@ -14,13 +14,16 @@ protecting ``RoutedToJobId`` would refuse the router's own update. The one thing
 that no client can set is the token the submitting connection authenticated with: ``AuthTokenSubject``
 and ``AuthTokenIssuer`` are ``SECURE_JOB_ATTRS``, set by the schedd itself (``AddSessionAttributes``
 in ``qmgmt.cpp``; the router drops the source job's own). A JobRouter that authenticates to its
-schedd with IDTOKENS made from the pool signing key (``02-ce-podgahp-defaults.conf``) is recorded as
-``condor@password`` of the CE's ``TRUST_DOMAIN``, which only holders of that key can be. So a job is
-accepted when:
+schedd with IDTOKENS made from the pool signing key (``10-podgahp-defaults.conf``) is recorded as
+``condor@password`` of the CE's ``TRUST_DOMAIN``, which only holders of that key can be; where it
+routes into the site's schedd (``JOB_ROUTER_SCHEDD2_*``), with a token of the site's key the admin
+put into the CE's ``tokens.d``. So a job is accepted when:
 
 * its token names the router (``PODGAHP_ROUTER_TOKEN_SUBJECTS`` of ``PODGAHP_ROUTER_TOKEN_ISSUER``),
-  unless ``PODGAHP_ROUTER_TOKEN_REQUIRED`` is false. HTCondor 25 records the token on every job; 23.x
-  only on a job without an X.509 proxy file (it records the proxy's attributes instead);
+  unless ``PODGAHP_ROUTER_TOKEN_REQUIRED`` is false. HTCondor records the token of a job with an
+  X.509 proxy file only from 25.6 on (23.x, 24.x and 25.0 record the proxy's attributes instead, and
+  nothing else on such a job tells the router's submit from its owner's: every other attribute the
+  schedd sets alone is the proxy's, which the owner's own proxy gives too);
 * ``RoutedBy`` names one of ``PODGAHP_ROUTERS`` and the source job named by ``RoutedFromJobId`` (in
   the source schedd) points back at it with ``RoutedToJobId`` and has the same owner (forgeable by
   the owner on its own; a check of consistency, and all there is when no token is required).
@@ -285,10 +288,21 @@ class RouteCheck:
                f"{' or '.join(s.token_subjects)} of {s.token_issuer!r} (PODGAHP_ROUTER_TOKEN_SUBJECTS, "
                f"PODGAHP_ROUTER_TOKEN_ISSUER)")
         if subject is None:
-            why += ("; the CE's JobRouter must authenticate to its schedd with IDTOKENS (02-ce-podgahp-defaults.conf)")
+            if s.source_schedd_name:
+                why += ("; where the CE's JobRouter routes into this schedd (JOB_ROUTER_SCHEDD2_NAME), put a token of "
+                        "this schedd's signing key for it into the CE's tokens.d (as root, with this schedd's "
+                        "configuration: condor_token_create -identity condor@password -authz READ -authz WRITE "
+                        "-file /etc/condor-ce/tokens.d/podgahp-router), then restart the JobRouter "
+                        "(condor_ce_off -daemon job_router; condor_ce_on -daemon job_router; "
+                        "10-podgahp-defaults.conf)")
+            else:
+                why += ("; the CE's JobRouter must authenticate to its schedd with IDTOKENS "
+                        "(10-podgahp-defaults.conf)")
             if ad.get("x509UserProxySubject") is not None:
-                why += (", and HTCondor 23.x records no token for a job with an X.509 proxy: set "
-                        "PODGAHP_ROUTER_TOKEN_REQUIRED = false there, or route pilots without a proxy")
+                why += ("; HTCondor before 25.6 records no token for a job with an X.509 proxy file: there, "
+                        "route pilots without a proxy, or set PODGAHP_ROUTER_TOKEN_REQUIRED = false in "
+                        "10-podgahp.conf (the routing attributes, which a job's owner can forge, are then all "
+                        "that is checked)")
         raise NotRouted(why)
 
 

@@ -20,9 +20,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from gahp import plugins
+from gahp import logs, plugins
 from gahp.backends import backend_class
 from gahp.backends.base import CeView
+from gahp.config import ServerSettings
 from gahp.errors import GahpError
 from gahp.hops import DONE, FAILED, WAITING, Hop
 from gahp.schedd import gahp_type
@@ -100,9 +101,9 @@ def _held(ad: Mapping[str, Any]) -> str:
 
 
 def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[str, Any]],
-                job: str) -> Tuple[List[Hop], bool]:
+                job: str, gahp_log: str = "PODGAHP_LOG") -> Tuple[List[Hop], bool]:
     """The hops the schedd tells: submitted, routed, grid job, GAHP request; and whether the remote
-    job's hops come next (the GAHP gave the pilot a job id)."""
+    job's hops come next (the GAHP gave the pilot a job id). ``gahp_log``: where the owner's GAHP logs."""
     if source is None:
         return [Hop("submitted", FAILED, f"job {job} is neither in the queue nor in the history of this schedd")], False
     hops = [Hop("submitted", DONE, f"job {job} of {source.get('Owner')}: {_status(source)}")]
@@ -137,14 +138,14 @@ def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[st
     if not grid_job_id:
         unavailable = routed.get("GridResourceUnavailableTime")
         detail = ("the gridmanager has no job id from the GAHP yet" +
-                  (": it finds the resource unavailable (the GAHP's BLAH_PING fails; see PODGAHP_LOG)"
+                  (f": it finds the resource unavailable (the GAHP's BLAH_PING fails; see {gahp_log})"
                    if unavailable else f": it starts {str(backend).upper()}_GAHP and submits at its next pass "
-                   "(GridmanagerLog, PODGAHP_LOG)"))
+                   f"(GridmanagerLog, {gahp_log})"))
         hops.append(Hop("GAHP request", WAITING, detail))
         return hops, False
     if len(grid_job_id.split()) < 4:
         hops.append(Hop("GAHP request", WAITING, f"the gridmanager sent BLAH_JOB_SUBMIT (sandbox "
-                        f"{grid_job_id.split()[-1]}); no answer from the GAHP yet (PODGAHP_LOG)"))
+                        f"{grid_job_id.split()[-1]}); no answer from the GAHP yet ({gahp_log})"))
         return hops, False
     hops.append(Hop("GAHP request", DONE, f"podgahp made pilot {grid_job_id.split()[-1]}"))
     return hops, True
@@ -179,6 +180,17 @@ class Ce:
         self.name = schedd_name
         self.pool = schedd_pool
         self._views: Dict[str, Optional[CeView]] = {}
+        self._logs: Dict[Tuple[str, str], str] = {}
+
+    def gahp_log(self, backend: str, owner: str) -> str:
+        """Where the GAHP of ``owner`` logs (its own directory in the shared one, :func:`gahp.logs.find`)."""
+        configured = self.knobs.optional("PODGAHP_LOG") or ServerSettings.default_log(self.knobs, backend, owner)
+        found = self._logs.get((backend, owner)) or logs.find(configured, owner)
+        if found:
+            self._logs[(backend, owner)] = found
+        return (f"PODGAHP_LOG: {found}" if found else
+                f"PODGAHP_LOG: {os.path.basename(configured)} in Podgahp.{owner}.* of {os.path.dirname(configured)}, "
+                "once its GAHP has run")
 
     def schedd(self) -> Any:
         from gahp.schedd import SCHEDD_KNOBS, describe, locate
@@ -242,10 +254,14 @@ def look(ce: Ce, job: str, user: str) -> Trace:
     routed = None
     if source is not None:
         routed = ce.ad(f'RoutedFromJobId == "{job}"')
-    hops, has_remote = schedd_hops(source, routed, job)
+    backend = gahp_type(routed.get("GridResource")) if routed is not None else None
+    gahp_log = "PODGAHP_LOG"
+    if (routed is not None and backend in plugins.backend_names() and isinstance(routed.get("Owner"), str)
+            and len(str(routed.get("GridJobId") or "").split()) < 4):  # the GAHP request hop names its log
+        gahp_log = ce.gahp_log(str(backend), str(routed.get("Owner")))
+    hops, has_remote = schedd_hops(source, routed, job, gahp_log)
     problems: List[str] = []
     gahp_stall = any(h.name == "GAHP request" and h.state != DONE for h in hops)
-    backend = gahp_type(routed.get("GridResource")) if routed is not None else None
     names: Tuple[str, ...] = ()
     if routed is not None and backend in plugins.backend_names() and (has_remote or gahp_stall):
         view = ce.view(str(backend))
@@ -326,6 +342,11 @@ def test_pilot(queue: Optional[str], directory: Optional[str] = None) -> Tuple[D
 MARK = {DONE: "ok", WAITING: "..", FAILED: "!!"}
 
 
+# Every detail, event and ping finding carries what users and the remote side wrote (Owner, HoldReason,
+# RouteName, GridResource, BatchQueue, paths, a pod's Events and conditions): each printed line is made
+# printable, so none can drive the admin's terminal or forge a line of its own.
+
+
 def text_lines(trace: Trace, elapsed_s: float, printed: Set[Tuple[str, str, str]]) -> List[str]:
     """The hops of one look not printed before (each hop once per state and detail), events under
     the hop that waits."""
@@ -334,8 +355,8 @@ def text_lines(trace: Trace, elapsed_s: float, printed: Set[Tuple[str, str, str]
         key = (hop.name, hop.state, hop.detail)
         if key not in printed:
             printed.add(key)
-            lines.append(f"{elapsed_s:6.1f}s {MARK[hop.state]} {hop.name:<13} {hop.detail}")
-            lines += [f"{'':8}   event: {e}" for e in hop.events]
+            lines.append(f"{elapsed_s:6.1f}s {MARK[hop.state]} {hop.name:<13} {logs.printable(hop.detail)}")
+            lines += [f"{'':8}   event: {logs.printable(e)}" for e in hop.events]
         if hop.state != DONE:
             break
     return lines
@@ -346,7 +367,13 @@ def verdict(trace: Trace, outcome: str, elapsed_s: float) -> str:
     if outcome == "completed" or stop is None:
         return f"pilot {trace.job} went through every hop in {elapsed_s:.0f} s"
     lines = [f"pilot {trace.job} {'failed' if outcome == 'failed' else 'stalled'} at \"{stop.name}\" after "
-             f"{elapsed_s:.0f} s: {stop.detail}"]
-    lines += [f"  event: {e}" for e in stop.events]
-    lines += [f"  the GAHP's ping finds: {p}" for p in trace.problems]
+             f"{elapsed_s:.0f} s: {logs.printable(stop.detail)}"]
+    lines += [f"  event: {logs.printable(e)}" for e in stop.events]
+    lines += [f"  the GAHP's ping finds: {logs.printable(p)}" for p in trace.problems]
     return "\n".join(lines)
+
+
+def json_text(trace: Trace, outcome: str, elapsed_s: float) -> str:
+    """The last look as one JSON document: every character outside printable ASCII is a \\u escape
+    (DEL too, which JSON leaves as it is)."""
+    return json.dumps(trace.as_dict(elapsed_s, outcome), indent=2, ensure_ascii=True).replace("\x7f", "\\u007f")

@@ -72,6 +72,8 @@ PODGAHP_CE_PORT = 0
 
 #: Log files shown by dump_logs, in this order; other files in LOG follow.
 LOG_ORDER = ("MasterLog", "CollectorLog", "SchedLog", "JobRouterLog")
+#: podgahp's logs, which its programs write into their user's own directory in LOG.
+_PODGAHP_LOGS = ("PodgahpLog", "PodgahpProvisionLog")
 
 _ROUTER_READY = re.compile(
     r"Routes will be matched in this order|routing table is|JobRouter is disabled|routing will not take place")
@@ -185,8 +187,8 @@ class Pool:
         for sub in ("log", "spool", "lock", "execute", "run"):
             (local / sub).mkdir()
             os.chown(local / sub, condor.uid, condor.gid)
-        # The GAHP runs as the job owner and logs to $(LOG)/PodgahpLog.<backend>.<user> by default;
-        # let it create its file there (sticky, like /tmp) so dump_logs shows it with the rest.
+        # The GAHP runs as the job owner and logs to $(LOG)/Podgahp.<user>.<random>/PodgahpLog.<backend>.<user>
+        # by default; let it make its directory there (sticky, like /tmp) so dump_logs shows it with the rest.
         (local / "log").chmod(0o1777)
         (local / "config.d").mkdir()
         standalone = f"{inst.src_dir}/ce-config/standalone"
@@ -433,20 +435,28 @@ class Pool:
     # logs
 
     def log_names(self) -> List[str]:
+        """The logs in LOG, daemons' first; podgahp's as <user's own directory>/<file> (a GAHP or
+        provisioner logs into its user's own directory there, Podgahp.<user>.<random>)."""
+        log = self.path(self.log_dir)
         try:
-            names = sorted(p.name for p in self.path(self.log_dir).iterdir() if p.is_file() and not p.name.startswith("."))
+            names = sorted(p.name for p in log.iterdir() if p.is_file() and not p.name.startswith("."))
+            names += sorted(f"{d.name}/{p.name}" for d in log.glob("Podgahp.*") if d.is_dir() and not d.is_symlink()
+                            for p in d.iterdir() if p.is_file() and p.name.startswith(_PODGAHP_LOGS))
         except OSError:
             return []
         first = [n for n in LOG_ORDER if n in names]
         return first + [n for n in names if n not in first]
 
     def log(self, name: str) -> str:
-        """Text of a daemon log in LOG (MasterLog, SchedLog, JobRouterLog, GridmanagerLog.pilot, ...);
-        empty if it does not exist (yet)."""
-        try:
-            return self.path(f"{self.log_dir}/{name}").read_text(errors="replace")
-        except OSError:
-            return ""
+        """Text of a log in LOG (MasterLog, SchedLog, JobRouterLog, GridmanagerLog.pilot, ...), or of
+        podgahp's log of that name in a user's own directory there; empty if it does not exist (yet)."""
+        log = self.path(self.log_dir)
+        for path in [log / name] + sorted(log.glob(f"Podgahp.*/{name}")):
+            try:
+                return path.read_text(errors="replace")
+            except OSError:
+                continue
+        return ""
 
     def gahp_lines(self, user: str = "pilot") -> List[str]:
         """The GAHP conversation lines of the gridmanager of `user` (`GAHP[pid] <- ...` / `-> ...`)."""

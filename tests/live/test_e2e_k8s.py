@@ -16,8 +16,8 @@ import pytest
 
 from e2e import (ANN_SANDBOX_ID, BAD_IMAGE, COMPLETED, HELD, IDLE, LABEL_QUEUE, LABEL_SANDBOX, NAMESPACE,
                  RUNNING, container, env_of, gahp_pids, grid_parts, iwd, job_id, kube_sim, pilot_submit,
-                 pod_creations, pod_deletions, pod_of, pods_by_sandbox, routed_jobs,
-                 start_k8s_ce, wait_done, wait_for_pods)
+                 pod_creations, pod_deletions, pod_of, pods_by_sandbox, records_token_of_proxy_jobs, routed_jobs,
+                 start_k8s_ce, wait_done, wait_for_pods, write_user_file, x509_proxy)
 from podgahp_sim.k8s import KubeSim
 from harness import Installation, Pool
 
@@ -295,6 +295,34 @@ def test_forged_routing_links_are_refused(make_pool: Callable[..., Pool], instal
         "condor@password"
 
 
+def test_a_pilot_with_a_proxy_where_htcondor_records_no_token_is_held_naming_the_knob(
+        make_pool: Callable[..., Pool], installation: Installation, kube_sim: KubeSim) -> None:
+    """A routed pilot with an X.509 proxy file: HTCondor before 25.6 records the proxy's subject on the
+    routed job, not the router's token, and nothing else tells the router's submit from its owner's,
+    so the default (PODGAHP_ROUTER_TOKEN_REQUIRED) holds it with a reason naming the knob, and no pod
+    is made. From 25.6 on the token is recorded next to the proxy's subject, and the pilot runs."""
+    pool = start_k8s_ce(make_pool, installation, kube_sim)
+    home = iwd(pool)
+    write_user_file(pool, f"{home}/x509up", x509_proxy(2), mode=0o600)
+    cluster = pool.submit(pilot_submit(home, "proxied", run_seconds=1, extra=["x509userproxy = x509up"]), cwd=home)
+    if records_token_of_proxy_jobs(installation):
+        done = wait_done(pool, cluster, 1)
+        assert done[0]["ExitCode"] == 0, done[0]
+        routed = routed_jobs(pool, cluster)[0]
+        ad = pool.jobs(f"ClusterId == {routed['ClusterId']}", ["AuthTokenSubject", "x509UserProxySubject"])[0]
+        assert ad.get("AuthTokenSubject") == "condor@password" and ad.get("x509UserProxySubject"), ad
+        return
+
+    def held() -> List[Dict[str, Any]]:
+        return [ad for ad in routed_jobs(pool, cluster, in_queue_only=True)
+                if ad["JobStatus"] == HELD and "JobRouter" in str(ad.get("HoldReason"))]
+    ad = pool.wait_for(held, timeout=120, what="the routed pilot with a proxy held")[0]
+    reason = str(ad["HoldReason"])
+    assert "HTCondor before 25.6 records no token for a job with an X.509 proxy file" in reason, reason
+    assert "PODGAHP_ROUTER_TOKEN_REQUIRED = false in 10-podgahp.conf" in reason, reason
+    assert pod_creations(kube_sim) == [] and not kube_sim.pods(NAMESPACE)
+
+
 #: HTCondor-CE's own security defaults (its 05-ce-auth-defaults.conf, read before podgahp's files):
 #: FS by default, the schedd's reads and writes by FS, SCITOKENS or SSL. podgahp's
 #: 10-podgahp-defaults.conf extends them for the router's token.
@@ -313,8 +341,9 @@ def test_podgahps_files_let_the_routers_token_through_the_ces_security(make_pool
     its token (and users with FS as before): the routed pilot is recorded as the router's and runs."""
     config = CE_AUTH + f"include : {installation.src_dir}/condor_config.d/10-podgahp-defaults.conf\n"
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
-    assert pool.config_val("SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS") == "FS,SCITOKENS,SSL, IDTOKENS"
-    assert pool.config_val("JOB_ROUTER.SEC_CLIENT_AUTHENTICATION_METHODS") == "IDTOKENS"
+    # The schedd prefers the router's token for writes; users without one fall back to FS.
+    assert pool.config_val("SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS") == "IDTOKENS, FS,SCITOKENS,SSL"
+    assert pool.config_val("JOB_ROUTER.SEC_CLIENT_AUTHENTICATION_METHODS") == "IDTOKENS, FS, TOKEN, SCITOKENS, SSL"
     home = iwd(pool)
     cluster = pool.submit(pilot_submit(home, "ce", run_seconds=1), cwd=home)
     done = wait_done(pool, cluster, 1)

@@ -20,10 +20,9 @@ import uuid
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
-import trustme
 
 from e2e import (E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESPACE, RUNNING, container, kubeconfig_text, pod_of,
-                 routed_jobs, routes_config, sim_nodes, write_user_file)
+                 records_token_of_proxy_jobs, routed_jobs, routes_config, sim_nodes, write_user_file, x509_proxy)
 from harness import Installation, Pool
 from harness.image import pilot_image
 from harness.userpool import CONFIG as USER_POOL_CONFIG
@@ -140,6 +139,10 @@ def site(installation: Installation, request: pytest.FixtureRequest) -> Iterator
         users.start()
         config = (routes_config(installation) + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS
                   + E2E_FAST + CE_CONFIG.format(image=reference))
+        if not records_token_of_proxy_jobs(installation):
+            # A pilot here carries an X.509 proxy, whose submitter's token HTCondor records only from
+            # 25.6 on: as a CE routing such pilots must (10-podgahp-defaults.conf).
+            config += "PODGAHP_ROUTER_TOKEN_REQUIRED = false\n"
         ce = Pool(installation, extra_config=config, name="real-pilots-ce",
                   files={"kubeconfig": kubeconfig_text(sim), "gpu-template.yaml": GPU_TEMPLATE})
         pools.append(ce)
@@ -314,22 +317,12 @@ def test_a_payload_over_the_memory_limit_is_oomkilled_and_the_pilot_held(site: S
     site.users.run(["condor_rm", "-forcex", str(cluster)], user="pilot", check=False)
 
 
-def _proxy(days: int) -> str:
-    """An X.509 certificate and key in one file, as a proxy is, valid for ``days``."""
-    import datetime
-    ca = trustme.CA(key_type=trustme.KeyType.RSA)
-    cert = ca.issue_cert("pilot.podgahp.test", common_name="pilot",
-                         not_after=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=days),
-                         key_type=trustme.KeyType.RSA)
-    return "".join(blob.bytes().decode() for blob in cert.cert_chain_pems) + cert.private_key_pem.bytes().decode()
-
-
 def test_a_refreshed_proxy_reaches_the_running_pilot(site: Site) -> None:
     """A factory's pilot with a proxy: BLAH_JOB_REFRESH_PROXY puts the new proxy into the running
     pod, where a process of the pilot (its user's job) reads the new content."""
     name = unique("proxy")
     ce_home = site.ce.user_dir()
-    old_proxy, new_proxy = _proxy(2), _proxy(3)
+    old_proxy, new_proxy = x509_proxy(2), x509_proxy(3)
     write_user_file(site.ce, f"{ce_home}/x509up", old_proxy, mode=0o600)
     script = f"{site.ce.installation.src_dir}/gahp/data/podgahp-pilot-startup.sh"
     environment = " ".join([f"CONDOR_HOST={collector_address(site.users)}", "NUM_CPUS=1", "MEMORY=512",

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import pwd
+import stat
 from pathlib import Path
 
 import pytest
@@ -79,3 +82,70 @@ def test_non_utf8_and_control_characters_are_escaped_on_one_line(tmp_path: Path)
 ], ids=["osc-title", "cr", "c1-csi", "bidi-override", "zero-width", "line-separator", "printable-unicode", "tab"])
 def test_printable_leaves_nothing_that_drives_a_terminal(text: str, shown: str) -> None:
     assert logs.printable(text) == shown and logs.printable(text).isprintable()
+
+
+def test_a_log_named_in_advance_in_a_shared_directory_is_not_the_victims() -> None:
+    """mallory (daemon) creates, in a shared log directory like $(USER_LOG), the file alice's (nobody's)
+    GAHP logs to, readable and writable by all, a symbolic link to a file of mallory's in the next
+    rotated name, and directories named as alice's own. alice's GAHP logs into its own directory
+    there, in a file only alice can read; none of its lines reach mallory's files; readers find
+    alice's log where it is."""
+    from as_user import run_as, shared_directory
+
+    secret = "pilot k8s/pilots/pilot-alice-0123 of alice"
+    with shared_directory() as shared:
+        configured = shared / "PodgahpLog.k8s.nobody"
+
+        def mallory() -> None:
+            configured.write_text("")
+            configured.chmod(0o666)
+            (shared / "mallory.txt").write_text("")
+            os.symlink(shared / "mallory.txt", shared / "PodgahpLog.k8s.nobody.1")
+            for name in ("Podgahp.nobody.000000", "Podgahp.nobody.aaaaaa"):
+                (shared / name).mkdir(mode=0o777)
+                (shared / name).chmod(0o777)
+
+        def alice() -> None:
+            settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(configured),
+                                                        "PODGAHP_LOG_MAX_BYTES": "200"}), "k8s")
+            where = logs.setup(settings)
+            assert os.path.dirname(where) != str(shared) and os.path.basename(where) == configured.name, where
+            for n in range(5):  # past the size limit: rotated within alice's directory
+                logging.getLogger("gahp.test").warning("%s, line %d", secret, n)
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            assert logs.find(str(configured), "nobody") == where
+            assert stat.S_IMODE(os.stat(where).st_mode) == 0o600 and os.stat(where).st_uid == os.getuid()
+            assert secret in Path(where).read_text()
+            assert secret in Path(where + ".1").read_text()
+
+        def mallory_reads() -> None:
+            (own,) = [p for p in shared.glob("Podgahp.nobody.*") if p.owner() == "nobody"]
+            with pytest.raises(PermissionError):
+                (own / configured.name).read_text()
+
+        run_as("daemon", mallory)
+        run_as("nobody", alice)
+        run_as("daemon", mallory_reads)
+        assert configured.read_text() == "" and (shared / "mallory.txt").read_text() == ""
+        found = logs.find(str(configured), "nobody")
+        assert found is not None and secret in Path(found).read_text()
+        assert Path(found).parent.owner() == "nobody"
+
+
+def test_a_log_file_of_another_user_or_a_link_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the configured file is a link or another user's file (a directory only root may write,
+    so the fixed name is used), the GAHP logs to its user's ~/.podgahp instead, never through it."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    private = tmp_path / "log"
+    private.mkdir(mode=0o755)
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    os.symlink(target, private / "PodgahpLog.k8s.link")
+    (private / "PodgahpLog.k8s.theirs").write_text("")
+    os.chown(private / "PodgahpLog.k8s.theirs", pwd.getpwnam("nobody").pw_uid, -1)
+    for name in ("PodgahpLog.k8s.link", "PodgahpLog.k8s.theirs"):
+        settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(private / name)}), "k8s")
+        assert logs.setup(settings) == str(tmp_path / "home" / ".podgahp" / name)
+        logging.getLogger("gahp.test").warning("not there")
+    assert target.read_text() == "" and (private / "PodgahpLog.k8s.theirs").read_text() == ""

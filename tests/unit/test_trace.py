@@ -4,6 +4,8 @@ stop, each naming why."""
 from __future__ import annotations
 
 import datetime
+import json
+from pathlib import Path
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import pytest
@@ -12,9 +14,11 @@ from gahp.backends.base import Census, CeView, RemoteJob
 from gahp.backends.k8s.census import KubernetesCeView
 from gahp.backends.k8s.podtrace import pod_hops, pod_of
 from gahp.backends.k8s.settings import KubernetesSettings
-from gahp.config import Knobs
+from gahp.config import Knobs, user_name
 from gahp.hops import DONE, FAILED, WAITING, Hop
-from gahp.trace import OUTPUT, SCHEDD_HOPS, Ce, Trace, follow, look, schedd_hops, text_lines, verdict
+from gahp.statedir import own_directory
+from gahp.trace import (OUTPUT, SCHEDD_HOPS, Ce, Trace, follow, json_text, look, output_hop, schedd_hops,
+                        text_lines, verdict)
 
 SOURCE = {"ClusterId": 12, "ProcId": 0, "Owner": "pilot", "JobStatus": 1}
 ROUTED = {"ClusterId": 13, "ProcId": 0, "JobStatus": 1, "RouteName": "K8s_Cpu", "GridResource": "batch k8s",
@@ -179,3 +183,44 @@ def test_a_remote_job_cleaned_up_after_its_grid_job_completed_is_named_in_the_ba
                  "12.0", "pilot")
     assert [h.name for h in trace.hops][len(SCHEDD_HOPS):] == ["job queued", "job ran", OUTPUT]
     assert all(h.state == DONE for h in trace.hops) and "the toy job is cleaned up" in trace.hops[-2].detail
+
+
+#: What users and the cluster can write into what a trace prints: an OSC title, a screen clear, a
+#: carriage return over the line, a C1 control, a bidirectional override, a line of its own, DEL.
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\rok pilot done\x9b31m\u202eevil\nFAKE ok completed\x7f"
+
+
+@pytest.mark.parametrize("source, routed, events", [
+    ({**SOURCE, "Owner": HOSTILE, "JobStatus": 5, "HoldReason": HOSTILE}, None, []),
+    (SOURCE, {**ROUTED, "RouteName": HOSTILE, "GridResource": "batch k8s", "BatchQueue": HOSTILE,
+              "GridJobId": f"batch k8s {HOSTILE}"}, []),
+    ({**SOURCE, "JobStatus": 4, "Iwd": "/home/pilot", "Out": HOSTILE}, "output", []),
+    (SOURCE, {**ROUTED, "JobStatus": 5, "HoldReason": HOSTILE, "HoldReasonCode": HOSTILE}, [HOSTILE]),
+], ids=["held-source", "route-and-queue", "output-path", "held-with-events"])
+def test_nothing_users_or_the_cluster_wrote_reaches_the_terminal_raw(source: Dict[str, Any], routed: Any,
+                                                                      events: List[str]) -> None:
+    """HoldReason (condor_hold -reason), RouteName, BatchQueue, GridJobId, Owner, Out, a pod's Events
+    and the ping's findings are printed escaped: one line each, nothing a terminal acts on."""
+    hops = [output_hop(source)] if routed == "output" else schedd_hops(source, routed, "12.0")[0]
+    hops[-1] = Hop(hops[-1].name, hops[-1].state, hops[-1].detail, events)
+    trace = Trace("12.0", hops, problems=[HOSTILE])
+    assert HOSTILE in " ".join(h.detail for h in hops) + " ".join(events)  # the raw text is there to escape
+    text = text_lines(trace, 1.0, set()) + verdict(trace, "failed", 1.0).split("\n")
+    assert all(line.isprintable() for line in text), [line for line in text if not line.isprintable()]
+    assert not [line for line in text if line.startswith("FAKE")]
+    document = json_text(trace, "failed", 1.0)
+    assert all(" " <= c <= "~" or c == "\n" for c in document), repr(document)
+    assert json.loads(document)["why"].count(HOSTILE) >= 1  # escaped, not lost
+
+
+def test_the_owners_gahp_log_is_named_where_it_is(tmp_path: Path) -> None:
+    shared = tmp_path / "user"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    ce = Ce(Knobs({"USER_LOG": str(shared)}), None, None)
+    assert ce.gahp_log("k8s", "pilot") == f"PODGAHP_LOG: PodgahpLog.k8s.pilot in Podgahp.pilot.* of {shared}, once " \
+                                           "its GAHP has run"
+    own = own_directory(str(shared), user_name())
+    assert ce.gahp_log("k8s", user_name()) == f"PODGAHP_LOG: {own}/PodgahpLog.k8s.{user_name()}"
+    hops, _ = schedd_hops(SOURCE, ROUTED, "12.0", ce.gahp_log("k8s", user_name()))
+    assert f"{own}/PodgahpLog.k8s.{user_name()}" in hops[-1].detail
