@@ -21,6 +21,7 @@ from gahp.errors import ConfigError, GahpError
 from gahp.job import PilotJob
 from gahp.jobstate import JobState
 from gahp.provenance import ProvenanceSettings, RouteCheck
+from gahp.schedd import QueryProcess
 from gahp.server import Server
 
 log = logging.getLogger(__name__)
@@ -93,9 +94,12 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
         backend = UnusableBackend(backend_name, settings_error)
     else:
         backend = build_backend(backend_name, knobs)
+    # The route check's queries are made by a process of their own: the bindings hold the GIL while
+    # they wait for the schedd (gahp.schedd), which would stop this whole process meanwhile.
+    queries = QueryProcess()
     try:
         admit: Optional[Callable[[PilotJob], None]] = RouteCheck(ProvenanceSettings.from_knobs(knobs),
-                                                                 backend_name).check
+                                                                 backend_name, query=queries.query).check
     except GahpError as e:
         log.error("%s", e)
         backend, admit = UnusableBackend(backend_name, str(e)), None
@@ -112,5 +116,6 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
             backend.close()
         except Exception:  # noqa: BLE001
             log.exception("error closing the backend")
+        queries.close()
         log.info("podgahp exiting")
         logging.shutdown()

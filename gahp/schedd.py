@@ -11,13 +11,25 @@ counts), the first word ``batch`` (exactly) followed by the batch type, which th
 before it reads ``<type>_GAHP``; further words make it a remote GAHP. ``batch K8S`` therefore starts
 ``k8s_gahp``, ``batch  k8s`` (two spaces) or ``Batch k8s`` do not. The job id the GAHP handed out is
 the fourth word of ``GridJobId`` (``batch <type> <sandbox> <job id>``).
+
+A GAHP asks through :class:`QueryProcess`, a child process of its own: the bindings hold Python's
+global lock while they wait for the schedd's answer (htcondor2 of HTCondor 23 and 25), so a query
+made in the GAHP's process would stop all of it (status answers, watches, other submits) for as long
+as a busy schedd takes to answer.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import select
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, List, Optional
+from typing import IO, Any, Dict, FrozenSet, List, Optional, Sequence
 
 from gahp.errors import GahpError
 
@@ -48,6 +60,131 @@ def query(constraint: str, projection: List[str], name: Optional[str] = None,
     except Exception as e:  # noqa: BLE001 - the bindings raise several kinds; any means "unknown"
         raise ScheddUnavailable(f"{describe(name, pool)} cannot be queried: {e}") from e
     return [{key: ad.get(key) for key in projection} for ad in ads]
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A value of a job ad that is not a string, number or boolean (an expression, a list...), as its
+    text: never equal to a plain value, as the bindings' objects are not."""
+
+    text: str
+
+
+#: Seconds a query made through :class:`QueryProcess` may take before its process is replaced.
+QUERY_TIMEOUT_S = 120.0
+
+
+class QueryProcess:
+    """:func:`query` made by a child process (``python -m gahp.schedd``), one at a time, each within
+    ``timeout`` seconds. The process starts at the first query and again after it failed; it ends when
+    this object is closed, or with the GAHP (its standard input ends). Thread-safe."""
+
+    def __init__(self, timeout: float = QUERY_TIMEOUT_S, argv: Optional[Sequence[str]] = None) -> None:
+        self.timeout = timeout
+        self.argv = list(argv) if argv else [sys.executable, "-m", "gahp.schedd"]
+        self._lock = threading.Lock()
+        self._process: Optional["subprocess.Popen[bytes]"] = None
+        self._buffer = b""
+
+    def query(self, constraint: str, projection: List[str], name: Optional[str] = None,
+              pool: Optional[str] = None) -> List[Dict[str, object]]:
+        """As :func:`query`; ScheddUnavailable also when the process fails or takes too long."""
+        request = json.dumps({"constraint": constraint, "projection": projection, "name": name, "pool": pool})
+        with self._lock:
+            try:
+                answer = self._ask(request.encode() + b"\n")
+            except (OSError, ValueError, TimeoutError) as e:
+                self._stop()
+                raise ScheddUnavailable(f"{describe(name, pool)} cannot be queried: the query process failed: {e}") from e
+        if "error" in answer:
+            raise ScheddUnavailable(str(answer["error"]))
+        return [{k: _value(v) for k, v in ad.items()} for ad in answer["ads"]]
+
+    def _ask(self, request: bytes) -> Dict[str, Any]:
+        process = self._process
+        if process is None or process.poll() is not None:
+            process = self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                       close_fds=True)
+            self._buffer = b""
+        stdin, stdout = process.stdin, process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(request)
+        stdin.flush()
+        deadline = time.monotonic() + self.timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no answer in {self.timeout:g} s")
+            ready, _, _ = select.select([stdout], [], [], remaining)
+            if ready:
+                chunk = os.read(stdout.fileno(), 1 << 16)
+                if not chunk:
+                    raise OSError(f"the query process ended (exit code {process.wait(5)})")
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        answer = json.loads(line)
+        if not isinstance(answer, dict):
+            raise ValueError("the query process sent something that is not an answer")
+        return answer
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            _end(process, kill=True)
+
+    def close(self) -> None:
+        """End the process (its input ends; killed if it does not exit)."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is not None:
+            _end(process, kill=False)
+
+
+def _end(process: "subprocess.Popen[bytes]", kill: bool) -> None:
+    try:
+        if kill:
+            process.kill()
+        elif process.stdin is not None:
+            process.stdin.close()
+        process.wait(10)
+    except (OSError, subprocess.TimeoutExpired):
+        process.kill()
+        process.wait(10)
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def _value(value: Any) -> object:
+    if isinstance(value, dict):
+        return Expression(str(value.get("expression")))
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """A value of a job ad as JSON: a string, number, boolean or None as it is, anything else as its text."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return {"expression": str(value)}
+
+
+def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The query process: one JSON request a line in, one JSON answer a line out, until the input ends."""
+    for line in requests:
+        try:
+            request = json.loads(line)
+            ads = query(str(request["constraint"]), [str(a) for a in request["projection"]],
+                        request.get("name"), request.get("pool"))
+            answer: Dict[str, Any] = {"ads": [{k: _plain(v) for k, v in ad.items()} for ad in ads]}
+        except ScheddUnavailable as e:
+            answer = {"error": str(e)}
+        except (ValueError, KeyError, TypeError) as e:
+            answer = {"error": f"a query the process cannot read: {e}"}
+        answers.write(json.dumps(answer).encode() + b"\n")
+        answers.flush()
 
 
 def locate(name: Optional[str] = None, pool: Optional[str] = None) -> Any:
@@ -159,3 +296,7 @@ def _quote(text: str) -> str:
     import classad2
 
     return str(classad2.quote(text))
+
+
+if __name__ == "__main__":
+    serve(sys.stdin.buffer, sys.stdout.buffer)

@@ -3,11 +3,20 @@ and when an answer of the schedd is trusted as whole (podgahp reap deletes nothi
 
 from __future__ import annotations
 
+import io
+import json
+import sys
+import threading
+import time
+from pathlib import Path
 from typing import Dict, List, Optional
 
+import classad2
 import pytest
 
-from gahp.schedd import IncompleteAnswer, check_whole, gahp_job_ids, gahp_type
+from gahp import schedd
+from gahp.schedd import (Expression, IncompleteAnswer, QueryProcess, ScheddUnavailable, check_whole, gahp_job_ids,
+                         gahp_type)
 
 
 @pytest.mark.parametrize("grid_resource, expected", [
@@ -66,3 +75,115 @@ def test_an_answer_is_trusted_only_when_shown_whole(answer: List[Dict[str, objec
     else:
         with pytest.raises(IncompleteAnswer, match=refused):
             check_whole("the local schedd", "ce.example.org", answer, counted, queue_total, advertised)
+
+
+#: A stand-in for ``python -m gahp.schedd``: answers each request line with the ads of a file named in
+#: the constraint ("sleep" waits first, "die" exits), and records its pid.
+FAKE = """
+import json, os, sys, time
+open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["constraint"] == "die":
+        sys.exit(3)
+    if request["constraint"] == "sleep":
+        time.sleep(30)
+    sys.stdout.write(json.dumps({"ads": [{"Constraint": request["constraint"], "Routed": {"expression": "x + 1"}}]}) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> "tuple[List[str], Path]":
+    script = tmp_path / "fake.py"
+    script.write_text(FAKE)
+    pids = tmp_path / "pids"
+    return [sys.executable, str(script), str(pids)], pids
+
+
+def test_queries_are_answered_by_one_process_and_values_keep_their_kind(fake: "tuple[List[str], Path]") -> None:
+    argv, pids = fake
+    queries = QueryProcess(argv=argv)
+    try:
+        for i in range(3):
+            assert queries.query(f"ClusterId == {i}", ["Constraint", "Routed"]) == [
+                {"Constraint": f"ClusterId == {i}", "Routed": Expression("x + 1")}]
+        assert len(pids.read_text().split()) == 1
+    finally:
+        queries.close()
+
+
+def test_a_process_that_fails_or_hangs_is_replaced_and_the_query_is_unavailable(fake: "tuple[List[str], Path]") -> None:
+    argv, pids = fake
+    queries = QueryProcess(timeout=0.5, argv=argv)
+    try:
+        with pytest.raises(ScheddUnavailable, match="query process ended .exit code 3"):
+            queries.query("die", [])
+        started = time.monotonic()
+        with pytest.raises(ScheddUnavailable, match="no answer in 0.5 s"):
+            queries.query("sleep", [])
+        assert time.monotonic() - started < 10
+        assert queries.query("true", [])[0]["Constraint"] == "true"
+        assert len(pids.read_text().split()) == 3
+    finally:
+        queries.close()
+
+
+def test_a_query_waiting_for_the_process_leaves_the_other_threads_running(fake: "tuple[List[str], Path]") -> None:
+    """The point of the process: while it waits for the schedd, this process's threads run (the bindings
+    would hold the interpreter's lock all that time)."""
+    argv, _ = fake
+    queries = QueryProcess(timeout=1.0, argv=argv)
+    counted = [0]
+    done = threading.Event()
+
+    def count() -> None:
+        while not done.is_set():
+            counted[0] += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        with pytest.raises(ScheddUnavailable):
+            queries.query("sleep", [])
+    finally:
+        done.set()
+        counter.join(10)
+        queries.close()
+    assert counted[0] > 100
+
+
+def test_the_process_answers_what_the_schedd_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = []
+
+    def query(constraint: str, projection: List[str], name: Optional[str], pool: Optional[str]) -> List[Dict[str, object]]:
+        asked.append((constraint, projection, name, pool))
+        if constraint == "down":
+            raise ScheddUnavailable("the local schedd cannot be queried: refused")
+        return [{"ClusterId": 7, "GridJobId": "batch k8s s", "Expr": classad2.ExprTree("a + b"), "None": None}]
+
+    monkeypatch.setattr(schedd, "query", query)
+    requests = io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in [
+        {"constraint": "ClusterId == 7", "projection": ["ClusterId"], "name": "s@x", "pool": "x:9618"},
+        {"constraint": "down", "projection": []}, {"nothing": 1}]))
+    answers = io.BytesIO()
+    schedd.serve(requests, answers)
+    first, second, third = [json.loads(line) for line in answers.getvalue().splitlines()]
+    assert first == {"ads": [{"ClusterId": 7, "GridJobId": "batch k8s s", "Expr": {"expression": "a + b"}, "None": None}]}
+    assert second == {"error": "the local schedd cannot be queried: refused"}
+    assert "cannot read" in third["error"]
+    assert asked[0] == ("ClusterId == 7", ["ClusterId"], "s@x", "x:9618")
+
+
+def test_the_real_process_says_when_there_is_no_schedd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"CONDOR_CONFIG": "ONLY_ENV", "_CONDOR_LOG": str(tmp_path),
+                        "_CONDOR_SCHEDD_ADDRESS_FILE": str(tmp_path / "none"),
+                        "_CONDOR_COLLECTOR_HOST": "127.0.0.1:1"}.items():
+        monkeypatch.setenv(name, value)
+    queries = QueryProcess(timeout=120)
+    try:
+        with pytest.raises(ScheddUnavailable, match="the local schedd cannot be queried"):
+            queries.query("true", ["ClusterId"])
+    finally:
+        queries.close()
