@@ -16,14 +16,14 @@ another key a backend needs before the id is known).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
 import re
 import stat
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, List, Optional, Sequence
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,10 @@ MAX_BYTES = 64 * 1024
 #: Values of :attr:`JobRecord.cancel`.
 CANCEL_STATES = ("", "pending", "done")
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,250}$")
+#: How a record's temporary file is made: a new file of this user only, never through a link.
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+#: Numbers of the temporary files this process makes (with its pid, a name no other process uses).
+_serial = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class JobRecord:
     cancelled (kept, so that a repeated cancel is still answered)."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        return json.dumps({name: getattr(self, name) for name in _FIELDS}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: Any) -> Optional[JobRecord]:
@@ -75,6 +79,9 @@ class JobRecord:
                    name=name, cancel=cancel)
 
 
+_FIELDS = tuple(f.name for f in fields(JobRecord))
+
+
 def file_name(key: str) -> str:
     """The file name of a key; ValueError for a key that cannot be one (never a path)."""
     name = key.replace("/", ".")
@@ -90,22 +97,45 @@ class JobRecords:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", ce_name)[:64]
         digest = hashlib.sha256(ce_name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
         self.directories = [os.path.join(d, f"jobs.{safe}-{digest}-{backend}") for d in directories]
+        self._made = False
 
     def _writable(self) -> str:
         if not self.directories:
             raise OSError("no state directory can be used (PODGAHP_STATE_DIR, ~/.podgahp/state); see the log")
         path = self.directories[0]
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        if not self._made:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            self._made = True
         return path
 
     def put(self, record: JobRecord) -> None:
-        """Write (or replace) ``record``; OSError when it cannot be written."""
-        directory = self._writable()
-        fd, tmp = tempfile.mkstemp(prefix=".record-", dir=directory)
+        """Write (or replace) ``record``: a new file, then renamed to the record's (a reader sees the old
+        record or the new one, whole); OSError when it cannot be written."""
+        data = record.to_json().encode("utf-8", "surrogateescape")
+        name = file_name(record.key)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(record.to_json())
-            os.replace(tmp, os.path.join(directory, file_name(record.key)))
+            self._write(self._writable(), name, data)
+        except FileNotFoundError:  # the directory was removed since it was made: make it again, once
+            self._made = False
+            self._write(self._writable(), name, data)
+
+    @staticmethod
+    def _write(directory: str, name: str, data: bytes) -> None:
+        while True:
+            tmp = os.path.join(directory, f".record-{os.getpid()}-{next(_serial)}")
+            try:
+                fd = os.open(tmp, _NEW, 0o600)
+                break
+            except FileExistsError:  # left by an earlier process of this pid
+                continue
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(tmp, os.path.join(directory, name))
         except BaseException:
             try:
                 os.unlink(tmp)

@@ -30,6 +30,23 @@ def test_put_get_drop_and_prune(tmp_path: Path) -> None:
     assert oct(os.stat(records.directories[0]).st_mode & 0o777) == "0o700"
 
 
+def test_a_record_is_a_file_of_this_user_alone_replaced_whole(tmp_path: Path) -> None:
+    """Each put writes a new file (mode 0600) and renames it over the record; no temporary file stays;
+    a state directory removed meanwhile is made again."""
+    records = JobRecords([str(tmp_path)], "ce.example.org", "lancium")
+    records.put(record())
+    records.put(record(made_at=2000.0))
+    directory = Path(records.directories[0])
+    assert [p.name for p in directory.iterdir()] == ["lancium.12.json"]
+    assert oct((directory / "lancium.12.json").stat().st_mode & 0o777) == "0o600"
+    assert records.get("lancium/12") == record(made_at=2000.0)
+    for path in directory.iterdir():
+        path.unlink()
+    directory.rmdir()
+    records.put(record())
+    assert records.get("lancium/12") == record()
+
+
 @pytest.mark.parametrize("key", ["../x", "lancium/../../etc", "", "a/" + "b" * 300, "lancium/1\n"])
 def test_keys_never_name_a_path(key: str) -> None:
     with pytest.raises(ValueError):
