@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Collection, Dict, List, Optional, Tuple, Union
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Tuple, Union
 
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
-from gahp.backends.k8s.view import PodRecord, decode_event, decode_pod, decode_pod_list
+from gahp.backends.k8s.view import PodRecord, continue_token, decode_event, decode_pod, decode_pod_list
 from gahp.errors import Expired, GahpError, InvalidJob, NotFound, TransientError
 from gahp.retry import Backoff, reconnected
 
@@ -221,29 +222,24 @@ class PodCache:
         Each page is reduced to what podgahp reads as it comes, so a LIST never holds all pods in full.
         A continue token that expired mid-way (410) starts the LIST again. A pod the copy got after
         the snapshot (a create's answer, a read) stays."""
-        fresh: Dict[str, PodRecord] = {}
-        token: Optional[str] = None
         while True:
-            extra: Dict[str, Any] = {"_continue": token} if token else {}
+            fresh: Dict[str, PodRecord] = {}
+            meta: JsonObj = {}
+            pages = 0
             try:
-                body = self.api.call(f"list pods in {self.namespace}", "list_namespaced_pod", self.namespace,
-                                     label_selector=self.selector, limit=PAGE, decode=decode_pod_list, **extra)
+                for body in self._pages():
+                    pages += 1
+                    for item in body.get("items") or []:
+                        if isinstance(item, dict):
+                            record = self._record(item)
+                            if record.name:
+                                fresh[record.name] = record
+                    meta = body.get("metadata") or {}
+                break
             except Expired:
-                if token is None:
+                if not pages:
                     raise
                 log.info("pod list of namespace %s expired mid-way; listing again", self.namespace)
-                fresh, token = {}, None
-                continue
-            for item in body.get("items") or []:
-                if isinstance(item, dict):
-                    record = self._record(item)
-                    if record.name:
-                        fresh[record.name] = record
-            body.pop("items", None)  # the full pods of this page are not kept
-            meta = body.get("metadata") or {}
-            token = meta.get("continue") or None
-            if not token:
-                break
         rv = meta.get("resourceVersion")
         listed_rv = str(rv) if rv is not None else None
         with self._cond:
@@ -265,6 +261,41 @@ class PodCache:
             self.lists += 1
             self._cond.notify_all()
         log.debug("listed %d pods in namespace %s at resourceVersion %s", len(fresh), self.namespace, rv)
+
+    def _page(self, token: Optional[str]) -> bytes:
+        """One page of a LIST, as the API server sent it."""
+        extra: Dict[str, Any] = {"_continue": token} if token else {}
+        page = self.api.call(f"list pods in {self.namespace}", "list_namespaced_pod", self.namespace,
+                             label_selector=self.selector, limit=PAGE, decode=bytes, **extra)
+        return page if isinstance(page, bytes) else b"{}"
+
+    def _parse(self, page: bytes) -> JsonObj:
+        try:
+            return decode_pod_list(page)
+        except ValueError as e:
+            raise translate(e, f"list pods in {self.namespace}") from e
+
+    def _pages(self) -> Iterator[JsonObj]:
+        """The pages of one LIST, each parsed (:func:`~gahp.backends.k8s.view.decode_pod_list`). Where
+        the next page's token can be read without parsing the page (msgspec), the next page is asked
+        for before this one is parsed, so the API server builds it while this process reads this one."""
+        page = self._page(None)
+        if continue_token(page, None) is None:  # no fast reader of the token: one page after the other
+            while True:
+                body = self._parse(page)
+                yield body
+                token = (body.get("metadata") or {}).get("continue") or None
+                if not token:
+                    return
+                page = self._page(str(token))
+        with ThreadPoolExecutor(1, thread_name_prefix=f"list-{self.namespace}") as ahead:
+            while True:
+                token = continue_token(page, "")
+                following = ahead.submit(self._page, token) if token else None
+                yield self._parse(page)
+                if following is None:
+                    return
+                page = following.result()
 
     def _apply(self, event: JsonObj) -> None:
         kind = event.get("type")

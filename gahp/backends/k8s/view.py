@@ -295,6 +295,10 @@ class _PodList(TypedDict, total=False):
     items: List[_Pod]
 
 
+class _ListMeta(TypedDict, total=False):
+    metadata: Any
+
+
 class _Event(TypedDict, total=False):
     type: Any
     object: "msgspec.Raw"
@@ -336,6 +340,22 @@ def decode_pod(data: bytes) -> JsonObj:
 def decode_pod_list(data: bytes) -> JsonObj:
     """A page of a pod LIST (``items``, ``metadata``), each pod as :func:`decode_pod` gives it."""
     return _obj(_pod_list(data))
+
+
+_list_meta = msgspec.json.Decoder(_ListMeta).decode if msgspec is not None else None
+
+
+def continue_token(page: bytes, missing: Optional[str]) -> Optional[str]:
+    """The ``continue`` token of a LIST page, read without building its pods ("" when it has none);
+    ``missing`` when that cannot be done (no msgspec, or not a page)."""
+    if _list_meta is None:
+        return missing
+    try:
+        meta = _list_meta(page).get("metadata")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return missing
+    token = meta.get("continue") if isinstance(meta, dict) else None
+    return token if isinstance(token, str) else ""
 
 
 def decode_event(line: bytes) -> JsonObj:

@@ -244,3 +244,50 @@ def test_a_status_does_not_wait_for_the_namespace_list(make_backend: BackendFact
     assert not cache.synced  # the LIST is still being served: the answer did not come from it
     sim.wait_for(lambda: cache.synced, 20, "the LIST in")
     assert cache.get(names[0]) is not None
+
+
+class PagedApi:
+    """An API server's pod LIST in pages of ``limit`` (each page's token is the index of its first pod),
+    answering 410 to the page of the ``expire``-th request; records the thread of every request."""
+
+    def __init__(self, pods: int, expire: int = 0) -> None:
+        self.pods = [{"metadata": {"name": f"p{i:03d}", "resourceVersion": str(100 + i)}} for i in range(pods)]
+        self.expire = expire
+        self.threads: List[str] = []
+
+    def call(self, what: str, method: str, namespace: str, **kwargs: object) -> object:
+        import threading
+
+        from gahp.errors import Expired
+
+        self.threads.append(threading.current_thread().name)
+        if len(self.threads) == self.expire:
+            raise Expired(f"{what}: the continue token expired")
+        first, limit = int(str(kwargs.get("_continue") or 0)), int(str(kwargs["limit"]))
+        following = first + limit if first + limit < len(self.pods) else None
+        page = {"kind": "PodList", "metadata": {"resourceVersion": "999", **(
+            {"continue": str(following)} if following else {})}, "items": self.pods[first:first + limit]}
+        decode = kwargs["decode"]
+        assert callable(decode)
+        return decode(json.dumps(page).encode())
+
+
+@pytest.mark.parametrize("msgspec_there", [True, False], ids=["next-page-asked-ahead", "one-after-the-other"])
+def test_a_list_reads_every_page_and_starts_again_when_its_token_expires(
+        monkeypatch: pytest.MonkeyPatch, msgspec_there: bool) -> None:
+    """Each page of a LIST is parsed while the next is asked for (where its token can be read without
+    parsing it); a token that expires mid-way starts the LIST again, and the copy has every pod once."""
+    from gahp.backends.k8s import cache as cache_module, view
+    from gahp.backends.k8s.cache import PodCache
+
+    monkeypatch.setattr(cache_module, "PAGE", 7)
+    if not msgspec_there:
+        monkeypatch.setattr(view, "_list_meta", None)
+    api = PagedApi(30, expire=3)
+    cache = PodCache(api, NAMESPACE, "", watch_timeout_s=1, backoff_s=0.1, backoff_max_s=0.1)  # type: ignore[arg-type]
+    with cache._list_lock:
+        cache._list()
+    assert sorted(p.name for p in cache.pods()) == [f"p{i:03d}" for i in range(30)]
+    assert len(api.threads) == 2 + 1 + 5  # two pages, the 410, then the five pages of the LIST again
+    ahead = [t for t in api.threads if t.startswith(f"list-{NAMESPACE}")]
+    assert len(ahead) == (2 + 4 if msgspec_there else 0)  # every request but the first of each LIST
