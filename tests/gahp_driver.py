@@ -24,6 +24,7 @@ class GahpProcess:
         self.lines: "queue.Queue[Optional[bytes]]" = queue.Queue()
         self.raw: List[bytes] = []  # every stdout line, for "every line parses" checks
         self.stderr = b""
+        self._last_request = 10000  # ids of request(); tests numbering their own stay below
         self._pumps = [threading.Thread(target=self._pump, daemon=True),
                        threading.Thread(target=self._pump_err, daemon=True)]
         for pump in self._pumps:
@@ -95,6 +96,13 @@ class GahpProcess:
 
         wait_until(collect, "a result for every request", timeout, poll, done=lambda missing: not missing)
         return got
+
+    def request(self, command: str, *args: str, timeout: float = 30.0) -> List[str]:
+        """Send one asynchronous request under an id of its own; its result (the fields after the id)."""
+        self._last_request += 1
+        request_id = str(self._last_request)
+        assert self.command(command, request_id, *args, timeout=timeout) == ["S"]
+        return self.wait_results([request_id], timeout)[request_id]
 
     def close(self, timeout: float = 10.0) -> int:
         if self.proc.stdin and not self.proc.stdin.closed:

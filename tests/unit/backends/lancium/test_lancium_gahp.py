@@ -9,6 +9,7 @@ from typing import Callable, List
 
 from podgahp_sim.lancium import LanciumSim
 from gahp_driver import GahpProcess
+from polling import wait_until
 
 
 Start = Callable[..., GahpProcess]
@@ -81,3 +82,35 @@ def test_bad_key_file_mode_fails_ping_with_the_fix(start_gahp: Start, sim: Lanci
     finally:
         gahp.close()
     assert sim.request_log == []
+
+
+def test_a_cancel_lancium_refuses_is_answered_failed_and_done_by_the_next_gahp(
+        start_gahp: Start, sim: LanciumSim, key_file: Path, tmp_path: Path) -> None:
+    """While Lancium refuses the delete, the cancel is an error result (the gridmanager keeps the job and
+    asks again), not a success that leaves the job running; a GAHP that exits before Lancium recovers
+    leaves the cancel to the next GAHP of its user, which carries it out unasked."""
+    iwd = tmp_path / "iwd"
+    iwd.mkdir()
+    state = tmp_path / "state"
+    state.mkdir()
+    knobs = dict(PODGAHP_LANCIUM_BASE_URL=sim.url, PODGAHP_LANCIUM_API_KEY_FILE=str(key_file),
+                 PODGAHP_STATE_DIR=str(state), PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS="0",
+                 PODGAHP_LANCIUM_RETRIES="0", PODGAHP_LANCIUM_CANCEL_RETRY_MAX_SECONDS="0")
+    first = start_gahp(program="lancium_gahp", **knobs)
+    first.start()
+    rc, err, job_id = first.request("BLAH_JOB_SUBMIT", _submit_ad(iwd, "ce.example.org_ce_8.0_1700000000",
+                                                                  "PODGAHP_SIM_NEVER_START=1"))
+    assert (rc, err) == ("0", "NULL"), err
+    lancium_id = int(job_id.split("/")[1])
+    sim.inject(503, method="DELETE", count=1000)
+    rc, err = first.request("BLAH_JOB_CANCEL", job_id)
+    assert rc != "0" and "HTTP 503" in err, (rc, err)
+    assert first.close() == 0
+    sim.clear_faults()
+    assert sim.job(lancium_id)["status"] not in ("delete pending", "deleted")
+
+    second = start_gahp(program="lancium_gahp", **knobs)
+    second.start()
+    wait_until(lambda: sim.jobs().get(lancium_id, {}).get("status"), "the job deleted by the next GAHP", 20, 0.05,
+               done=lambda status: status in ("delete pending", "deleted", None))
+    assert second.request("BLAH_JOB_CANCEL", job_id) == ["0", "NULL"]

@@ -33,14 +33,7 @@ class User:
     def __init__(self, gahp: GahpProcess, home: Path) -> None:
         self.gahp = gahp
         self.home = home
-        self._request = 100
-
-    def ask(self, *fields: str) -> List[str]:
-        """Send one asynchronous request and wait for its result (without the request id)."""
-        self._request += 1
-        request = str(self._request)
-        assert self.gahp.command(fields[0], request, *fields[1:]) == ["S"]
-        return self.gahp.wait_results([request])[request]
+        self.ask = gahp.request
 
     def submit(self, sandbox: str, env: str) -> str:
         iwd = self.home / sandbox
