@@ -10,6 +10,7 @@ each test has jobs and pilots of its own.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import os
@@ -17,17 +18,21 @@ import re
 import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
+from kubernetes import client, config
 
 from e2e import (E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESPACE, RUNNING, container, kubeconfig_text, pod_of,
                  records_token_of_proxy_jobs, routed_jobs, routes_config, sim_nodes, write_user_file, x509_proxy)
 from harness import Installation, Pool
-from harness.image import pilot_image
+from harness.image import IMAGE_START_SCRIPT, pilot_image
 from harness.userpool import CONFIG as USER_POOL_CONFIG
 from harness.userpool import collector_address, pilot_token
+from leftovers import instance_of, machine_leftovers, start_runc_sim, stop_sim
 from podgahp_sim.k8s import KubeSim, SimConfig
+from polling import wait_until
 
 pytestmark = pytest.mark.live
 
@@ -347,3 +352,82 @@ def test_a_refreshed_proxy_reaches_the_running_pilot(site: Site) -> None:
     output = site.users.path(f"{done['Iwd']}/out.0").read_text()
     assert output == f"now {hashlib.md5(new_proxy.encode()).hexdigest()}\n", output
     assert any("BLAH_JOB_REFRESH_PROXY" in line for line in site.ce.gahp_lines())
+
+
+def test_kubectl_logs_of_a_pilot_pod_are_its_startds(site: Site, tmp_path: Path) -> None:
+    """What an admin reads with ``kubectl logs``: the real condor_startd's lines, up to its claim by
+    the user's job."""
+    name = unique("logs")
+    cluster = user_jobs(site, name, 1, 1, 512, "sleep 120\n")
+    site.provision(name, RAMP_START="1", MAX_PILOTS="1")
+    job = site.users.wait_for(lambda: [ad for ad in job_ads(site, cluster) if ad["JobStatus"] == RUNNING],
+                              timeout=150, interval=1, what="the user job running on a pilot")[0]
+    pod = slot_of(site, job).split("@", 1)[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    site.sim.write_kubeconfig(str(kubeconfig), namespace=NAMESPACE)
+
+    def logs() -> str:
+        done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "logs", pod], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    text = wait_until(logs, "the startd's claim in kubectl logs", timeout=60, interval=0.5,
+                      done=lambda text: re.search(r"slot1\S*: Changing (?:state and )?activity: \S+ -> (?:Claimed/)?Busy", text))
+    assert re.search(r"^.* \*\* condor_startd \(CONDOR_STARTD\) STARTING UP$", text, re.M), text[-3000:]
+    assert re.search(r"^.* \*\* condor_master \(CONDOR_MASTER\) STARTING UP$", text, re.M), text[-3000:]
+    # the startd's own version banner: the image's HTCondor, the series under test
+    version = site.users.installation.condor_version
+    assert re.search(rf"\*\* \$CondorVersion: {re.escape(version)} ", text), (version, text[:3000])
+    site.users.run(["condor_rm", str(cluster)], user="pilot")
+
+
+def _pilot_pod(name: str, image: str, collector: str, provisioner: str) -> Dict[str, Any]:
+    """A pod running the image's pilot start script, as a pilot's pod does; its startd starts no job."""
+    env = {"CONDOR_HOST": collector, "NUM_CPUS": "1", "MEMORY": "256", "PODGAHP_PILOT_TOKEN_FILE": "/pool/token",
+           "PODGAHP_PILOT_PROVISIONER": provisioner, "PODGAHP_PILOT_START": "false"}
+    return {"metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "automountServiceAccountToken": False, "securityContext": {"fsGroup": 1000},
+        "containers": [{"name": "pilot", "image": image, "command": [IMAGE_START_SCRIPT], "workingDir": "/pilot",
+                        "env": [{"name": k, "value": v} for k, v in env.items()],
+                        "resources": {"limits": {"cpu": "1", "memory": "512Mi"}},
+                        "volumeMounts": [{"name": "work", "mountPath": "/pilot"},
+                                         {"name": "pool", "mountPath": "/pool", "readOnly": True}]}],
+        "volumes": [{"name": "work", "emptyDir": {}},
+                    {"name": "pool", "secret": {"secretName": "pool", "defaultMode": 0o440}}]}}
+
+
+def test_a_simulator_killed_while_pilots_run_leaves_nothing_after_the_next_start(site: Site, tmp_path: Path) -> None:
+    """``podgahp sim k8s --runtime runc`` killed with -9 while two real pilots (condor_master,
+    condor_startd and their children, in the pool) run: the next simulator started on the machine
+    removes every process, mount, cgroup and file of theirs before it serves."""
+    provisioner = unique("killed")
+    reference, image = pilot_image(site.users.installation)
+    runtime_dir = tmp_path / "runtime"
+    first = start_runc_sim(tmp_path, runtime_dir, "1", {reference: str(image)})
+    second: Optional["subprocess.Popen[str]"] = None
+    try:
+        api = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig-1"), persist_config=False)
+        core = client.CoreV1Api(api)
+        token = base64.b64encode(pilot_token(site.users).encode()).decode()
+        core.create_namespaced_secret("default", {"metadata": {"name": "pool"}, "data": {"token": token}})
+        for n in range(2):
+            core.create_namespaced_pod("default", _pilot_pod(f"pilot-{n}", reference, collector_address(site.users),
+                                                             provisioner))
+        site.users.wait_for(lambda: len(site.slots(f'PodgahpProvisioner =?= "{provisioner}"')) == 2, timeout=120,
+                            interval=1, what="both pilots' startds in the pool")
+        api.close()
+        instance = instance_of(runtime_dir, first)
+        first.kill()
+        first.wait(10)
+        left = machine_leftovers(str(runtime_dir), instance)
+        assert len([item for item in left if item.startswith("process") and "condor_startd" in item]) == 2, left
+        assert any(item.startswith("mount") for item in left) and any(item.startswith("cgroup") for item in left), left
+        second = start_runc_sim(tmp_path, runtime_dir, "2", {reference: str(image)})
+        # (a killed process's entry stays until its parent, here the machine's init, reaps it)
+        wait_until(lambda: machine_leftovers(str(runtime_dir), instance), "nothing left", timeout=30,
+                   done=lambda left: left == [])
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                stop_sim(proc)
+    assert os.listdir(runtime_dir) == []

@@ -16,15 +16,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from factories import made_then_ended
+from leftovers import instance_of, machine_leftovers, start_runc_sim, stop_sim
 from podgahp_sim.k8s import KubeSim
-from podgahp_sim.k8s.runc import CGROUP_PARENT, cgroup_dirs
 from polling import wait_until
 from test_k8s_support import NS, api_client_for, fast
 
@@ -86,28 +86,6 @@ def log_so_far(core: client.CoreV1Api, name: str = "p1") -> str:
         if e.status == 400:
             return ""
         raise
-
-
-def machine_leftovers(sim_dir: str, instance: str) -> List[str]:
-    """Containers' processes, mounts, cgroups and files of a simulator's runtime still on the machine."""
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        found += ["mount " + line.split()[4] for line in f if line.split()[4].startswith(sim_dir)]
-    for directory in cgroup_dirs(os.path.join(CGROUP_PARENT, instance)).values():
-        if os.path.exists(directory):
-            found.append("cgroup " + directory)
-    if os.path.exists(os.path.join(sim_dir, instance)):
-        found.append("directory " + os.path.join(sim_dir, instance))
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/cmdline" % entry, "rb") as f, open("/proc/%s/cgroup" % entry, "rb") as g:
-                    command = f.read()
-                    if instance.encode() in command + g.read():
-                        found.append("process %s %s" % (entry, command.replace(b"\0", b" ").decode()[:200]))
-            except OSError:
-                continue
-    return found
 
 
 # ------------------------------------------------------------------ processes, environment, user
@@ -335,23 +313,9 @@ def test_nothing_is_left_after_the_simulator_stops(make_runc_sim: Callable[..., 
     assert machine_leftovers(base, instance) == []
 
 
-def _start_cli(tmp_path: Path, runtime_dir: Path, tag: str) -> "subprocess.Popen[str]":
-    """``podgahp sim k8s --runtime runc`` in a process of its own, once it serves."""
-    kubeconfig = tmp_path / ("kubeconfig-" + tag)
-    with open(tmp_path / ("sim-%s.err" % tag), "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from gahp.cli import main; main()", "sim", "k8s", "--kubeconfig", str(kubeconfig),
-             "--runtime", "runc", "--image", "%s=/" % IMAGE, "--runtime-dir", str(runtime_dir)],
-            stdout=subprocess.PIPE, stderr=err, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # the simulator prints where it serves once it does (or exits)
-    assert line.startswith("simulated Kubernetes API at"), (line, (tmp_path / ("sim-%s.err" % tag)).read_text())
-    return proc
-
-
 def test_a_killed_simulator_leaves_nothing_after_the_next_start(tmp_path: Path) -> None:
     runtime_dir = tmp_path / "runtime"
-    first = _start_cli(tmp_path, runtime_dir, "1")
+    first = start_runc_sim(tmp_path, runtime_dir, "1", {IMAGE: "/"})
     second: Optional["subprocess.Popen[str]"] = None
     try:
         from kubernetes import config
@@ -363,24 +327,20 @@ def test_a_killed_simulator_leaves_nothing_after_the_next_start(tmp_path: Path) 
         wait_until(lambda: all(core.read_namespaced_pod("p%d" % n, NS).status.phase == "Running" for n in range(2)),
                    "the pods running", timeout=30)
         api.close()
-        instance = next(name for name in os.listdir(runtime_dir) if name.startswith("%d-" % first.pid))
+        instance = instance_of(runtime_dir, first)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         left = machine_leftovers(str(runtime_dir), instance)
         assert any(item.startswith("process") for item in left) and any(item.startswith("mount") for item in left)
         assert any(item.startswith("cgroup") for item in left), left
-        second = _start_cli(tmp_path, runtime_dir, "2")
+        second = start_runc_sim(tmp_path, runtime_dir, "2", {IMAGE: "/"})
         # (a killed process's entry stays until its parent, here the machine's init, reaps it)
         wait_until(lambda: machine_leftovers(str(runtime_dir), instance), "nothing left", timeout=10,
                    done=lambda left: left == [])
     finally:
         for proc in (first, second):
             if proc is not None:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    proc.wait(60)
-                assert proc.stdout is not None
-                proc.stdout.close()
+                stop_sim(proc)
     assert os.listdir(runtime_dir) == []
 
 
