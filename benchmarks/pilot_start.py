@@ -6,10 +6,13 @@ runc from the pilot image, as in ``make demo``. Each round submits one job of a 
 yet (so it needs a new pilot) and times, from its ``condor_submit``, when the pilot is submitted to
 the CE (provision cycle), its routed copy exists (CE routing), the GAHP receives ``BLAH_JOB_SUBMIT``
 (gridmanager), the pod exists (GAHP), its container runs (pod start), its startd is in the user
-pool (startd joining), and the job runs on it (negotiation and claiming). Every hop but the GAHP's
-and the provisioner's (whose logs say when, to the millisecond) is seen by polling each pool and the
-cluster in a thread of its own: a hop is known to a few tenths of a second. Printed: the median, least and most of each hop over the rounds, and the knob
-that bounds it with its value in this run and HTCondor's or podgahp's default.
+pool (startd joining), the negotiator matches the job to it (negotiation) and the job runs on it
+(claim and job start). The provisioner's, the GAHP's and the negotiator's hops come from their logs
+(to the millisecond); the others are seen by polling each pool and the cluster in a thread of its
+own, to a few tenths of a second. Printed: the median, least and most of each hop over the rounds,
+and the knob that bounds it with its value in this run and HTCondor's or podgahp's default; with
+``--debug``, each round's times and, for a round whose negotiation took over three negotiator
+intervals, the negotiator's lines of those cycles (the schedd's and shadow's for a slow claim).
 
     .venv/bin/python benchmarks/pilot_start.py --rounds 5 [--series sid]
 """
@@ -53,9 +56,13 @@ HOPS: Tuple[Tuple[str, str], ...] = (
     ("GAHP", "none: the pod and its input Secret, two API writes"),
     ("pod start", "the cluster: scheduling, image pull (none here), container start"),
     ("startd joining", "the pilot image: the start script, condor_master, the startd's first ad"),
-    ("negotiation", "NEGOTIATOR_INTERVAL (5 here, HTCondor's 60), then the claim and the job's start"),
+    ("negotiation", "NEGOTIATOR_INTERVAL (5 here, HTCondor's 60): the next cycle after the startd's ad"),
+    ("claim and job start", "none: the schedd claims the slot and its shadow starts the job (tenths of a second)"),
 )
-EVENTS = ("submitted", "pilot", "routed", "gahp", "pod", "running", "joined", "started")
+EVENTS = ("submitted", "pilot", "routed", "gahp", "pod", "running", "joined", "matched", "started")
+#: The user pool's daemons write times to the millisecond, for the negotiator's match.
+SUB_SECOND_LOGS = "NEGOTIATOR_DEBUG = D_MATCH D_SUB_SECOND\nSCHEDD_DEBUG = D_SUB_SECOND\nSHADOW_DEBUG = D_SUB_SECOND\n"
+_STAMP = r"(\d\d/\d\d/\d\d \d\d:\d\d:\d\d\.\d+) "
 
 
 class Watcher:
@@ -141,12 +148,34 @@ def gahp_submit_times(ce: Pool, pod: str) -> Tuple[float, float]:
     raise RuntimeError(f"no BLAH_JOB_SUBMIT for pod {pod} in the GAHP's log")
 
 
+def _stamp(text: str) -> float:
+    return datetime.datetime.strptime(text, "%m/%d/%y %H:%M:%S.%f").timestamp()
+
+
+def matched(users: Pool, cluster: int) -> Tuple[float, str]:
+    """When the negotiator matched job ``cluster``.0, and the pod of the slot, from its log (ms)."""
+    found = re.search(_STAMP + rf"\s*Matched {cluster}\.0 .* slot\S*@(\S+)$", users.log("NegotiatorLog"), re.M)
+    if not found:
+        raise RuntimeError(f"no match of job {cluster}.0 in the NegotiatorLog")
+    return _stamp(found.group(1)), found.group(2)
+
+
+def window(pool: Pool, log: str, since: float, until: float, pattern: str = "") -> List[str]:
+    """The lines of one of ``pool``'s logs written between two times (for a slow round's --debug)."""
+    lines = []
+    for line in pool.log(log).splitlines():
+        stamp = re.match(_STAMP, line)
+        if stamp and since <= _stamp(stamp.group(1)) <= until and re.search(pattern, line):
+            lines.append(f"{log}: {line[:200]}")
+    return lines
+
+
 def setup(installation: Installation) -> Tuple[KubeSim, Pool, Pool, "subprocess.Popen[str]"]:
     reference, image = pilot_image(installation)
     nodes = (SimNode("node-1", cpu="16", memory="64Gi"),)
     sim = KubeSim(SimConfig(nodes=nodes, namespaces=("default", NAMESPACE)), runtime="runc",
                   images={reference: str(image)}).start()
-    users = Pool(installation, extra_config=USER_POOL_CONFIG, name="bench-users").start()
+    users = Pool(installation, extra_config=USER_POOL_CONFIG + SUB_SECOND_LOGS, name="bench-users").start()
     ce = Pool(installation, name="bench-ce", files={"kubeconfig": kubeconfig_text(sim)},
               extra_config=(routes_config(installation) + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n"
                             + K8S_KNOBS + E2E_FAST + f"PODGAHP_K8S_IMAGE = {reference}\n")
@@ -167,15 +196,16 @@ def setup(installation: Installation) -> Tuple[KubeSim, Pool, Pool, "subprocess.
     return sim, users, ce, provisioner
 
 
-def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Dict[str, float]:
-    """One job of a new shape, from its submit to its start on a new pilot: event -> time."""
+def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Optional[Dict[str, float]]:
+    """One job of a new shape, from its submit to its start on a new pilot: event -> time; None if
+    the job ran on another pilot than the one made for it (no measure of a new pilot)."""
     home = users.user_dir()
     watcher = Watcher(users, ce, sim, memory)
     watcher.start()
     watcher.seen["submitted"] = time.time()
-    users.submit("\n".join(["universe = vanilla", "executable = /bin/sleep", "arguments = 5", f"initialdir = {home}",
-                            "request_cpus = 1", f"request_memory = {memory}", "request_disk = 10240",
-                            "queue"]) + "\n", cwd=home)
+    cluster = users.submit("\n".join([
+        "universe = vanilla", "executable = /bin/sleep", "arguments = 5", f"initialdir = {home}", "request_cpus = 1",
+        f"request_memory = {memory}", "request_disk = 10240", "queue"]) + "\n", cwd=home)
     deadline = time.monotonic() + 300
     while "started" not in watcher.seen and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -191,6 +221,10 @@ def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Dict[str, float]
     times = dict(watcher.seen)
     times["gahp"], times["pod"] = received, answered
     times["pilot"] = pilot_submitted(ce, memory)
+    times["matched"], pod = matched(users, cluster)
+    if pod != watcher.pod:
+        print(f"the job of {memory} MiB ran on pod {pod}, not on {watcher.pod} made for it: round not counted")
+        return None
     # a poll may see two events at once: the order of the hops holds
     for earlier, later in zip(EVENTS, EVENTS[1:]):
         times[later] = max(times[later], times[earlier])
@@ -213,10 +247,22 @@ def main() -> int:
     sim, users, ce, provisioner = setup(installation)
     rounds: List[Dict[str, float]] = []
     try:
-        for n in range(args.rounds):
-            rounds.append(round_(users, ce, sim, 512 + 64 * n))
+        for n in range(2 * args.rounds):
+            if len(rounds) == args.rounds:
+                break
+            measured = round_(users, ce, sim, 512 + 64 * n)
+            if measured is None:
+                continue
+            rounds.append(measured)
             if args.debug:
-                print({k: round(v - rounds[-1]["submitted"], 1) for k, v in rounds[-1].items()})
+                last = rounds[-1]
+                print({k: round(v - last["submitted"], 1) for k, v in last.items()})
+                if last["matched"] - last["joined"] > 3 * 5:  # three negotiator intervals
+                    print("\n".join(window(users, "NegotiatorLog", last["joined"] - 6, last["matched"] + 1,
+                                           r"Phase|Matched|Rejected|[Nn]egotiat|[Ss]ubmitter|Getting|cycle|slot")))
+                if last["started"] - last["matched"] > 5:
+                    print("\n".join(window(users, "SchedLog", last["matched"], last["started"] + 1)
+                                    + window(users, "ShadowLog", last["matched"], last["started"] + 1)))
     finally:
         provisioner.terminate()
         provisioner.wait(60)
@@ -230,7 +276,7 @@ def main() -> int:
         sim.stop()
     hops = {name: [r[b] - r[a] for r in rounds] for (name, _), a, b in zip(HOPS, EVENTS, EVENTS[1:])}
     totals = [r["started"] - r["submitted"] for r in rounds]
-    print(f"\nuser job's condor_submit to its start on a new pilot pod: {args.rounds} rounds, HTCondor "
+    print(f"\nuser job's condor_submit to its start on a new pilot pod: {len(rounds)} rounds, HTCondor "
           f"{installation.condor_version} ({installation.name}), pods run by runc")
     print(f"| hop | median s | min s | max s | bounded by |\n|---|---:|---:|---:|---|")
     for (name, knob), values in zip(HOPS, hops.values()):

@@ -2,7 +2,8 @@
 
 Owns: finding a native HTCondor >= 23 on PATH; building Debian root filesystems with mmdebstrap
 (trixie carries HTCondor 23.x, sid 25.x) into a cache outside the repository; mounting what the
-daemons need inside a root and unmounting it when the last user leaves; installing the podgahp
+daemons need inside a root and unmounting it when the last user leaves; letting a root resolve the
+machine's own name as the machine does (its /etc/hosts); installing the podgahp
 checkout into a virtualenv inside the root; running a command in the root as a given user.
 
 Must not know how a pool is configured (that is `harness.pool`). Only the standard library is
@@ -26,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -308,6 +310,34 @@ def _mount_points() -> List[str]:
     return points
 
 
+def _names(line: str) -> List[str]:
+    return line.split("#", 1)[0].split()[1:]
+
+
+def name_this_machine(root: Path, hosts: Path = Path("/etc/hosts"), name: str = "") -> bool:
+    """Add to the root's /etc/hosts the machine's lines that name it (as an installer does), if the
+    root's names it nowhere; returns whether it changed the file.
+
+    Every HTCondor daemon and tool looks its host name up when it starts: in a root whose
+    /etc/hosts lacks it the lookup goes to the resolver, and one that does not answer holds every
+    start for its timeout (5 s a lookup; a shadow starting a job waited 5 s, a pool's start more).
+    """
+    name = name or socket.gethostname()
+    target = root / "etc" / "hosts"
+    try:
+        mine = [line for line in hosts.read_text().splitlines() if name in _names(line)]
+        current = target.read_text()
+    except OSError:
+        return False
+    if not mine or any(name in _names(line) for line in current.splitlines()):
+        return False
+    tmp = target.with_name(f".hosts.{os.getpid()}")
+    tmp.write_text(current.rstrip("\n") + "\n" + "\n".join(mine) + "\n")
+    tmp.chmod(0o644)
+    os.replace(tmp, target)
+    return True
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -482,6 +512,7 @@ class Installation:
             if self._lease is not None:
                 return
             self._prune_leases()
+            name_this_machine(self.root)
             mounted = _mount_points()
             for args, point in self._mounts():
                 if str(point) not in mounted:
