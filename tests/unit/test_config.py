@@ -16,7 +16,10 @@ from gahp.errors import ConfigError
 
 ROOT = Path(__file__).parent.parent.parent
 CONFIG_DIR = ROOT / "condor_config.d"
-KNOB = re.compile(r"\b((?:PODGAHP|K8S|LANCIUM)_[A-Z0-9_]*[A-Z0-9])\b")
+#: The GAHP's knobs, and each backend program's <NAME>_GAHP (a new backend's too: from the registry).
+PROGRAM_KNOBS = {f"{name.upper()}_GAHP": f"/usr/bin/{name}_gahp" for name in plugins.programs()}
+PREFIXES = "|".join(["PODGAHP"] + [knob[:-len("_GAHP")] for knob in PROGRAM_KNOBS])
+KNOB = re.compile(rf"\b((?:{PREFIXES})_[A-Z0-9_]*[A-Z0-9])\b")
 
 
 @pytest.mark.parametrize("method, value, message", [
@@ -78,7 +81,7 @@ def _documented(pattern: str) -> Dict[str, str]:
     for path in sorted(CONFIG_DIR.glob(pattern)):
         comment: list = []
         for line in path.read_text().splitlines():
-            match = re.match(r"^#?\s*((?:PODGAHP|K8S|LANCIUM)_[A-Z0-9_]+)\s*=", line)
+            match = re.match(rf"^#?\s*((?:{PREFIXES})_[A-Z0-9_]+)\s*=", line)
             if match:
                 knobs.setdefault(match.group(1), " ".join(comment))
             elif line.startswith("#"):
@@ -164,11 +167,12 @@ def test_htcondor_reads_the_shipped_files(tmp_path: Path) -> None:
                if not mark and "$(" not in v}
     probe = ("import json, sys, htcondor2; p = htcondor2.param; "
              "print(json.dumps({k: p.get(k) for k in json.loads(sys.argv[1])}))")
-    names = sorted(shipped) + ["K8S_GAHP", "LANCIUM_GAHP"]
+    names = sorted(shipped) + sorted(PROGRAM_KNOBS)
     out = subprocess.run([sys.executable, "-c", probe, json.dumps(names)], env={"CONDOR_CONFIG": str(config)},
                          capture_output=True, text=True, check=True)
     values = json.loads(out.stdout)
-    assert values.pop("K8S_GAHP") == "/usr/bin/k8s_gahp" and values.pop("LANCIUM_GAHP") == "/usr/bin/lancium_gahp"
+    assert {knob: values.pop(knob) for knob in PROGRAM_KNOBS} == PROGRAM_KNOBS
+    assert {"K8S_GAHP", "LANCIUM_GAHP"} <= set(PROGRAM_KNOBS)
     assert len(shipped) > 50 and values == {k: (v or None) for k, v in shipped.items()}
 
 
