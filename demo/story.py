@@ -251,8 +251,8 @@ def next_steps(story: Story, admin: Path) -> List[str]:
         "next (the pools and the cluster stay up until you stop them):",
         f"  the pods:             KUBECONFIG={admin} kubectl get pods -o wide",
         f"  a pilot's startd:     KUBECONFIG={admin} kubectl logs <pod>",
-        f"  the user pool:        {enter}env CONDOR_CONFIG={story.users.condor_config} condor_q -allusers -nobatch; "
-        "condor_status",
+        f"  the user pool:        {enter}env CONDOR_CONFIG={story.users.condor_config} condor_q -allusers -nobatch",
+        f"  its pilots' slots:    {enter}env CONDOR_CONFIG={story.users.condor_config} condor_status",
         f"  the CE's queue:       {enter}env CONDOR_CONFIG={story.ce.condor_config} condor_q -allusers",
         f"  pilots and pods:      {enter}env CONDOR_CONFIG={story.ce.condor_config} {inst.bin('podgahp')} q",
         f"  more jobs:            {enter}env CONDOR_CONFIG={story.users.condor_config} condor_submit ... "
