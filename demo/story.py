@@ -25,6 +25,9 @@ from harness.userpool import CONFIG as USER_POOL_CONFIG
 from harness.userpool import collector_address, pilot_token
 
 NAMESPACE = "pilots"
+#: The submit description the next steps offer for more jobs, in the users' home directory.
+MORE_JOBS = "more-jobs.sub"
+
 #: The provisioner's name: one per run (a provisioner remembers its pilots' fate between cycles).
 PROVISIONER = "demo-%d-%d" % (os.getpid(), int(time.time()))
 #: Users' jobs: (cores, MiB, how many, what they do).
@@ -70,6 +73,8 @@ class Story:
         self.users, self.ce, self.sim, self.token_file = users, ce, sim, token_file
         self.pods: Dict[str, Dict[str, Any]] = {}
         self.provision_lines: List[str] = []
+        self.home = ""
+        """The users' home directory of the story's jobs."""
 
     def provision(self) -> None:
         env = {"_CONDOR_PODGAHP_PROVISION_POOL": collector_address(self.users),
@@ -119,7 +124,16 @@ class Story:
         return bool(self.users.q("JobStatus == 1", ["ClusterId"]))
 
 
+def job_description(home: str, n: int, cpus: int, memory: int, count: int) -> str:
+    return "\n".join([
+        "universe = vanilla", f"executable = job{n}.sh", "arguments = $(ClusterId).$(ProcId)",
+        f"initialdir = {home}", "output = job$(ClusterId).$(ProcId).out", "error = job$(ClusterId).$(ProcId).err",
+        "log = jobs.log", "should_transfer_files = YES", f"request_cpus = {cpus}", f"request_memory = {memory}",
+        "request_disk = 10240", f"queue {count}"]) + "\n"
+
+
 def submit_jobs(users: Pool) -> str:
+    """The story's jobs, submitted as user pilot; ``more-jobs.sub`` beside them for the next steps."""
     home = users.user_dir("pilot")
     owner = users.installation.user("pilot")
     for n, (cpus, memory, count, script) in enumerate(JOBS):
@@ -127,11 +141,10 @@ def submit_jobs(users: Pool) -> str:
         path.write_text("#!/bin/sh\n" + script + "\n")
         os.chmod(path, 0o755)
         os.chown(path, owner.uid, owner.gid)
-        users.submit("\n".join([
-            "universe = vanilla", f"executable = job{n}.sh", "arguments = $(ClusterId).$(ProcId)",
-            f"initialdir = {home}", "output = job$(ClusterId).$(ProcId).out", "error = job$(ClusterId).$(ProcId).err",
-            "log = jobs.log", "should_transfer_files = YES", f"request_cpus = {cpus}", f"request_memory = {memory}",
-            "request_disk = 10240", f"queue {count}"]) + "\n", user="pilot", cwd=home)
+        users.submit(job_description(home, n, cpus, memory, count), user="pilot", cwd=home)
+    more = users.path(f"{home}/{MORE_JOBS}")
+    more.write_text(job_description(home, 0, JOBS[0][0], JOBS[0][1], 2))
+    os.chown(more, owner.uid, owner.gid)
     return home
 
 
@@ -185,6 +198,7 @@ def run(installation: Installation, routes: str, admin: Path, timeout: float, ke
                   f"is at the CE", flush=True)
             home = submit_jobs(users)
             story = Story(users, ce, sim, token_file)
+            story.home = home
             print(f"submitted {sum(j[2] for j in JOBS)} jobs of {len(JOBS)} shapes to the user pool\n", flush=True)
             status = watch(story, timeout)
             summarize(story, home, status == 0)
@@ -247,16 +261,20 @@ def summarize(story: Story, home: str, done: bool) -> None:
 def next_steps(story: Story, admin: Path) -> List[str]:
     inst = story.ce.installation
     enter = f"chroot {inst.root} " if inst.chroot else ""
+    as_pilot = f"chroot --userspec=pilot {inst.root} " if inst.chroot else "runuser -u pilot -- "
+    ce_env = f"env CONDOR_CONFIG={story.ce.condor_config}"
     return [
         "next (the pools and the cluster stay up until you stop them):",
         f"  the pods:             KUBECONFIG={admin} kubectl get pods -o wide",
         f"  a pilot's startd:     KUBECONFIG={admin} kubectl logs <pod>",
-        f"  the user pool:        {enter}env CONDOR_CONFIG={story.users.condor_config} condor_q -allusers -nobatch",
-        f"  its pilots' slots:    {enter}env CONDOR_CONFIG={story.users.condor_config} condor_status",
-        f"  the CE's queue:       {enter}env CONDOR_CONFIG={story.ce.condor_config} condor_q -allusers",
-        f"  pilots and pods:      {enter}env CONDOR_CONFIG={story.ce.condor_config} {inst.bin('podgahp')} q",
-        f"  more jobs:            {enter}env CONDOR_CONFIG={story.users.condor_config} condor_submit ... "
-        "(then run the provisioner: podgahp provision --once as user pilot on the CE)",
+        f"  the users' jobs:      {enter}env CONDOR_CONFIG={story.users.condor_config} condor_q -allusers -nobatch",
+        f"  the pilots' slots:    {enter}env CONDOR_CONFIG={story.users.condor_config} condor_status",
+        f"  the CE's queue:       {enter}{ce_env} condor_q -allusers      (condor_ce_q on an HTCondor-CE)",
+        f"  pilots and pods:      {enter}{ce_env} {inst.bin('podgahp')} q",
+        f"  trace a pilot:        {as_pilot}{ce_env} HOME=/tmp TMPDIR=/tmp {inst.bin('podgahp')} trace",
+        f"  health figures:       {enter}{ce_env} {inst.bin('podgahp')} health",
+        f"  more jobs:            {as_pilot}env -C {story.home} CONDOR_CONFIG={story.users.condor_config} "
+        f"condor_submit {MORE_JOBS}      (the provisioner still runs every 15 s)",
         f"  logs:                 {story.users.path(story.users.log_dir)}  {story.ce.path(story.ce.log_dir)}",
         f"  stop:                 Ctrl-C here, or kill -TERM {os.getpid()}",
     ]
@@ -268,9 +286,12 @@ def keep_running(story: Story, admin: Path) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("\n".join(next_steps(story, admin)), flush=True)
+    next_cycle = 0.0
     try:
         while not stop.wait(1) and story.ce.master_running and story.users.master_running:
-            pass
+            if time.monotonic() >= next_cycle and story.waiting_jobs():
+                story.provision()
+                next_cycle = time.monotonic() + 15
     except KeyboardInterrupt:
         pass
     print("stopping the pools and the cluster", flush=True)
