@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from podgahp_sim.k8s import KubeSim, SimNode, Taint
 from polling import wait_until
@@ -333,13 +333,23 @@ def test_sigkill_after_grace_period(make_sim: Callable[..., KubeSim],
     sim = make_sim(sigterm_exit_seconds=60)
     core = client.CoreV1Api(api_client_for(sim))
     core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "30"}))
-    wait_phase(sim, core, "p1", "Running")
+    running = wait_phase(sim, core, "p1", "Running")
     sim.clear_requests()
     core.delete_namespaced_pod("p1", NS, grace_period_seconds=1)
-    final = sim.wait_for_pod(NS, "p1", lambda p: phase(p) == "Failed" or p is None, timeout=3)
-    assert final is not None, "the terminal status is written before the pod is removed"
-    terminated = final["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert (terminated["exitCode"], terminated["reason"]) == (137, "Error")
+    # Every write of the pod from the delete on, in order, from a watch resumed where the Running pod
+    # was read: a terminal status that lasts only an instant before the removal is seen all the same.
+    writes = []
+    stream = watch.Watch()
+    for event in stream.stream(core.list_namespaced_pod, NS, resource_version=running.metadata.resource_version,
+                               field_selector="metadata.name=p1", timeout_seconds=10):
+        writes.append((event["type"], event["object"]))
+        if event["type"] == "DELETED":
+            stream.stop()
+    assert writes and writes[-1][0] == "DELETED", [(t, o.status.phase) for t, o in writes]
+    failed = [o for t, o in writes[:-1] if o.status.phase == "Failed"]
+    assert failed, "the terminal status is written before the pod is removed"
+    terminated = failed[0].status.container_statuses[0].state.terminated
+    assert (terminated.exit_code, terminated.reason) == (137, "Error")
     sim.wait_for_pod(NS, "p1", lambda p: p is None, timeout=2)
 
 
