@@ -441,7 +441,8 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
     GAHP request, then its remote job's hops as its backend names them (a pod: pod created, scheduled
     on which node, running, completed), output back.
 
-    Without JOB_ID, submits a small test pilot to the CE (as the user running it) and follows it; with
+    Without JOB_ID, submits a small test pilot to the CE (as the user running it, who may not be root)
+    and follows it; with
     JOB_ID (a job a factory submitted, e.g. 1234.0), follows that one. On a stall, says where and why:
     the hold reason, the state table's reason, what the service says (a pod's Events), what the GAHP's
     ping finds wrong.
@@ -453,10 +454,15 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
     from gahp.errors import GahpError
     from gahp.reaper import ReapSettings
 
-    source = _ce_config()
-    knobs = Knobs()
     if job_id is not None and not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?", job_id):
         raise click.UsageError(f"{job_id!r} is not a job id (CLUSTER or CLUSTER.PROC)")
+    if job_id is None and os.geteuid() == 0:
+        raise click.ClickException(
+            "a test pilot cannot be submitted as root (HTCondor runs no job as root; the CE's schedd refuses "
+            "it): run podgahp trace as a user who may submit to the CE, e.g. runuser -u USER -- podgahp trace, "
+            "or follow a pilot already there by its id: podgahp trace 1234.0")
+    source = _ce_config()
+    knobs = Knobs()
     try:
         settings = ReapSettings.from_knobs(knobs)
         ce = tracing.Ce(knobs, settings.schedd_name, settings.schedd_pool)

@@ -142,3 +142,15 @@ def test_routes_check_has_each_backend_say_how_it_gives_a_whole_node() -> None:
     assert "WHOLE_NODE_CPUS" in _whole_node("k8s") and _whole_node("k8s") == backend_class("k8s").whole_node
     assert "node_exclusive" in _whole_node("lancium")
     assert "cannot be loaded" in _whole_node("slurm")
+
+
+def test_trace_as_root_says_to_run_it_as_a_user_before_submitting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CE's schedd refuses root's jobs: a test pilot is never submitted as root, and the message says
+    what to run instead."""
+    import os
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    result = CliRunner().invoke(main, ["trace"])
+    assert result.exit_code == 1 and "cannot be submitted as root" in result.output
+    assert "runuser -u USER -- podgahp trace" in result.output and "podgahp trace 1234.0" in result.output
+    assert "read HTCondor configuration" not in result.output  # stopped before reading or submitting anything
