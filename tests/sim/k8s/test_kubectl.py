@@ -423,3 +423,27 @@ def test_rbac_manifest_is_stored_and_listed_as_applied(sim: KubeSim, kubectl: Ku
     assert account.run("auth", "can-i", "create", "pods", "-n", "default", check=False).stdout.strip() == "no"
     missing = kubectl.run("create", "token", "nobody", check=False)
     assert missing.returncode != 0 and 'serviceaccounts "nobody" not found' in missing.stderr
+
+
+def test_the_readmes_kubeconfig_for_podgahp_holds_its_identity_alone(sim: KubeSim, kubectl: Kubectl,
+                                                                    tmp_path: Path) -> None:
+    """The README's lines that make podgahp's kubeconfig, run as written (their directory moved into the
+    test's): the file acts as the ServiceAccount with the Role's rights and holds no admin credential."""
+    kubectl.out("apply", "-n", "pilots", "-f", str(REPO / "docs" / "podgahp-rbac.yaml"))
+    block = (REPO / "README.md").read_text().split("### From install to a first pilot", 1)[1].split("```sh\n", 1)[1]
+    block = block.split("```", 1)[0].replace("\\\n", " ")
+    lines = [line for line in block.splitlines() if "$KC" in line or line.startswith("KC=")]
+    assert lines and lines[0].startswith("KC=") and "auth can-i --list" in lines[-1]
+    here = str(tmp_path / "podgahp")
+    script = "set -e\n" + "\n".join(line.replace("/etc/condor-ce/podgahp", here) for line in lines) + "\n"
+    done = subprocess.run(["bash", "-c", script], env=kubectl.env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "pods" in done.stdout and "create" in done.stdout  # the rights it lists
+    made = Path(here) / "kubeconfig"
+    assert made.stat().st_mode & 0o777 == 0o644 and not (Path(here) / "kubeconfig.ca").exists()
+    config = made.read_text()
+    assert "client-key" not in config and "client-certificate" not in config and str(sim.token) not in config
+    account = Kubectl(str(made), tmp_path)
+    assert "system:serviceaccount:pilots:podgahp" in account.out("auth", "whoami")
+    assert account.out("auth", "can-i", "create", "pods").strip() == "yes"
+    assert account.run("auth", "can-i", "create", "pods", "-n", "default", check=False).stdout.strip() == "no"
