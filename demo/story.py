@@ -205,8 +205,13 @@ def run(installation: Installation, routes: str, admin: Path, timeout: float, ke
             if keep:
                 keep_running(story, admin)
             else:
-                print("\nto look around (kubectl logs of a pilot, condor_q and condor_status of the user pool, the "
-                      "CE's queue, podgahp q), run it again with --keep:  make demo DEMO_ARGS=--keep", flush=True)
+                print("\nto look around, run it again with --keep (make demo DEMO_ARGS=--keep): the pools and the "
+                      "cluster then stay up, and it prints these commands ready to paste:\n"
+                      f"  KUBECONFIG={admin} kubectl get pods -o wide     the pilots' pods\n"
+                      f"  KUBECONFIG={admin} kubectl logs <pod>           a pilot's startd\n"
+                      "  condor_q, condor_status with the user pool's CONDOR_CONFIG   the users' jobs, the pilots' slots\n"
+                      "  condor_q, podgahp q with the CE's CONDOR_CONFIG              the pilots, their routes and pods",
+                      flush=True)
             return status
         finally:
             ce.stop()
