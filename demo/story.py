@@ -206,7 +206,7 @@ def run(installation: Installation, routes: str, admin: Path, timeout: float, ke
                 keep_running(story, admin)
             else:
                 print("\nto look around, run it again with --keep (make demo DEMO_ARGS=--keep): the pools and the "
-                      "cluster then stay up, and it prints these commands ready to paste:\n"
+                      "cluster then stay up, and it prints commands ready to paste, among them:\n"
                       f"  KUBECONFIG={admin} kubectl get pods -o wide     the pilots' pods\n"
                       f"  KUBECONFIG={admin} kubectl logs <pod>           a pilot's startd\n"
                       "  condor_q, condor_status with the user pool's CONDOR_CONFIG   the users' jobs, the pilots' slots\n"
