@@ -165,12 +165,23 @@ def routes_check(config_file: str | None, jobs_file: str | None, mode: str, ce_c
 
     try:
         report = routes_lib.check_file(config_file, jobs_file=jobs_file, mode=mode, ce_config=ce_config,
-                                       whole_node=_whole_node)
+                                       whole_node=_whole_node, queue_problem=_queue_problem)
     except GahpError as e:
         raise click.ClickException(str(e)) from e
     click.echo(report.to_json() if as_json else report.text())
     if not report.ok:
         raise click.exceptions.Exit(1)
+
+
+def _queue_problem(backend: str, queue: Optional[str], knob: Callable[[str], Optional[str]]) -> Optional[str]:
+    """Why the backend ``backend`` would hold a pilot of ``queue`` (routes check's warning), or None."""
+    from gahp.backends import backend_class
+    from gahp.errors import ConfigError
+
+    try:
+        return backend_class(backend).queue_problem(queue, knob)
+    except (ImportError, ConfigError):
+        return None
 
 
 def _whole_node(backend: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import datetime
 from dataclasses import dataclass, field
-from typing import ClassVar, FrozenSet, List, Optional, Tuple
+from typing import Callable, ClassVar, FrozenSet, List, Optional, Tuple
 
 from gahp.config import Knobs
 from gahp.hops import Hop
@@ -136,6 +136,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def from_knobs(cls, knobs: Knobs) -> Backend:
         """Build the backend from HTCondor configuration; raises :class:`~gahp.errors.ConfigError`."""
+
+    @classmethod
+    def queue_problem(cls, queue: Optional[str], knob: Callable[[str], Optional[str]]) -> Optional[str]:
+        """Why a pilot asking for ``queue`` would be held for its queue alone, under the configuration
+        ``knob`` reads a knob's raw value from (None: the queue is served, or the configuration does not
+        say). ``podgahp routes check`` asks it of every pilot a route sends here."""
+        return None
 
     @abc.abstractmethod
     def ping(self) -> None:

@@ -82,11 +82,18 @@ def lay_out(safe: SafeConfig, path: Optional[str], mode: str, ce_config: str) ->
     return "no HTCondor-CE transforms"
 
 
+#: Why a backend would hold a pilot for its queue alone: (backend, queue, a knob's raw value) -> reason or None.
+QueueProblem = Callable[[str, Optional[str], Callable[[str], Optional[str]]], Optional[str]]
+
+
 def check_file(path: Optional[str], jobs_file: Optional[str] = None, mode: str = "auto",
-               ce_config: str = CE_CONDOR_CONFIG, whole_node: Callable[[str], str] = lambda backend: "") -> Report:
+               ce_config: str = CE_CONDOR_CONFIG, whole_node: Callable[[str], str] = lambda backend: "",
+               queue_problem: QueueProblem = lambda backend, queue, knob: None) -> Report:
     """Check the routes of ``path`` (on a CE, ``None`` checks the CE's own configuration).
     ``whole_node``: how a backend gives a pilot a whole node, in its words (its
     :attr:`~gahp.backends.base.Backend.whole_node`; the caller knows the backends, this module none).
+    ``queue_problem``: why a backend would hold a pilot of that queue under the configuration read
+    (:meth:`~gahp.backends.base.Backend.queue_problem`).
 
     Raises :class:`RoutesError` when the check itself cannot run."""
     mode = resolve_mode(mode, ce_config)
@@ -100,16 +107,17 @@ def check_file(path: Optional[str], jobs_file: Optional[str] = None, mode: str =
         safe = SafeConfig(tmp, handled=("LOCAL_CONFIG_DIR", "LOCAL_CONFIG_FILE") if mode == "ce" else ())
         transforms = lay_out(safe, path, mode, ce_config)
         tools = safe.tools()
-        return _Check(safe, tools, path or ce_config, mode, transforms, whole_node).run(jobs_file, tmp)
+        return _Check(safe, tools, path or ce_config, mode, transforms, whole_node, queue_problem).run(jobs_file, tmp)
 
 
 class _Check:
     """One check, step by step; problems and warnings accumulate."""
 
     def __init__(self, safe: SafeConfig, tools: Tools, path: str, mode: str, transforms: str,
-                 whole_node: Callable[[str], str]) -> None:
+                 whole_node: Callable[[str], str], queue_problem: QueueProblem = lambda b, q, k: None) -> None:
         self.safe, self.tools, self.path, self.mode, self.transforms = safe, tools, path, mode, transforms
-        self.whole_node = whole_node
+        self.whole_node, self.queue_problem = whole_node, queue_problem
+        self._knobs: Dict[str, Optional[str]] = {}
         self.problems: List[str] = []
         self.warnings: List[str] = list(safe.warnings)
         self.locations: Dict[str, Tuple[str, str]] = {}
@@ -298,6 +306,10 @@ class _Check:
                 self.warnings.append(f"{at + ': ' if at else ''}route {route_name}: {what} does not reach podgahp; list "
                                      "it in CERequirements (and default_CERequirements on an HTCondor-CE)")
         notes = []
+        held = self.queue_problem(job.grid_type or batch, job.queue, self._knob)
+        if held:
+            self.warnings.append(f"pilot {sample.name} on route {route_name}: podgahp would hold it: {held}")
+            notes.append(f"podgahp would hold it: {held}")
         if job.whole_node:
             how = self.whole_node(job.grid_type or batch) or f"the {batch} backend's document says what it gives"
             notes.append(f"whole node: the pilot asks for a whole node (WholeNodes); {how}")
@@ -306,6 +318,12 @@ class _Check:
                 notes.append(f"{name} = {submit_ad.lookup(name)} reaches podgahp, which does not use it")
         return SampleResult(sample.name, source, sample.description, route_name, grid_resource, submit, job,
                             routed_text, notes=tuple(notes))
+
+    def _knob(self, name: str) -> Optional[str]:
+        """A knob's raw value in the configuration checked (None when undefined), read once."""
+        if name not in self._knobs:
+            self._knobs[name] = self.tools.value(name)
+        return self._knobs[name]
 
     def _coverage(self, routes: Sequence[Route], results: Sequence[SampleResult], built: Dict[str, str]) -> None:
         """Warnings for routes no pilot reached, and for built pilots that went elsewhere."""

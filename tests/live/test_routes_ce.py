@@ -143,6 +143,25 @@ def test_a_broken_file_is_named_at_the_admins_line(ce: Tuple[Installation, str, 
            "REQUIREMENTS : queue ==" in report["problems"]
 
 
+def test_pilots_sent_to_a_queue_the_gahp_lacks_are_named(ce: Tuple[Installation, str, str]) -> None:
+    """The CE's podgahp configuration serves only the cpu queue: the pilots the routes send to gpu and
+    opportunistic would be held, and the check says so; with the three queues, nothing is said."""
+    inst, tree, marker = ce
+    routes = f"{inst.src_dir}/{ROUTES}"
+    knobs = inst.host_path(f"{tree}/etc/condor-ce/config.d/20-podgahp-k8s.conf")
+    knobs.write_text("PODGAHP_K8S_QUEUES = cpu\n")
+    code, report = check(inst, tree, routes)
+    assert_nothing_ran(inst, marker)
+    held = sorted(w for w in report["warnings"] if "podgahp would hold it" in w)
+    assert held == [
+        "pilot gpu on route K8s_Gpu: podgahp would hold it: queue 'gpu' is not configured: PODGAHP_K8S_QUEUES lists cpu",
+        "pilot opportunistic on route K8s_Opportunistic: podgahp would hold it: queue 'opportunistic' is not "
+        "configured: PODGAHP_K8S_QUEUES lists cpu"], report["warnings"]
+    knobs.write_text("PODGAHP_K8S_QUEUES = cpu, GPU, opportunistic\n")
+    code, report = check(inst, tree, routes)
+    assert code == 0 and not [w for w in report["warnings"] if "podgahp would hold it" in w], report["warnings"]
+
+
 #: An HTCondor-CE 23.0 keeps routes in the old syntax and the defaults its config pipe writes.
 CE_23_0 = """\
 JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True

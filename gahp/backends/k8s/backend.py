@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gahp import holds
 from gahp.backends.base import Backend
@@ -31,7 +31,8 @@ from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of, owner_selector,
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems
 from gahp.backends.k8s.retention import clean_up, due_for_cleanup
-from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
+from gahp.backends.k8s.settings import (PREFIX, KubernetesSettings, QueueSettings, label_value, not_configured,
+                                        queue_names)
 from gahp.backends.k8s.spec import ANN_PROXY_KEY, ANN_REPORTED, ANNOTATIONS_READ, INPUT_VOLUME, LABEL_QUEUE, LABELS_READ, PROXY_KEY
 from gahp.backends.k8s.state import classify, job_state
 from gahp.backends.k8s.submit import Submitter, is_live
@@ -58,6 +59,9 @@ def _rfc3339(when: datetime.datetime) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+QUEUES_KNOB = PREFIX + "QUEUES"
+
+
 class KubernetesBackend(Backend):
     """Routed pilots as pods; see ``docs/kubernetes.md`` for the admin's view."""
 
@@ -66,6 +70,14 @@ class KubernetesBackend(Backend):
                   "_MEMORY_MB where set, else the largest node the queue's pods may run on (which needs list on "
                   "nodes), within the queue's MAX_CPUS and MAX_MEMORY_MB; the pilot is held with the reason where "
                   "the queue cannot (PODGAHP_K8S_<QUEUE>_WHOLE_NODE = hold, or no size to be found)")
+
+    @classmethod
+    def queue_problem(cls, queue: Optional[str], knob: Callable[[str], Optional[str]]) -> Optional[str]:
+        raw = knob(QUEUES_KNOB)
+        if raw is None or queue is None:  # the configuration does not say; the default queue serves it
+            return None
+        names = queue_names(Knobs({QUEUES_KNOB: raw}))
+        return None if queue.lower() in {n.lower() for n in names} else not_configured(queue, names)
 
     def __init__(self, settings: KubernetesSettings, user: Optional[str] = None) -> None:
         self.settings = settings

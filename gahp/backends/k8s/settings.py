@@ -12,7 +12,7 @@ import hashlib
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from gahp.blackhole import GuardSettings
 from gahp.config import Knobs
@@ -188,15 +188,11 @@ class KubernetesSettings:
         try:
             return self.queues[key]
         except KeyError:
-            raise ConfigError(
-                f"queue {name!r} is not configured: PODGAHP_K8S_QUEUES lists "
-                f"{', '.join(sorted(self.queues)) or 'no queues'}") from None
+            raise ConfigError(not_configured(name, sorted(self.queues))) from None
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> KubernetesSettings:
-        names = knobs.names(PREFIX + "QUEUES", [])
-        if not names:
-            names = [IMPLICIT_QUEUE]
+        names = queue_names(knobs)
         queues: Dict[str, QueueSettings] = {}
         for name in names:
             if not _QUEUE_NAME.match(name):
@@ -316,3 +312,13 @@ def _queue_from_knobs(knobs: Knobs, name: str, implicit: bool) -> QueueSettings:
         whole_node_cpus=whole_cpus,
         whole_node_memory_mb=whole_memory,
     )
+
+
+def queue_names(knobs: Knobs) -> List[str]:
+    """The queues ``PODGAHP_K8S_QUEUES`` lists, as written; unset or empty: the one implicit queue."""
+    return knobs.names(PREFIX + "QUEUES", []) or [IMPLICIT_QUEUE]
+
+
+def not_configured(name: Optional[str], names: Sequence[str]) -> str:
+    """Why a pilot asking for queue ``name`` is refused when the queues are ``names``."""
+    return f"queue {name!r} is not configured: PODGAHP_K8S_QUEUES lists {', '.join(names) or 'no queues'}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 import pytest
 
@@ -76,3 +76,18 @@ def test_every_knob_is_in_the_defaults_and_admin_files() -> None:
         assert re.search(rf"^# {knob} =", admin, re.M), f"{knob} missing from the admin file"
     documented = set(re.findall(r"^(PODGAHP_K8S_[A-Z_]+) =", defaults, re.M))
     assert documented == knobs, documented ^ knobs
+
+
+@pytest.mark.parametrize("queues, queue, problem", [
+    (None, "gpu", None),  # the configuration read does not say: nothing to report
+    ("cpu, gpu", "GPU", None),
+    ("cpu", None, None),  # no Queue: the default queue serves it
+    ("cpu", "gpu", "queue 'gpu' is not configured: PODGAHP_K8S_QUEUES lists cpu"),
+    ("", "cpu", "queue 'cpu' is not configured: PODGAHP_K8S_QUEUES lists default"),
+], ids=["unknown", "listed", "default-queue", "missing", "implicit-only"])
+def test_routes_check_learns_which_queues_would_hold_a_pilot(queues: Optional[str], queue: Optional[str],
+                                                             problem: Optional[str]) -> None:
+    from gahp.backends.k8s.backend import KubernetesBackend
+
+    knobs = {} if queues is None else {"PODGAHP_K8S_QUEUES": queues}
+    assert KubernetesBackend.queue_problem(queue, knobs.get) == problem
