@@ -36,9 +36,12 @@ JOBS: Tuple[Tuple[int, int, int, str], ...] = (
     (2, 1024, 2, 'echo "job $1 ran on pod $(hostname) with $(nproc) cores"; sleep 12'),
     (1, 2048, 1, 'echo "job $1 ran on pod $(hostname), up to 2 GiB"; sleep 5'),
 )
-#: The pilots leave after 15 s without a job (HTCondor's _CONDOR_* variables override the pilot's
-#: configuration); their startds look every 5 s.
-PILOT_ENVIRONMENT = "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=15 _CONDOR_UPDATE_INTERVAL=5"
+#: The pilots leave after 30 s without a job (HTCondor's _CONDOR_* variables override the pilot's
+#: configuration); their startds look every 5 s. The idle time counts from the startd's start, whose
+#: initialisation took up to 12 s with five pilots starting on a busy machine: 15 s left such a pilot
+#: 3 s in the pool, less than a negotiation cycle, and a pilot that leaves unseen makes its group
+#: wait a minute for the next.
+PILOT_ENVIRONMENT = "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 _CONDOR_UPDATE_INTERVAL=5"
 STATUS = {1: "idle", 2: "running", 3: "removed", 4: "completed", 5: "held", 6: "transferring"}
 
 
