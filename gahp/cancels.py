@@ -43,7 +43,7 @@ class CancelRetries:
         """Keep trying ``delete`` (which raises on failure) for ``jid``."""
         with self._lock:
             self._pending[jid] = delete
-            if self._thread is None:
+            if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(target=self._run, name="cancel-retries", daemon=True)
                 self._thread.start()
         self._wake.set()
@@ -60,6 +60,8 @@ class CancelRetries:
         while not self._stop.is_set():
             self._wake.wait(delay if self.pending() else None)
             self._wake.clear()
+            if self._stop.is_set():
+                return
             with self._lock:
                 todo = dict(self._pending)
             failed = False
@@ -88,6 +90,12 @@ class CancelRetries:
             rounds_failed = rounds_failed + 1 if failed else 0
             delay = backoff.delay(rounds_failed + 1) if failed else self.first_backoff_s
 
-    def close(self) -> None:
-        self._stop.set()
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop retrying and wait (at most ``timeout`` seconds) for a delete under way: after it, no
+        delete is tried (the backend closes its client after this, so none waits long)."""
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
         self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - an installation without msgspec
 from gahp import __version__
 from gahp.backends.http import Door, Failed, Failure, Service, translate as door_translate, truncate
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
-from gahp.errors import BackendError, ConfigError
+from gahp.errors import BackendError, ConfigError, TransientError
 from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -242,9 +242,10 @@ class KubeApi:
         self.context = queue.context
         self._lock = threading.Lock()
         self._connection: Optional[Connection] = None
+        self._closed = threading.Event()
         self._default_namespace = "default"
         self.door = Door(Service(API.name, settings.retries, Backoff(settings.backoff_s, settings.backoff_max_s),
-                                 HINTS))
+                                 HINTS), sleep=self._pause)
         """Every request goes through it: its counters are this cluster's requests, failures, seconds."""
         self.server_time: Optional[datetime.datetime] = None
         """The API server's clock at its last answer (its ``Date`` header), None before any: ages of
@@ -256,9 +257,16 @@ class KubeApi:
             return f"kubeconfig {self.kubeconfig}" + (f" context {self.context}" if self.context else "")
         return "in-cluster service account"
 
+    def _pause(self, seconds: float) -> None:
+        """The wait between two attempts of a request; cut short by :meth:`close`."""
+        self._closed.wait(seconds)
+
     def _connect(self) -> Connection:
-        """Load the configuration on first use; ConfigError when no cluster is usable."""
+        """Load the configuration on first use; ConfigError when no cluster is usable, TransientError
+        once closed (a thread still at work then makes no new connection)."""
         with self._lock:
+            if self._closed.is_set():
+                raise TransientError(f"{self.description}: the client is closed")
             if self._connection is not None:
                 return self._connection
             configuration = k8s_client.Configuration()
@@ -421,6 +429,9 @@ class KubeApi:
             self.server_time = when
 
     def close(self) -> None:
+        """Close the connections; a request's wait before its next attempt ends at once, and no
+        request is made after."""
+        self._closed.set()
         with self._lock:
             connection, self._connection = self._connection, None
         if connection is not None:

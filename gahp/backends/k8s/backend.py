@@ -25,7 +25,7 @@ from gahp import holds
 from gahp.backends.base import Backend
 from gahp.backends.http import truncate
 from gahp.backends.k8s.api import KubeApi
-from gahp.backends.k8s.cache import PodCache
+from gahp.backends.k8s.cache import CLOSE_WAIT_SECONDS, PodCache
 from gahp.backends.k8s.census import KubernetesCeView
 from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of, owner_selector, parse_job_id
 from gahp.backends.k8s.output import write_outputs
@@ -93,6 +93,7 @@ class KubernetesBackend(Backend):
             self._queues_by_label[label_value(queue.name.lower())] = queue
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
+        self._warming: Optional[threading.Thread] = None
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
         self.pipeline = Pipeline("k8s", settings.ce_name, self.user, settings.blackhole, self._api_totals)
         """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
@@ -119,7 +120,11 @@ class KubernetesBackend(Backend):
         """Connect to each queue's cluster and start its namespace's watch copy in the background, so
         that the first pilots do not wait for the client's first use (its modules load lazily, about
         half a second) or the first LIST."""
-        threading.Thread(target=self._warm_up, name="warm-up", daemon=True).start()
+        with self._lock:
+            if self._stop.is_set() or self._warming is not None:
+                return
+            self._warming = threading.Thread(target=self._warm_up, name="warm-up", daemon=True)
+        self._warming.start()
 
     def _warm_up(self) -> None:
         try:
@@ -138,6 +143,8 @@ class KubernetesBackend(Backend):
 
     def _api(self, queue: QueueSettings) -> KubeApi:
         with self._lock:
+            if self._stop.is_set():  # closed: no client may be made after close() closed them all
+                raise TransientError(f"queue {queue.name}: the GAHP is shutting down")
             api = self._apis.get(queue.cluster_key)
             if api is None:
                 api = self._apis[queue.cluster_key] = KubeApi(self.settings, queue)
@@ -146,6 +153,8 @@ class KubernetesBackend(Backend):
     def _cache(self, api: KubeApi, namespace: str) -> PodCache:
         key = ((api.kubeconfig, api.context), namespace)
         with self._lock:
+            if self._stop.is_set():  # closed: no watch may start after close() stopped them all
+                raise TransientError(f"namespace {namespace}: the GAHP is shutting down")
             cache = self._caches.get(key)
             if cache is None:
                 cache = self._caches[key] = PodCache(
@@ -437,16 +446,27 @@ class KubernetesBackend(Backend):
         return deleted
 
     def close(self) -> None:
-        self.pipeline.close()
-        self._stop.set()
-        self._cancels.close()
+        """Stop every thread of this backend and wait for them (bounded: :data:`.cache.CLOSE_WAIT_SECONDS`
+        each), then close its connections: after it, this backend makes no request."""
         with self._lock:
+            self._stop.set()
+            caches = list(self._caches.values())
+            apis = list(self._apis.values())
+            threads = [t for t in (self._warming, self._reaper) if t is not None]
+        for api in apis:  # first: a request waiting to be tried again gives up at once
+            api.close()
+        self._cancels.close()
+        for thread in threads:
+            if thread is not threading.current_thread() and thread.ident is not None:
+                thread.join(CLOSE_WAIT_SECONDS)
+        with self._lock:  # the warm-up may have made a copy before it saw the stop
             caches = list(self._caches.values())
             apis = list(self._apis.values())
         for cache in caches:
             cache.close()
         for api in apis:
             api.close()
+        self.pipeline.close()
 
 
 def _disrupted(pod: PodRecord) -> bool:

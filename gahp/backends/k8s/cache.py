@@ -33,6 +33,9 @@ GONE_KEEP_SECONDS = 3600.0
 GONE_KEEP_MAX = 10000
 #: Pods per LIST request.
 PAGE = 500
+#: Longest wait in :meth:`PodCache.close` for the watch thread to end (a LIST under way ends by its
+#: request timeout at the latest; the thread is a daemon, so a process exits whatever it does).
+CLOSE_WAIT_SECONDS = 10.0
 
 
 def resource_version(obj: JsonObj) -> Optional[str]:
@@ -106,8 +109,9 @@ class PodCache:
     # -- reading ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the watch thread (once; never after :meth:`close`)."""
         with self._cond:
-            if self._thread is not None:
+            if self._thread is not None or self._stop.is_set():
                 return
             self._thread = threading.Thread(target=self._run, name=f"watch-{self.namespace}", daemon=True)
             self._thread.start()
@@ -115,6 +119,11 @@ class PodCache:
     @property
     def synced(self) -> bool:
         return self._synced
+
+    @property
+    def watching(self) -> bool:
+        """Whether a WATCH is open (the API server has taken it and its events are being read)."""
+        return self._response is not None
 
     def wait_synced(self, timeout: float) -> None:
         """Block until the first LIST is in; TransientError carrying the last API error if not in time."""
@@ -337,6 +346,8 @@ class PodCache:
         self._response = response
         buffer = b""
         try:
+            if self._stop.is_set():  # closed while the request was under way: close() missed this response
+                return
             for chunk in response.stream(64 * 1024, decode_content=True):
                 if self._stop.is_set():
                     return
@@ -370,7 +381,8 @@ class PodCache:
             if self._rv is None:
                 with self._list_lock:
                     self._list()
-            self._watch()
+            if not self._stop.is_set():
+                self._watch()
         except Expired as e:
             log.info("%s; listing again", e)
             with self._cond:
@@ -386,7 +398,10 @@ class PodCache:
         reconnected(self._session, what=f"pod watch in namespace {self.namespace}", stop=self._stop,
                     backoff=Backoff(max(self.backoff_s, 0.1), self.backoff_max_s), failed=self._failed)
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_WAIT_SECONDS) -> None:
+        """Stop the watch thread and wait for it to end (at most ``timeout`` seconds): once closed, the
+        copy makes no request. A request under way is cut short where it can be (an open WATCH), else
+        ends by its own timeout; the caller closes the client first so that no retry waits."""
         self._stop.set()
         response = self._response
         if response is not None:
@@ -395,3 +410,9 @@ class PodCache:
                     getattr(response, method)()
                 except Exception:  # noqa: BLE001 - best effort to unblock the reading thread
                     pass
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("the pod watch of namespace %s did not end within %.0f s of its close",
+                            self.namespace, timeout)

@@ -99,6 +99,7 @@ class LanciumBackend(Backend):
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
         self.retention = Retention(settings.cleanup_after_s, settings.cleanup_per_cycle)
         self.pipeline.start()
+        self._resuming: Optional[threading.Thread] = None
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
@@ -116,7 +117,8 @@ class LanciumBackend(Backend):
 
     def start(self) -> None:
         """Prune old job records and take up the cancels a GAHP of this user could not see through."""
-        threading.Thread(target=self._resume, name="records", daemon=True).start()
+        self._resuming = threading.Thread(target=self._resume, name="records", daemon=True)
+        self._resuming.start()
 
     def _resume(self) -> None:
         try:
@@ -129,6 +131,9 @@ class LanciumBackend(Backend):
             log.exception("job records cannot be gone through")
 
     def close(self) -> None:
+        """Stop the background threads, waiting for them (bounded), then close the client."""
+        if self._resuming is not None and self._resuming is not threading.current_thread():
+            self._resuming.join(10.0)  # then a cancel it takes up is seen by the close below
         self._cancels.close()
         self.pipeline.close()
         self.client.close()

@@ -5,6 +5,7 @@ lifecycles, failure mappings, outputs, idempotent submit and cancel, staging, pr
 from __future__ import annotations
 
 import base64
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -197,19 +198,15 @@ def test_pod_deleted_by_someone_else_is_removed(backend: KubernetesBackend, sim:
 # Submit: idempotency, staging, refusals.
 
 
-def test_repeated_submit_of_a_sandbox_makes_one_pod(backend: KubernetesBackend, sim: KubeSim,
-                                                    tmp_path: Path) -> None:
+def test_repeated_submit_of_a_sandbox_makes_one_pod(backend: KubernetesBackend, make_backend: BackendFactory,
+                                                    sim: KubeSim, tmp_path: Path) -> None:
     job = make_job(tmp_path, cpus=64)
     first = backend.submit(job)
     assert backend.submit(job) == first
-    assert KubernetesBackend.from_knobs(Knobs(_knobs(backend))).submit(job) == first
+    # another GAHP, with records of its own (none of this job): the pod itself tells it
+    (tmp_path / "other-state").mkdir()
+    assert make_backend(PODGAHP_STATE_DIR=str(tmp_path / "other-state")).submit(job) == first
     assert len(sim.pods(NAMESPACE)) == 1
-
-
-def _knobs(backend: KubernetesBackend) -> Dict[str, str]:
-    api = next(iter(backend._apis.values()))
-    return {"PODGAHP_K8S_KUBECONFIG": str(api.kubeconfig), "PODGAHP_K8S_IMAGE": IMAGE,
-            "PODGAHP_K8S_CE_NAME": "ce.test", "PODGAHP_K8S_REAP_INTERVAL_SECONDS": "0"}
 
 
 def test_resubmit_after_hold_while_the_old_pod_terminates(backend: KubernetesBackend, sim: KubeSim,
@@ -355,18 +352,18 @@ def test_ping_with_bad_credentials(make_backend: BackendFactory, sim: KubeSim) -
 
 def test_no_cluster_configured_gives_errors_not_crashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    backend = KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_IMAGE": IMAGE}))
-    with pytest.raises(ConfigError, match="no Kubernetes cluster is configured"):
-        backend.ping()
-    with pytest.raises(ConfigError, match="PODGAHP_K8S_KUBECONFIG"):
-        backend.submit(make_job(tmp_path))
-    with pytest.raises(ConfigError):
-        backend.status("k8s/pilots/pilot-00000000000000000000-1")
-    missing = KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_KUBECONFIG": str(tmp_path / "nope")}))
-    with pytest.raises(ConfigError, match="does not exist"):
-        missing.ping()
-    with pytest.raises(InvalidJob, match="not of the form"):
-        backend.status("lancium/123")
+    with closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_IMAGE": IMAGE}))) as backend, \
+            closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_KUBECONFIG": str(tmp_path / "nope")}))) as missing:
+        with pytest.raises(ConfigError, match="no Kubernetes cluster is configured"):
+            backend.ping()
+        with pytest.raises(ConfigError, match="PODGAHP_K8S_KUBECONFIG"):
+            backend.submit(make_job(tmp_path))
+        with pytest.raises(ConfigError):
+            backend.status("k8s/pilots/pilot-00000000000000000000-1")
+        with pytest.raises(ConfigError, match="does not exist"):
+            missing.ping()
+        with pytest.raises(InvalidJob, match="not of the form"):
+            backend.status("lancium/123")
     _ = AuthError  # the RBAC branch of translation is covered by test_k8s_api
 
 

@@ -18,6 +18,7 @@ from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import ANN_USER, owner_labels, pod_name, sandbox_key
 from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
 from gahp.config import Knobs
+from gahp.errors import TransientError
 from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
 
@@ -59,35 +60,47 @@ def _poll_all(backend: KubernetesBackend, names: List[str]) -> None:
 
 @pytest.fixture
 def big_sim() -> Iterator[KubeSim]:
-    """One node large enough for 1000 small pods, so the scheduler does not retry them every tick."""
+    """One node large enough for 1000 small pods, so the scheduler does not retry them every tick; an
+    event log long enough for every change of them, so that no watch expires (410) and lists again."""
     config = SimConfig(namespaces=(NAMESPACE,), tick_seconds=0.2, container_create_seconds=0.05,
-                       nodes=(SimNode("big-node", cpu="1000", memory="1000Gi", pods=5000),))
+                       event_log_size=50000, nodes=(SimNode("big-node", cpu="1000", memory="1000Gi", pods=5000),))
     with KubeSim(config) as running:
         yield running
 
 
-def test_request_count_stays_flat_from_10_to_1000_pilots(big_sim: KubeSim, tmp_path: Path) -> None:
-    sim = big_sim
-    backend = KubernetesBackend.from_knobs(Knobs(knobs_for(sim.write_kubeconfig(
+@pytest.fixture
+def big_backend(big_sim: KubeSim, tmp_path: Path) -> Iterator[KubernetesBackend]:
+    backend = KubernetesBackend.from_knobs(Knobs(knobs_for(big_sim.write_kubeconfig(
         str(tmp_path / "kubeconfig"), namespace=NAMESPACE))))
+    yield backend
+    backend.close()
+
+
+def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: KubernetesBackend, big_sim: KubeSim) -> None:
+    """Polls are answered from the watch copy: once the copy is in and its WATCH open, polling 10 pilots
+    or 1000 makes no API request at all. The count starts only then, so that it holds the polls'
+    requests alone, not the copy's own LIST and WATCH (which the sim records as they arrive, however
+    late a loaded machine lets them come)."""
+    backend, sim = big_backend, big_sim
     names = [name_of(f"flat-{i:04d}") for i in range(1000)]
     _create_pods(sim, names[:10])
-    _poll_all(backend, names[:10])  # starts the watch, first LIST
+    _poll_all(backend, names[:10])  # starts the watch copy
+    cache = next(iter(backend._caches.values()))
+    wait_until(lambda: cache.synced and cache.watching, "the copy listed and its WATCH open", 20)
+    sessions = (cache.lists, cache.watches)
     sim.clear_requests()
     for _ in range(3):
         _poll_all(backend, names[:10])
-    with_10 = len(sim.requests())
+    with_10 = [(r.method, r.path) for r in sim.requests()]
 
     _create_pods(sim, names[10:])
-    sim.wait_for(lambda: all(backend._caches[next(iter(backend._caches))].get(n) for n in names), 20,
-                 "watch delivered 1000 pods")
+    wait_until(lambda: all(cache.get(n) for n in names), "the watch delivered 1000 pods", 30)
     sim.clear_requests()
     for _ in range(3):
         _poll_all(backend, names)
-    with_1000 = len(sim.requests())
-    backend.close()
-    assert with_10 <= 1 and with_1000 <= 1, (with_10, with_1000)  # at most a renewed watch
-    assert not sim.requests("GET", r"/pods/pilot-")  # never one request per pilot
+    with_1000 = [(r.method, r.path) for r in sim.requests()]
+    assert (with_10, with_1000) == ([], [])
+    assert (cache.lists, cache.watches) == sessions  # the same WATCH all along: the copy made no request
 
 
 def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend, sim: KubeSim,
@@ -291,3 +304,21 @@ def test_a_list_reads_every_page_and_starts_again_when_its_token_expires(
     assert len(api.threads) == 2 + 1 + 5  # two pages, the 410, then the five pages of the LIST again
     ahead = [t for t in api.threads if t.startswith(f"list-{NAMESPACE}")]
     assert len(ahead) == (2 + 4 if msgspec_there else 0)  # every request but the first of each LIST
+
+
+def test_close_ends_every_thread_and_refuses_new_work(make_backend: BackendFactory, sim: KubeSim) -> None:
+    """close() returns once the watch and warm-up threads have ended, even while a request of the copy
+    waits out a long back-off before its next attempt; the backend then starts no copy and makes no
+    client again (a thread left running would go on asking whatever answers on the API's address)."""
+    backend = make_backend(PODGAHP_K8S_BACKOFF_SECONDS="60", PODGAHP_K8S_BACKOFF_MAX_SECONDS="60")
+    sim.fail_next(1000, status=503)
+    backend.start()  # the warm-up starts the copy of the queue's namespace
+    wait_until(lambda: sim.requests("GET", f"/namespaces/{NAMESPACE}/pods$"), "the copy's first LIST refused")
+    cache = next(iter(backend._caches.values()))
+    thread = cache._thread
+    backend.close()
+    assert thread is not None and not thread.is_alive()
+    assert backend._warming is not None and not backend._warming.is_alive()
+    with pytest.raises(TransientError, match="shutting down"):
+        backend.status(f"k8s/{NAMESPACE}/{name_of('after-close')}")
+    assert not cache.watching and cache._thread is thread
