@@ -189,7 +189,7 @@ def setup(installation: Installation) -> Tuple[KubeSim, Pool, Pool, "subprocess.
            "_CONDOR_PODGAHP_PROVISION_PILOT_TOKEN_FILE": token,
            "_CONDOR_PODGAHP_PROVISION_INTERVAL_SECONDS": str(PROVISION_INTERVAL_S),
            "_CONDOR_PODGAHP_PROVISION_RAMP_START": "1",
-           "_CONDOR_PODGAHP_PROVISION_PILOT_ENVIRONMENT": "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=15 "
+           "_CONDOR_PODGAHP_PROVISION_PILOT_ENVIRONMENT": "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 "
                                                           "_CONDOR_UPDATE_INTERVAL=5"}
     provisioner = installation.popen([installation.bin("podgahp"), "provision"], user="pilot", env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

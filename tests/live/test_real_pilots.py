@@ -39,8 +39,10 @@ pytestmark = pytest.mark.live
 COMPLETED = 4
 IDLE = 1
 #: How long an unclaimed pilot stays (HTCondor reads _CONDOR_* variables over its configuration
-#: files), and how often its startd looks.
-PILOT_ENVIRONMENT = "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=15 _CONDOR_UPDATE_INTERVAL=5"
+#: files), and how often its startd looks. The idle time counts from the startd's start, whose
+#: initialisation takes seconds on a busy machine (up to 12 with five pilots starting): a pilot
+#: must outlast it by more than a negotiation cycle.
+PILOT_ENVIRONMENT = "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 _CONDOR_UPDATE_INTERVAL=5"
 
 CE_CONFIG = """\
 PODGAHP_K8S_IMAGE = {image}
@@ -57,13 +59,16 @@ class Site:
     ce: Pool
     sim: KubeSim
     image: str
+    home: str
+    """The provisioner's home at the CE, this site's own: pilots are submitted from (and write their
+    output into) ``~/.podgahp/provision``, which CEs in the same root would otherwise share."""
     token_file: str
-    """The pool's token in the provisioner's directory at the CE."""
+    """The pool's token in the provisioner's home at the CE."""
 
     def provision(self, name: str, batch: str = "", **knobs: str) -> List[str]:
         """One ``podgahp provision --once`` on the CE as the factory's user, for the jobs of ``batch``
         (default: the provisioner's name)."""
-        env = {"_CONDOR_PODGAHP_PROVISION_POOL": collector_address(self.users),
+        env = {"HOME": self.home, "_CONDOR_PODGAHP_PROVISION_POOL": collector_address(self.users),
                "_CONDOR_PODGAHP_PROVISION_NAME": name,
                "_CONDOR_PODGAHP_PROVISION_LOG": f"{self.ce.log_dir}/PodgahpProvisionLog",
                "_CONDOR_PODGAHP_PROVISION_PILOT_TOKEN_FILE": self.token_file,
@@ -152,9 +157,10 @@ def site(installation: Installation, request: pytest.FixtureRequest) -> Iterator
                   files={"kubeconfig": kubeconfig_text(sim), "gpu-template.yaml": GPU_TEMPLATE})
         pools.append(ce)
         ce.start()
-        token_file = f"{ce.user_dir()}/pool.token"
+        home = ce.user_dir()
+        token_file = f"{home}/pool.token"
         write_user_file(ce, token_file, pilot_token(users), mode=0o600)
-        yield Site(users, ce, sim, reference, token_file)
+        yield Site(users, ce, sim, reference, home, token_file)
     finally:
         failed = request.session.testsfailed > failed_before
         for pool in reversed(pools):
@@ -214,7 +220,7 @@ def test_user_jobs_run_on_pilots_the_ce_started_as_pods(site: Site) -> None:
         assert pods.seen[pod_name]["status"]["phase"] == "Succeeded"
     # The startd's own lines are the pod's log, and came back as the pilot's Out.
     out = site.ce.path(f"{finals[0]['Iwd']}/{finals[0]['Out']}").read_text()
-    assert "condor_startd" in out and "No resources have been claimed for 15 seconds" in out, out[-2000:]
+    assert "condor_startd" in out and "No resources have been claimed for 30 seconds" in out, out[-2000:]
 
     # Nothing is left for podgahp reap to delete.
     reap = site.ce.run([site.ce.installation.bin("podgahp"), "reap", "--dry-run"], user="pilot")
