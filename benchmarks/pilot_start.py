@@ -152,12 +152,11 @@ def _stamp(text: str) -> float:
     return datetime.datetime.strptime(text, "%m/%d/%y %H:%M:%S.%f").timestamp()
 
 
-def matched(users: Pool, cluster: int) -> Tuple[float, str]:
-    """When the negotiator matched job ``cluster``.0, and the pod of the slot, from its log (ms)."""
+def matched(users: Pool, cluster: int) -> Optional[Tuple[float, str]]:
+    """When the negotiator matched job ``cluster``.0, and the pod of the slot, from its log (ms); None
+    if its log shows no match of it."""
     found = re.search(_STAMP + rf"\s*Matched {cluster}\.0 .* slot\S*@(\S+)$", users.log("NegotiatorLog"), re.M)
-    if not found:
-        raise RuntimeError(f"no match of job {cluster}.0 in the NegotiatorLog")
-    return _stamp(found.group(1)), found.group(2)
+    return (_stamp(found.group(1)), found.group(2)) if found else None
 
 
 def window(pool: Pool, log: str, since: float, until: float, pattern: str = "") -> List[str]:
@@ -189,7 +188,7 @@ def setup(installation: Installation) -> Tuple[KubeSim, Pool, Pool, "subprocess.
            "_CONDOR_PODGAHP_PROVISION_PILOT_TOKEN_FILE": token,
            "_CONDOR_PODGAHP_PROVISION_INTERVAL_SECONDS": str(PROVISION_INTERVAL_S),
            "_CONDOR_PODGAHP_PROVISION_RAMP_START": "1",
-           "_CONDOR_PODGAHP_PROVISION_PILOT_ENVIRONMENT": "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 "
+           "_CONDOR_PODGAHP_PROVISION_PILOT_ENVIRONMENT": "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=15 "
                                                           "_CONDOR_UPDATE_INTERVAL=5"}
     provisioner = installation.popen([installation.bin("podgahp"), "provision"], user="pilot", env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -221,10 +220,12 @@ def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Optional[Dict[st
     times = dict(watcher.seen)
     times["gahp"], times["pod"] = received, answered
     times["pilot"] = pilot_submitted(ce, memory)
-    times["matched"], pod = matched(users, cluster)
-    if pod != watcher.pod:
-        print(f"the job of {memory} MiB ran on pod {pod}, not on {watcher.pod} made for it: round not counted")
+    match = matched(users, cluster)
+    if match is None or match[1] != watcher.pod:
+        where = f"ran on {match[1]}" if match else "has no match in the NegotiatorLog"
+        print(f"the job of {memory} MiB {where}, not on {watcher.pod} made for it: round not counted")
         return None
+    times["matched"] = match[0]
     # a poll may see two events at once: the order of the hops holds
     for earlier, later in zip(EVENTS, EVENTS[1:]):
         times[later] = max(times[later], times[earlier])
