@@ -9,6 +9,16 @@ OLDEST_K8S_CLIENT ?= 30.1.0
 OLDEST_PYTHON ?= $(or $(firstword $(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.9*/bin/python)),$(PYTHON))
 VENV_OLDEST ?= .venv-oldest
 PYTEST_ARGS ?=
+# Tests run in pytest-xdist workers. The non-live suite: its files spread over UNIT_WORKERS
+# (--dist loadfile: the tests of a file run in one worker, in order). The live tests, which mostly
+# wait on daemons, over LIVE_WORKERS, each test in whichever worker is free, both HTCondor series side
+# by side; the tests of a module sharing pools started by a module-scoped fixture run in one worker,
+# in order, once per series (--dist loadscope and the scheduler of tests/conftest.py).
+# PYTEST_ARGS=-n0 runs everything in one process. The slowest tests are listed at the end.
+UNIT_WORKERS ?= 4
+LIVE_WORKERS ?= 6
+UNIT_PYTEST = -m 'not live' -n $(UNIT_WORKERS) --dist loadfile --durations=10
+LIVE_PYTEST = -m live -n $(LIVE_WORKERS) --dist loadscope --durations=20
 
 .PHONY: test check unit oldest live demo system-deps clean rpm bench stress-unit
 
@@ -45,11 +55,11 @@ check: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 unit: $(VENV)/.installed system-deps
-	$(VENV)/bin/python -m pytest -m 'not live' $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(UNIT_PYTEST) $(PYTEST_ARGS)
 
 oldest: $(VENV_OLDEST)/.installed system-deps
 	$(VENV_OLDEST)/bin/python --version
-	$(VENV_OLDEST)/bin/python -m pytest -m 'not live' $(PYTEST_ARGS)
+	$(VENV_OLDEST)/bin/python -m pytest $(UNIT_PYTEST) $(PYTEST_ARGS)
 
 # The non-live suite STRESS_RUNS times in a row while every core is kept busy (stress-ng --cpu when
 # installed, else busy processes): a test that passes only when it gets the CPU at the right moment
@@ -60,7 +70,7 @@ stress-unit: $(VENV)/.installed system-deps
 		$(VENV)/bin/python -m pytest -m 'not live' -p no:cacheprovider $(PYTEST_ARGS)
 
 live: $(VENV)/.installed system-deps
-	$(VENV)/bin/python -m pytest -m live $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(LIVE_PYTEST) $(PYTEST_ARGS)
 
 demo: $(VENV)/.installed system-deps
 	$(VENV)/bin/python -m demo $(DEMO_ARGS)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Callable, Iterator, List
+from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
@@ -24,3 +25,50 @@ def start_gahp(tmp_path: Path) -> Iterator[Callable[..., GahpProcess]]:
     yield start
     for proc in started:
         proc.close()
+
+
+#: Live test modules whose tests share what a module-scoped fixture of their own starts (pools, a
+#: cluster). Under ``make live`` (``--dist loadscope``) their tests run in one worker, in order, once
+#: per HTCondor series, so it starts once per series; every other live test runs in whichever worker
+#: is free. Checked at collection against the modules' fixtures.
+SHARED_MODULES = frozenset({"tests/live/test_real_pilots.py"})
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    collected, shared = set(), set()
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        module = getattr(item, "module", None)
+        if item.get_closest_marker("live") is None or info is None or module is None:
+            continue
+        path = item.nodeid.split("::", 1)[0]
+        collected.add(path)
+        if any(d.scope == "module" and getattr(d.func, "__module__", None) == module.__name__
+               for defs in info.name2fixturedefs.values() for d in defs):
+            shared.add(path)
+    if shared != SHARED_MODULES & collected:
+        raise pytest.UsageError(f"tests/conftest.py: SHARED_MODULES should name {sorted(shared)} of {sorted(collected)}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Optional[Any]:
+    """``--dist loadscope`` (``make live``): each test its own unit of work, except those of
+    SHARED_MODULES, one unit per module and series (the series is the test's parameter)."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    from harness import series_from_env
+
+    series = set(series_from_env())
+
+    class LiveScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path not in SHARED_MODULES:
+                return nodeid
+            params = re.search(r"\[([^\]]*)\]$", nodeid)
+            found = sorted(series & set(params.group(1).split("-"))) if params else []
+            return f"{path}[{found[0]}]" if found else path
+
+    return LiveScheduling(config, log)
