@@ -55,6 +55,7 @@ MAX_TERMINATION_MESSAGE = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
 _INSTANCE = re.compile(r"\d+-[0-9a-f]{8}")
+_MAKING = re.compile(r"\.\d+-[0-9a-f]{8}\.new")
 _MS_NOSUID, _MS_NODEV = 2, 4
 _MNT_DETACH = 2
 
@@ -260,9 +261,13 @@ class RuncRuntime:
         self._runc = runc
         os.makedirs(self.base, 0o711, exist_ok=True)
         clean_dead_instances(self.base, runc)
-        os.makedirs(self.directory, 0o711)
-        fd = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        # Made under another name and renamed with its lock held: a simulator starting at the same
+        # time never finds this directory without its holder.
+        making = os.path.join(self.base, ".%s.new" % self.instance)
+        os.makedirs(making, 0o711)
+        fd = os.open(os.path.join(making, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.rename(making, self.directory)
         self._lock_fd = fd
         os.makedirs(os.path.join(self.directory, "pods"), 0o711)
         with open(os.path.join(self.directory, "cgroups.json"), "w") as f:
@@ -732,6 +737,12 @@ def clean_dead_instances(base: str, runc: str) -> List[str]:
     removed = []
     for name in sorted(os.listdir(base)):
         directory = os.path.join(base, name)
+        if _MAKING.fullmatch(name) and os.path.isdir(directory):
+            # one being made holds its lock for a moment only: older ones were left by a killed start
+            with contextlib.suppress(OSError):
+                if time.time() - os.stat(directory).st_mtime > 600:
+                    shutil.rmtree(directory, ignore_errors=True)
+            continue
         if not _INSTANCE.fullmatch(name) or not os.path.isdir(directory):
             continue
         try:
@@ -747,7 +758,7 @@ def clean_dead_instances(base: str, runc: str) -> List[str]:
                 except OSError:
                     continue  # a live simulator holds it
             elif time.time() - os.stat(directory).st_mtime < 60:
-                continue  # being made by a simulator that is starting
+                continue  # made by an earlier version that took the lock after making it
             log.warning("removing what a stopped simulator left in %s", directory)
             remove_instance(directory, runc)
             removed.append(directory)
