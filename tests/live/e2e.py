@@ -283,9 +283,10 @@ def pod_of(ad: Dict[str, Any]) -> Optional[str]:
 
 
 def wait_for_pods(pool: Pool, cluster: int, count: int, timeout: float = 90) -> Dict[str, str]:
-    """Wait until `count` routed jobs of `cluster` name a pod; source job id -> pod name."""
+    """Wait until `count` routed jobs of `cluster` name a pod; source job id -> pod name. A short
+    pilot's grid job may leave the queue between two looks (on a busy machine): the history counts too."""
     def named() -> Optional[Dict[str, str]]:
-        pods = {ad["RoutedFromJobId"]: pod_of(ad) for ad in routed_jobs(pool, cluster, in_queue_only=True)}
+        pods = {ad["RoutedFromJobId"]: pod_of(ad) for ad in routed_jobs(pool, cluster)}
         found = {k: v for k, v in pods.items() if v}
         return found if len(found) >= count else None
     return pool.wait_for(named, timeout=timeout, interval=0.5, what=f"{count} routed jobs with a pod")

@@ -95,7 +95,7 @@ def test_factory_pilot_via_htcondor_c(make_pool: Callable[..., Pool], installati
     ce_cluster = sources[0]["ClusterId"]
     pods = wait_for_pods(ce, ce_cluster, 1)
     pod_name = pods[f"{ce_cluster}.0"]
-    routed = routed_jobs(ce, ce_cluster, in_queue_only=True)
+    routed = routed_jobs(ce, ce_cluster)  # the queue's, or the history's once the pilot's 4 s are over
     assert routed[0]["RouteName"] == "K8s_Cpu", routed
     pod = kube_sim.pod(NAMESPACE, pod_name)
     assert pod is not None

@@ -35,11 +35,11 @@ def test_pilot_becomes_pod_and_completes(make_pool: Callable[..., Pool], install
     cluster = pool.submit(pilot_submit(home, "plain", run_seconds=4, exit_code=3,
                                        extra=["+xcount = 2", "+maxMemory = 3000"]), cwd=home)
 
-    # While it runs: the CE's queue shows the routed copy, whose GridJobId names the pod.
+    # The routed copy (in the queue while the pilot runs, then in the history) names the pod.
     source = f"{cluster}.0"
     pods = wait_for_pods(pool, cluster, 1)
     pod_name = pods[source]
-    routed = routed_jobs(pool, cluster, in_queue_only=True)
+    routed = routed_jobs(pool, cluster)  # the queue's, or the history's once the 4 s are over
     assert len(routed) == 1, routed
     grid = grid_parts(routed[0])
     assert grid[:2] == ["batch", "k8s"], routed[0]
@@ -208,7 +208,11 @@ def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[
     """Pilots of a queue whose image cannot be pulled: after PODGAHP_BLACKHOLE_FAILURES of them the
     queue is closed, so the next pilot is held at submit with a reason naming the queue and the cause,
     and no pod is made; once the image exists and the back-off is over, pilots run again."""
-    config = BAD_IMAGE_CONFIG + "PODGAHP_BLACKHOLE_FAILURES = 2\nPODGAHP_BLACKHOLE_BACKOFF_SECONDS = 15\n"
+    # The back-off must outlast the third pilot's way to the GAHP: the second pilot's hold ends the
+    # user's gridmanager, so the third waits for the router, the schedd and a new gridmanager and GAHP
+    # (about 10 s here, several times that on a busy machine). A shorter one let the queue open again
+    # before the third pilot came: it got a pod, and was held for the image instead.
+    config = BAD_IMAGE_CONFIG + "PODGAHP_BLACKHOLE_FAILURES = 2\nPODGAHP_BLACKHOLE_BACKOFF_SECONDS = 75\n"
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
     home = iwd(pool)
 
@@ -231,7 +235,7 @@ def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[
     # The GAHP's state file says until when the queue is closed; wait for that time to pass.
     state = next(pool.path(pool.log_dir).glob("Podgahp.pilot.*/PodgahpBlackholes.*-pilot-k8s.json"))
     until = json.loads(state.read_text())["queues"]["broken"]["closed_until"]
-    pool.wait_for(lambda: time.time() > until, timeout=60, what="the back-off over")
+    pool.wait_for(lambda: time.time() > until, timeout=120, what="the back-off over")
     fourth = pool.submit(pilot_submit(home, "fourth", extra=['+queue = "broken"']), cwd=home)
     done = wait_done(pool, fourth, 1)
     assert done[0]["ExitCode"] == 0, done[0]
@@ -418,7 +422,8 @@ def test_pilot_resources_become_the_pod_spec(make_pool: Callable[..., Pool], ins
     cluster = pool.submit(pilot_submit(home, "gpu", run_seconds=2, extra=[
         "+xcount = 8", "+maxMemory = 16000", "request_gpus = 1", "request_disk = 20000000"]), cwd=home)
     pod_name = wait_for_pods(pool, cluster, 1)[f"{cluster}.0"]
-    assert _routed_of(pool, cluster)["RouteName"] == "K8s_Gpu"
+    # The pilot runs 2 s: its grid job may have left the queue already (routed_jobs reads the history too).
+    assert [ad["RouteName"] for ad in routed_jobs(pool, cluster)] == ["K8s_Gpu"]
     pod = kube_sim.pod(NAMESPACE, pod_name)
     assert pod is not None
     want = {"cpu": "8", "memory": "16000Mi", "nvidia.com/gpu": "1", "ephemeral-storage": "20000000Ki"}

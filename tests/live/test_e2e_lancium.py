@@ -28,7 +28,8 @@ def lancium_id(ad: Dict[str, Any]) -> int:
 def wait_lancium_job(pool: Pool, cluster: int) -> Dict[str, Any]:
     """The routed job of `cluster` once its GridJobId names a Lancium job."""
     def named() -> List[Dict[str, Any]]:
-        return [ad for ad in routed_jobs(pool, cluster, in_queue_only=True) if len(grid_parts(ad)) == 4]
+        # the history too: a short pilot's grid job may have left the queue between two looks
+        return [ad for ad in routed_jobs(pool, cluster) if len(grid_parts(ad)) == 4]
     return pool.wait_for(named, timeout=90, interval=0.5, what="a routed job with a Lancium job")[0]
 
 

@@ -11,6 +11,7 @@ each test has jobs and pilots of its own.
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import hashlib
 import os
@@ -19,19 +20,21 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Set
 
 import pytest
 from kubernetes import client, config
 
-from e2e import (E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESPACE, RUNNING, container, kubeconfig_text, pod_of,
-                 records_token_of_proxy_jobs, routed_jobs, routes_config, sim_nodes, write_user_file, x509_proxy)
+from e2e import (ANN_SANDBOX_ID, E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESPACE, RUNNING, container, grid_parts,
+                 kubeconfig_text, pod_of, records_token_of_proxy_jobs, routed_jobs, routes_config, sim_nodes,
+                 write_user_file, x509_proxy)
 from harness import Installation, Pool
 from harness.image import IMAGE_START_SCRIPT, pilot_image
 from harness.userpool import CONFIG as USER_POOL_CONFIG
 from harness.userpool import collector_address, pilot_token
 from leftovers import instance_of, machine_leftovers, start_runc_sim, stop_sim
 from podgahp_sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s.store import Expired
 from polling import wait_until
 
 pytestmark = pytest.mark.live
@@ -92,6 +95,12 @@ class Site:
         sources = {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in self.pilots(name)}
         return {str(pod_of(ad)): ad for ad in routed if ad.get("RoutedFromJobId") in sources}
 
+    def sandboxes(self, name: str) -> Set[str]:
+        """The sandboxes of the provisioner's pilots (routed jobs keep them, held or done)."""
+        sources = {f"{ad['ClusterId']}.{ad['ProcId']}" for ad in self.pilots(name)}
+        return {grid_parts(ad)[2] for ad in routed_jobs(self.ce)
+                if ad.get("RoutedFromJobId") in sources and len(grid_parts(ad)) >= 3}
+
     def slots(self, constraint: str = "true") -> List[Dict[str, Any]]:
         out = self.users.run(["condor_status", "-json", "-constraint", constraint, "-attributes",
                               "Name,Machine,Cpus,Memory,GPUs,State,Activity,PodgahpProvisioner,PodgahpPilotId"]).stdout
@@ -118,21 +127,43 @@ def job_ads(site: Site, cluster: int) -> List[Dict[str, Any]]:
 
 
 class PodWatch:
-    """The last state seen of each pod of the cluster (pods are deleted once done with)."""
+    """Every state each pod of the cluster went through since the watch began, from the simulator's
+    change log as a Kubernetes watch sees it: a pod the GAHP deletes a moment after it ended is not
+    missed between two looks (on a busy machine a look can come seconds after the last)."""
 
     def __init__(self, sim: KubeSim) -> None:
         self.sim = sim
         self.seen: Dict[str, Dict[str, Any]] = {}
+        """The last state seen of each pod (kept once it is deleted)."""
+        self.ended: Dict[str, Dict[str, Any]] = {}
+        """The container's ``terminated`` state of each pod that ended."""
+        self.rv = -1
+        self.look()
 
     def look(self) -> Dict[str, Dict[str, Any]]:
-        for pod in self.sim.pods(NAMESPACE):
-            self.seen[pod["metadata"]["name"]] = pod
+        store = self.sim.store
+        with store.lock:
+            try:
+                events = [e.obj for e in store.events_after("pods", self.rv)] if self.rv >= 0 else None
+            except Expired:
+                events = None
+            # the first look, or the log moved past ours: every pod as it is
+            changed = copy.deepcopy(store.items("pods", NAMESPACE) if events is None else events)
+            self.rv = store.rv
+        for pod in changed:
+            if pod["metadata"].get("namespace") != NAMESPACE:
+                continue
+            name = pod["metadata"]["name"]
+            self.seen[name] = pod
+            statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+            ended = (statuses[0].get("state") or {}).get("terminated")
+            if ended:
+                self.ended[name] = ended
         return self.seen
 
     def terminated(self, name: str) -> Optional[Dict[str, Any]]:
-        pod = self.look().get(name) or {}
-        statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
-        return (statuses[0].get("state") or {}).get("terminated")
+        self.look()
+        return self.ended.get(name)
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +292,6 @@ def test_condor_rm_of_a_pilot_running_a_job_gives_the_job_back(site: Site) -> No
     first_pod = slot_of(site, job).split("@", 1)[1]
     pilot = site.pods_of(name)[first_pod]["RoutedFromJobId"]
     pods = PodWatch(site.sim)
-    pods.look()
     removed = time.monotonic()
     site.ce.run(["condor_rm", str(pilot)], user="pilot")
 
@@ -298,12 +328,15 @@ def test_a_payload_over_the_memory_limit_is_oomkilled_and_the_pilot_held(site: S
     pods = PodWatch(site.sim)
 
     def oom_killed() -> Optional[str]:
-        for pod_name, pod in pods.look().items():
-            ended = pods.terminated(pod_name) or {}
-            if ended.get("reason") == "OOMKilled" and pod["metadata"].get("labels", {}).get(
-                    "podgahp.htcondor.org/queue") and pod_name in site.pods_of(name):
-                return pod_name
-        return None
+        killed = [pod_name for pod_name, pod in pods.look().items()
+                  if (pods.ended.get(pod_name) or {}).get("reason") == "OOMKilled"
+                  and pod["metadata"].get("labels", {}).get("podgahp.htcondor.org/queue")]
+        if not killed:
+            return None
+        # The pilot's pod: its sandbox is its grid job's (the grid job forgets the pod once held).
+        ours = site.sandboxes(name)
+        mine = [p for p in killed if pods.seen[p]["metadata"].get("annotations", {}).get(ANN_SANDBOX_ID) in ours]
+        return mine[0] if mine else None
     # what an admin watching the pods sees (kubectl shows the reason as the pod's status)
     with open(tmp_path / "watch.out", "w") as out:
         watch = subprocess.Popen(["kubectl", "--kubeconfig", str(kubeconfig), "get", "pods", "--watch"],
