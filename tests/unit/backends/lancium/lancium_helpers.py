@@ -64,3 +64,12 @@ def wait_phase(backend: LanciumBackend, job_id: str, phases: Tuple[Phase, ...],
                timeout: float = 10.0) -> JobState:
     return wait_until(lambda: backend.status(job_id), f"{job_id} in {phases}", timeout,
                       done=lambda state: state.phase in phases)
+
+
+def deleted(sim: LanciumSim, job_id: int) -> bool:
+    """The job was deleted: ``delete pending``, or already gone (it stays ``delete pending`` for
+    ``delete_seconds`` only, 0.2 s here: a moment on a busy machine)."""
+    try:
+        return sim.job(job_id)["status"] == "delete pending"
+    except KeyError:
+        return True

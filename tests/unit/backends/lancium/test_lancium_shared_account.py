@@ -21,7 +21,7 @@ from gahp.backends.lancium.settings import LanciumSettings
 from gahp.errors import InvalidJob
 from gahp.records import JobRecord
 from gahp.jobstate import Phase
-from lancium_helpers import BackendFactory, knobs_for, make_pilot, wait_phase
+from lancium_helpers import BackendFactory, deleted, knobs_for, make_pilot, wait_phase
 from podgahp_sim.lancium import LanciumSim
 
 VICTIM_SANDBOX = "ce.test_victim_12.0_1795297304"
@@ -60,7 +60,7 @@ def test_claiming_another_users_sandbox_gets_a_job_of_ones_own(users: List[Lanci
     attacker = mallory.submit(make_pilot(tmp_path / "mallory", VICTIM_SANDBOX, env=env))
     assert attacker != victim
     mallory.cancel(attacker)
-    assert sim.job(parse_job_id(attacker))["status"] == "delete pending"
+    assert deleted(sim, parse_job_id(attacker))
     assert sim.job(parse_job_id(victim))["status"] == "running"
     assert alice.status(victim).phase is Phase.RUNNING
 
