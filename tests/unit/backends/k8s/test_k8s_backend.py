@@ -352,8 +352,10 @@ def test_ping_with_bad_credentials(make_backend: BackendFactory, sim: KubeSim) -
 
 def test_no_cluster_configured_gives_errors_not_crashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_IMAGE": IMAGE}))) as backend, \
-            closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_KUBECONFIG": str(tmp_path / "nope")}))) as missing:
+    state = {"PODGAHP_STATE_DIR": str(tmp_path)}  # the test's own, not the shared temporary directory
+    with closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_IMAGE": IMAGE, **state}))) as backend, \
+            closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_KUBECONFIG": str(tmp_path / "nope"),
+                                                        **state}))) as missing:
         with pytest.raises(ConfigError, match="no Kubernetes cluster is configured"):
             backend.ping()
         with pytest.raises(ConfigError, match="PODGAHP_K8S_KUBECONFIG"):
