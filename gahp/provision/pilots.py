@@ -13,6 +13,7 @@ provisioner finds it in the pool).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -94,14 +95,23 @@ def pilot_environment(group: Group, settings: ProvisionSettings) -> List[Tuple[s
     return pairs
 
 
+def provisioner_key(settings: ProvisionSettings) -> str:
+    """16 hex digits naming this provisioner at its CE (its name, the CE's schedd and pool): its files
+    in the shared directory carry it, so provisioners of one user for other CEs never write the same."""
+    key = "\n".join((settings.name, settings.ce_schedd or "", settings.ce_pool or "")).encode()
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
 def submit_description(group: Group, settings: ProvisionSettings, directory: str) -> Dict[str, str]:
     shape = group.shape
+    # job ids repeat from one CE's schedd to another's: the provisioner's key keeps the names apart
+    name = f"pilot-{provisioner_key(settings)[:8]}-$(ClusterId).$(ProcId)"
     description = {
         "universe": "vanilla",
         "executable": submit_text(settings.pilot_executable),
         "initialdir": submit_text(directory),
-        "output": "pilot-$(ClusterId).$(ProcId).out",
-        "error": "pilot-$(ClusterId).$(ProcId).err",
+        "output": f"{name}.out",
+        "error": f"{name}.err",
         "request_cpus": str(shape.cpus),
         "request_memory": str(shape.memory_mb),
         "+xcount": str(shape.cpus),

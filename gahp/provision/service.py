@@ -9,7 +9,6 @@ directory, so that cycles of ``--once`` remember as the service does.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -20,7 +19,7 @@ from gahp.errors import GahpError
 from gahp.provision import history as histories
 from gahp.provision.demand import Demand, Jobs, group_jobs, read_jobs
 from gahp.provision.history import History, PilotRecord
-from gahp.provision.pilots import CeQueue
+from gahp.provision.pilots import CeQueue, provisioner_key
 from gahp.provision.plan import Decision, Pilot, Row, Slot, decide
 from gahp.provision.pool import read_slots
 from gahp.provision.settings import ProvisionSettings
@@ -30,8 +29,7 @@ log = logging.getLogger(__name__)
 
 def history_path(settings: ProvisionSettings, directory: str) -> str:
     """One history file per provisioner name and CE in ``directory``."""
-    key = "\n".join((settings.name, settings.ce_schedd or "", settings.ce_pool or "")).encode()
-    return os.path.join(directory, "history-" + hashlib.sha256(key).hexdigest()[:16] + ".json")
+    return os.path.join(directory, "history-" + provisioner_key(settings) + ".json")
 
 
 #: A history saved longer ago than this many cycles (and at least 10 minutes) says nothing of the pilots
