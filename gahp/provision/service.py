@@ -32,6 +32,13 @@ def history_path(settings: ProvisionSettings, directory: str) -> str:
     return os.path.join(directory, "history-" + provisioner_key(settings) + ".json")
 
 
+def default_directory(settings: ProvisionSettings) -> str:
+    """Where a provisioner submits its pilots from (they write their output there) and keeps its
+    history: ``~/.podgahp/provision/<key>``, one per provisioner name and CE, so that provisioners of
+    the same user for different CEs (whose job ids repeat) never share their pilots' files."""
+    return os.path.join(os.path.expanduser("~"), ".podgahp", "provision", provisioner_key(settings))
+
+
 #: A history saved longer ago than this many cycles (and at least 10 minutes) says nothing of the pilots
 #: at the CE now: what became of them is unknown, so their records are dropped (group records stay).
 STALE_CYCLES = 5
@@ -51,9 +58,9 @@ class Provisioner:
                  slots: Optional[Callable[[ProvisionSettings], Sequence[Slot]]] = None,
                  directory: Optional[str] = None) -> None:
         """``directory``: where pilots are submitted from and the history kept (default
-        ``~/.podgahp/provision``); None with a given ``ce``: the history is kept in memory only."""
+        :func:`default_directory`); None with a given ``ce``: the history is kept in memory only."""
         if directory is None and ce is None:
-            directory = os.path.join(os.path.expanduser("~"), ".podgahp", "provision")
+            directory = default_directory(settings)
         self.settings = settings
         self.ce = ce or CeQueue(settings, str(directory))
         self.read = read

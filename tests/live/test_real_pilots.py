@@ -64,7 +64,7 @@ class Site:
     image: str
     home: str
     """The provisioner's home at the CE, this site's own: pilots are submitted from (and write their
-    output into) ``~/.podgahp/provision``, which CEs in the same root would otherwise share."""
+    output into) a directory under ``~/.podgahp/provision`` named for the provisioner and its CE."""
     token_file: str
     """The pool's token in the provisioner's home at the CE."""
 

@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pytest
 
 from gahp.config import Knobs, user_name
-from gahp.provision.demand import DemandUnknown
-from gahp.provision.pilots import CeUnavailable
+from gahp.provision.demand import DemandUnknown, group_jobs
+from gahp.provision.pilots import CeUnavailable, submit_description
 from gahp.provision.history import History
 from gahp.provision.plan import Pilot, Slot
 from gahp.provision.pool import SupplyUnknown
@@ -202,3 +202,28 @@ def test_a_history_from_long_ago_forgets_its_pilots(tmp_path: Path) -> None:
     assert provisioner(FakeCe(), reader(JOBS), clock=1300.0, directory=str(tmp_path)).history.pilots != {}
     later = provisioner(FakeCe(), reader(JOBS), clock=1000.0 + 3600, directory=str(tmp_path))
     assert later.history.pilots == {} and later.history.groups == old.groups
+
+
+def test_provisioners_for_two_ces_never_share_their_pilots_directory(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    knobs = {"PODGAHP_PROVISION_POOL": "pool.example.org", "PODGAHP_PROVISION_CE_POOL": "ce.example.org:9619"}
+
+    def made(**more: str) -> Provisioner:
+        return Provisioner(ProvisionSettings.from_knobs(Knobs({**knobs, **more})), read=reader(JOBS),
+                           clock=lambda: 1000.0, slots=no_slots)  # type: ignore[arg-type]
+
+    one, other = made(PODGAHP_PROVISION_CE_SCHEDD="ce1.example.org"), made(PODGAHP_PROVISION_CE_SCHEDD="ce2.example.org")
+    again = made(PODGAHP_PROVISION_CE_SCHEDD="ce1.example.org")
+    renamed = made(PODGAHP_PROVISION_CE_SCHEDD="ce1.example.org", PODGAHP_PROVISION_NAME="other")
+    directories = [p.ce.directory for p in (one, other, renamed)]
+    assert len(set(directories)) == 3
+    assert again.ce.directory == one.ce.directory  # the same after a restart
+    root = tmp_path / ".podgahp" / "provision"
+    for directory, provisioner_ in zip(directories, (one, other, renamed)):
+        assert Path(directory).parent == root
+        assert provisioner_.path is not None and Path(provisioner_.path).parent == Path(directory)
+        # where its pilots write their output
+        description = submit_description(next(iter(group_jobs(JOBS, provisioner_.settings).groups)),
+                                         provisioner_.settings, directory)
+        assert description["initialdir"] == directory
