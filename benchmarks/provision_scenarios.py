@@ -445,6 +445,10 @@ class ModelCe:
         if ce is not None and ce.pod is pod:
             del self.jobs[pod.ce_id]
 
+    def endings(self, job_ids: Sequence[str]) -> Dict[str, Any]:
+        """The model keeps no job history: how a pilot ended is never known."""
+        return {}
+
     def remove(self, pilots: Sequence[Pilot], reason: str) -> None:
         for pilot in pilots:
             ce = self.jobs.pop(pilot.job_id, None)

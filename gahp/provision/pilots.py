@@ -19,7 +19,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gahp.errors import GahpError
-from gahp.provision.plan import Pilot
+from gahp.provision.plan import Ending, Pilot
 from gahp.provision.settings import ProvisionSettings
 from gahp.provision.shape import Group, Scalar
 
@@ -133,11 +133,51 @@ def submit_description(group: Group, settings: ProvisionSettings, directory: str
     return description
 
 
+COMPLETED = 4
+#: Most pilots whose ending one cycle asks the CE's history for (the others count as not known).
+MAX_ENDINGS = 500
+
+
+def _own_constraint(settings: ProvisionSettings) -> str:
+    return (f"PodgahpProvisioner =?= {classad_literal(settings.name)} && Owner =?= {classad_literal(settings.ce_owner)}"
+            " && RoutedFromJobId =?= undefined")
+
+
 def pilots_constraint(settings: ProvisionSettings) -> str:
     """This provisioner's pilots at the CE that are not done: its name, its owner (a job of another
     user that claims the name is not one), not the JobRouter's copies (they carry the same attributes)."""
-    return (f"PodgahpProvisioner =?= {classad_literal(settings.name)} && Owner =?= {classad_literal(settings.ce_owner)}"
-            " && RoutedFromJobId =?= undefined && (JobStatus == 1 || JobStatus == 2 || JobStatus == 5)")
+    return _own_constraint(settings) + " && (JobStatus == 1 || JobStatus == 2 || JobStatus == 5)"
+
+
+def endings_constraint(settings: ProvisionSettings, job_ids: Sequence[str]) -> Optional[str]:
+    """This provisioner's pilots among ``job_ids`` (the first :data:`MAX_ENDINGS` of the form
+    ``<cluster>.<proc>``; the others are left out); None when there is none."""
+    wanted = []
+    for job_id in job_ids:
+        cluster, _, proc = job_id.partition(".")
+        if cluster.isdigit() and proc.isdigit() and len(job_id) <= 24:
+            wanted.append(f'"{int(cluster)}.{int(proc)}"')
+        if len(wanted) >= MAX_ENDINGS:
+            break
+    # a list, not a chain of ||: a long chain is too deep for a ClassAd to evaluate
+    return (f"{_own_constraint(settings)} && member(strcat(ClusterId, \".\", ProcId), {{{', '.join(wanted)}}})"
+            if wanted else None)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else 0.0
+
+
+def ending(ad: Any) -> Ending:
+    """A pilot's ending from its history ad (any attribute missing or not a number: not known)."""
+    code = ad.get("ExitCode")
+    started = _number(ad.get("JobCurrentStartDate")) or _number(ad.get("JobStartDate"))
+    done = _number(ad.get("CompletionDate"))
+    ran = max(_number(ad.get("RemoteWallClockTime")), done - started if started and done else 0.0)
+    return Ending(completed=ad.get("JobStatus") == COMPLETED,
+                  exit_code=code if isinstance(code, int) and not isinstance(code, bool)
+                  and ad.get("ExitBySignal") is not True else None,
+                  ran_s=ran)
 
 
 class CeQueue:
@@ -178,6 +218,22 @@ class CeQueue:
                                group=str(ad.get("PodgahpGroup", "")), idle=status in (IDLE, HELD),
                                since=float(ad.get("EnteredCurrentStatus") or 0), held=status == HELD))
         return found
+
+    def endings(self, job_ids: Sequence[str]) -> Dict[str, Ending]:
+        """How those of ``job_ids`` that left the queue ended, as the schedd's history says (job id →
+        ending; a pilot it does not know is left out)."""
+        constraint = endings_constraint(self.settings, job_ids)
+        if constraint is None:
+            return {}
+        projection = ["ClusterId", "ProcId", "JobStatus", "ExitCode", "ExitBySignal", "RemoteWallClockTime",
+                      "JobCurrentStartDate", "JobStartDate", "CompletionDate"]
+        try:
+            ads = self._schedd().history(constraint, projection, match=MAX_ENDINGS)
+            return {f"{ad.get('ClusterId')}.{ad.get('ProcId')}": ending(ad) for ad in ads}
+        except CeUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise CeUnavailable(f"the CE's schedd cannot be asked how pilots ended: {e}") from e
 
     def submit(self, group: Group, count: int) -> str:
         """Submit ``count`` pilots of ``group``; returns the cluster id."""

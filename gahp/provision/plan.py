@@ -13,7 +13,8 @@ What the pool shows holds a group back: a pilot idle in the pool for ``unmatched
 jobs wait, or one that ended without ever running a job while they waited, means the jobs do not
 match its pilots: no new pilot until the waiting jobs change (more of them), one of its pilots runs a
 job, or ``retry_s`` passed (then one pilot tries). A pilot that ended without ever joining the pool
-(a black hole, a bad image) puts its group in back-off: one pilot at a time, doubling the wait from
+(a black hole, a bad image; not one the CE's history shows completed with exit code 0 after running at
+least a pilot's idle time: it joined and left between two cycles) puts its group in back-off: one pilot at a time, doubling the wait from
 one cycle up to ``backoff_max_s``, until a pilot joins.
 
 Across groups: at most ``max_pilots`` pilots in all and ``max_pilots_per_group`` per group, at most
@@ -63,6 +64,18 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Ending:
+    """How one of this provisioner's pilots that left the CE's queue ended, as the CE's job history says."""
+
+    completed: bool
+    """It completed (not removed)."""
+    exit_code: Optional[int]
+    """Its exit code (None: killed by a signal, or not said)."""
+    ran_s: float
+    """Seconds it ran."""
+
+
+@dataclass(frozen=True)
 class Policy:
     """Caps, ramp and tolerances (``PODGAHP_PROVISION_*``)."""
 
@@ -83,6 +96,9 @@ class Policy:
     interval_s: int
     remove_idle_after_s: int
     """0: never remove."""
+    pilot_idle_s: int = 0
+    """A pilot quits after this long unclaimed in the pool: one that completed with exit code 0 after
+    running at least this long joined the pool, seen there or not (0: none is taken to have)."""
 
 
 @dataclass
@@ -156,9 +172,11 @@ def _backoff_s(record: GroupRecord, policy: Policy) -> float:
 
 def decide(demand: Mapping[Group, int], waiting: Mapping[Group, int], pilots: Sequence[Pilot],
            slots: Sequence[Slot], policy: Policy, history: History, now: float,
-           complete: bool = True) -> Decision:
+           complete: bool = True, endings: Optional[Mapping[str, Ending]] = None) -> Decision:
     """One cycle's decision. ``complete``: the demand holds every waiting job (else nothing is withdrawn
-    or removed for lack of demand: the jobs of a schedd that did not answer are not gone)."""
+    or removed for lack of demand: the jobs of a schedd that did not answer are not gone).
+    ``endings``: how pilots gone from the CE's queue since the last cycle ended (job id → ending), as
+    far as the CE's history says."""
     groups: Dict[str, _Group] = {}
     for g, n in demand.items():
         if n > 0:
@@ -243,7 +261,9 @@ def decide(demand: Mapping[Group, int], waiting: Mapping[Group, int], pilots: Se
         del memory.pilots[job_id]
         if gone.removed:
             continue
-        if not gone.joined:
+        if not gone.joined and not gone.lost and _ran_in_the_pool((endings or {}).get(job_id), policy):
+            memory.group(gone.group).failures = 0  # it joined and left between two cycles
+        elif not gone.joined:
             if not gone.lost:
                 failed.add(gone.group)
         elif not gone.served and gone.waited:
@@ -276,6 +296,13 @@ def _remove(decision: Decision, row: Row, pilot: Pilot, record: PilotRecord, rea
     decision.reasons[pilot.job_id] = reason
     record.removed = True
     row.remove += 1
+
+
+def _ran_in_the_pool(ending: Optional[Ending], policy: Policy) -> bool:
+    """Whether a pilot that left the CE's queue unseen in the pool ran as one in the pool does: it
+    completed with exit code 0 after at least the time a pilot stays unclaimed before it quits."""
+    return (ending is not None and ending.completed and ending.exit_code == 0 and policy.pilot_idle_s > 0
+            and ending.ran_s >= policy.pilot_idle_s)
 
 
 def _idle_too_long(pilot: Pilot, policy: Policy, now: float) -> bool:

@@ -20,7 +20,7 @@ from gahp.provision import history as histories
 from gahp.provision.demand import Demand, Jobs, group_jobs, read_jobs
 from gahp.provision.history import History, PilotRecord
 from gahp.provision.pilots import CeQueue, provisioner_key
-from gahp.provision.plan import Decision, Pilot, Row, Slot, decide
+from gahp.provision.plan import Decision, Ending, Pilot, Row, Slot, decide
 from gahp.provision.pool import read_slots
 from gahp.provision.settings import ProvisionSettings
 
@@ -88,7 +88,7 @@ class Provisioner:
             return None
         now = self.clock()
         decision = decide(demand.groups, demand.waiting, pilots, slots, settings.policy, self.history, now,
-                          complete=not failed and not demand.deferred_groups)
+                          complete=not failed and not demand.deferred_groups, endings=self._endings(pilots))
         log.info("demand: %d idle jobs in %d groups (%d unusable%s%s); pilots: %d starting, %d booting, "
                  "%d idle in the pool, %d running; %d slots in the pool",
                  demand.jobs, len(demand.groups), demand.unusable,
@@ -111,6 +111,21 @@ class Provisioner:
             if error:
                 log.warning("%s", error)
         return decision
+
+    def _endings(self, pilots: Sequence[Pilot]) -> Dict[str, Ending]:
+        """How the pilots gone since the last cycle, never seen in the pool, ended (the CE's history):
+        one that ran as a pilot in the pool does is not a failure of its group. Not known when the CE
+        cannot say (logged): they count as never joined."""
+        present = {p.job_id for p in pilots}
+        gone = [job_id for job_id, record in self.history.pilots.items()
+                if job_id not in present and not (record.joined or record.lost or record.removed)]
+        if not gone:
+            return {}
+        try:
+            return self.ce.endings(gone)
+        except GahpError as e:
+            log.warning("how %d pilots ended is not known, they count as never in the pool: %s", len(gone), e)
+            return {}
 
     def _submit(self, row: Row, decision: Decision, now: float) -> None:
         assert row.group is not None

@@ -179,6 +179,7 @@ def policy(knobs: Knobs) -> Policy:
         interval_s=knobs.integer(PREFIX + "INTERVAL_SECONDS", DEFAULTS["INTERVAL_SECONDS"], minimum=1),
         remove_idle_after_s=knobs.integer(PREFIX + "REMOVE_IDLE_AFTER_SECONDS", DEFAULTS["REMOVE_IDLE_AFTER_SECONDS"],
                                           minimum=0),
+        pilot_idle_s=60 * knobs.integer(PREFIX + "PILOT_IDLE_MINUTES", DEFAULTS["PILOT_IDLE_MINUTES"], minimum=1),
     )
 
 

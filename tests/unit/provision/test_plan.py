@@ -10,7 +10,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import pytest
 
 from gahp.provision.history import GroupRecord, History, PilotRecord
-from gahp.provision.plan import Pilot, Policy, Slot, decide
+from gahp.provision.plan import Ending, Pilot, Policy, Slot, decide
 from gahp.provision.shape import Group, Shape
 
 SMALL, LARGE, GPU = Group(Shape(1, 2048)), Group(Shape(8, 32768)), Group(Shape(4, 16384, 1))
@@ -18,7 +18,7 @@ S = str(SMALL)
 NOW = 100_000.0
 POLICY = Policy(max_pilots=500, max_pilots_per_group=400, max_starting=300, ramp_start=3, ramp_factor=10,
                 pressure_percent=100, start_s=120, boot_s=300, unmatched_s=300, idle_s=120, retry_s=3600,
-                backoff_max_s=300, interval_s=60, remove_idle_after_s=7200)
+                backoff_max_s=300, interval_s=60, remove_idle_after_s=7200, pilot_idle_s=1200)
 
 
 def waiting(group: Group = SMALL, n: int = 3, age: float = 30, held: bool = False, first: int = 0) -> List[Pilot]:
@@ -52,10 +52,22 @@ class Case(NamedTuple):
     policy: Policy = POLICY
     complete: bool = True
     note: str = ""
+    endings: Optional[Dict[str, Ending]] = None
 
 
 IDLE3 = running(n=3)
 BUSY2 = running(n=2, first=5)
+
+
+def gone(joined: bool = False, failures: int = 0) -> History:
+    """A pilot (9.0) submitted a while ago, gone from the CE's queue since the last cycle."""
+    history = held_back(failures=failures, at=NOW - 60) if failures else History()
+    history.pilots["9.0"] = PilotRecord(S, NOW - 2000, joined=joined)
+    return history
+
+
+def ended(completed: bool = True, exit_code: Optional[int] = 0, ran_s: float = 1300) -> Dict[str, Ending]:
+    return {"9.0": Ending(completed, exit_code, ran_s)}
 
 CASES = [
     Case("jobs wait, nothing started: the group's first pilots", {SMALL: 40}, [], [], {S: 3}),
@@ -110,6 +122,24 @@ CASES = [
          slots(BUSY2, claimed=True), {}, note="without joining",
          history=History({"25.0": PilotRecord(S, 0.0, joined=True), "26.0": PilotRecord(S, 0.0, joined=True),
                           "9.0": PilotRecord(S, NOW - 100)}, {})),
+    Case("gone, never seen in the pool, its ending not known: never joined, a failure", {SMALL: 40}, [], [], {},
+         history=gone(), note="without joining"),
+    Case("gone, seen in the pool in an earlier cycle: not a failure", {SMALL: 40}, [], [], {S: 3},
+         history=gone(joined=True)),
+    Case("gone unseen, completed with exit code 0 after a pilot's idle time: it joined and left, not a failure",
+         {SMALL: 40}, [], [], {S: 3}, history=gone(), endings=ended()),
+    Case("gone unseen, completed with exit code 0 after a pilot's idle time: its group's back-off ends",
+         {SMALL: 40}, [], [], {S: 3}, history=gone(failures=2), endings=ended()),
+    Case("gone unseen, exit code 0 before a pilot's idle time: never joined", {SMALL: 40}, [], [], {},
+         history=gone(), endings=ended(ran_s=600), note="without joining"),
+    Case("gone unseen, a non-zero exit code after a pilot's idle time: never joined", {SMALL: 40}, [], [], {},
+         history=gone(), endings=ended(exit_code=1), note="without joining"),
+    Case("gone unseen, killed by a signal: never joined", {SMALL: 40}, [], [], {},
+         history=gone(), endings=ended(exit_code=None), note="without joining"),
+    Case("gone unseen, removed at the CE (not completed): never joined", {SMALL: 40}, [], [], {},
+         history=gone(), endings=ended(completed=False), note="without joining"),
+    Case("gone unseen, the pilot's idle time not known: never joined", {SMALL: 40}, [], [], {},
+         history=gone(), endings=ended(), policy=replace(POLICY, pilot_idle_s=0), note="without joining"),
     Case("started long ago, never in the pool: not supply, and a failure", {SMALL: 40}, running(n=2, age=400), [],
          {}, note="without joining"),
     Case("running pilots are never removed", {}, BUSY2, slots(BUSY2, claimed=True), {}),
@@ -136,7 +166,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.what for c in CASES])
 def test_decide(case: Case) -> None:
     decision = decide(case.demand, case.demand, case.pilots, case.slots, case.policy, case.history or History(),
-                      NOW, complete=case.complete)
+                      NOW, complete=case.complete, endings=case.endings)
     assert {r.key: r.submit for r in decision.rows if r.submit} == case.submits
     assert len(decision.remove) == case.removed
     running_ids = {p.job_id for p in case.pilots if not p.idle}

@@ -15,7 +15,7 @@ from gahp.config import Knobs, user_name
 from gahp.provision.demand import DemandUnknown, group_jobs
 from gahp.provision.pilots import CeUnavailable, submit_description
 from gahp.provision.history import History
-from gahp.provision.plan import Pilot, Slot
+from gahp.provision.plan import Ending, Pilot, Slot
 from gahp.provision.pool import SupplyUnknown
 from gahp.provision.service import Provisioner, describe
 from gahp.provision.settings import ProvisionSettings
@@ -34,6 +34,9 @@ class FakeCe:
         self.submitted: List[Tuple[str, int]] = []
         self.removed: List[Tuple[str, str]] = []
         self.fail_submit, self.fail_query, self.fail_remove = fail_submit, fail_query, fail_remove
+        self.ended: Dict[str, Ending] = {}
+        self.fail_endings = False
+        self.asked: List[List[str]] = []
 
     def pilots(self) -> List[Pilot]:
         if self.fail_query:
@@ -45,6 +48,12 @@ class FakeCe:
             raise CeUnavailable("refused")
         self.submitted.append((str(group), count))
         return str(len(self.submitted))
+
+    def endings(self, job_ids: Sequence[str]) -> Dict[str, Ending]:
+        self.asked.append(list(job_ids))
+        if self.fail_endings:
+            raise CeUnavailable("the CE's schedd cannot be asked how pilots ended: connection refused")
+        return {k: v for k, v in self.ended.items() if k in job_ids}
 
     def remove(self, pilots: Sequence[Pilot], reason: str) -> None:
         if self.fail_remove:
@@ -146,6 +155,26 @@ def test_submitted_pilots_are_remembered_before_any_cycle_sees_them() -> None:
     later.history = p.history
     decision = later.cycle()
     assert decision is not None and decision.submissions == 0 and "without joining" in decision.rows[0].note
+
+
+@pytest.mark.parametrize("exit_code, fail, backs_off", [(0, False, False), (1, False, True), (0, True, True)],
+                         ids=["joined and left between two cycles", "failed", "the CE cannot say"])
+def test_pilots_gone_between_two_cycles_are_failures_unless_the_ce_says_they_ran(
+        exit_code: int, fail: bool, backs_off: bool, caplog: pytest.LogCaptureFixture) -> None:
+    ce = FakeCe()
+    p = provisioner(ce, reader(JOBS[:1]))
+    p.cycle()
+    assert ce.asked == []  # nothing gone yet: the CE's history is not asked
+    ce.ended = {f"1.{i}": Ending(True, exit_code, SETTINGS.pilot_idle_minutes * 60 + 30.0) for i in range(3)}
+    ce.fail_endings = fail
+    later = Provisioner(SETTINGS, ce, reader(JOBS[:1]), clock=lambda: 2500.0, slots=no_slots)  # type: ignore[arg-type]
+    later.history = p.history
+    with caplog.at_level(logging.WARNING, logger="gahp.provision"):
+        decision = later.cycle()
+    assert decision is not None and sorted(ce.asked[0]) == ["1.0", "1.1", "1.2"]
+    assert (decision.submissions == 0) == backs_off
+    assert ("without joining" in decision.rows[0].note) == backs_off
+    assert ("how 3 pilots ended is not known" in caplog.text) == fail
 
 
 def test_the_service_runs_cycles_until_stopped() -> None:

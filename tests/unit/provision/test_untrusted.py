@@ -18,9 +18,10 @@ import pytest
 
 from gahp.config import Knobs
 from gahp.provision.demand import group_jobs, tally
-from gahp.provision.pilots import pilot_environment, start_expression, submit_description
+from gahp.provision.pilots import (MAX_ENDINGS, ending, endings_constraint, pilot_environment, start_expression,
+                                   submit_description)
 from gahp.provision.history import History
-from gahp.provision.plan import Pilot, decide
+from gahp.provision.plan import Ending, Pilot, decide
 from gahp.provision.settings import SHAPE_ATTRIBUTES, ProvisionSettings
 from gahp.provision.shape import Group, Shape, group_of
 
@@ -240,3 +241,28 @@ def test_a_flood_of_distinct_shapes_is_bounded() -> None:
     assert demand.jobs == 20_050
     decision = decide(demand.groups, demand.waiting, [], [], chosen.policy, History(), 0.0)
     assert len(decision.rows) == 100 and decision.submissions == 50
+
+
+@pytest.mark.parametrize("ad, expected", [
+    ({"JobStatus": 4, "ExitCode": 0, "ExitBySignal": False, "RemoteWallClockTime": 1300.0}, Ending(True, 0, 1300.0)),
+    ({"JobStatus": 4, "ExitCode": 0, "JobCurrentStartDate": 1000, "CompletionDate": 2300}, Ending(True, 0, 1300.0)),
+    ({"JobStatus": 4, "ExitCode": 0, "ExitBySignal": True, "RemoteWallClockTime": 1300.0}, Ending(True, None, 1300.0)),
+    ({"JobStatus": 3, "ExitCode": "0", "RemoteWallClockTime": "1300"}, Ending(False, None, 0.0)),
+    ({"JobStatus": 4, "ExitCode": True, "RemoteWallClockTime": float("nan"), "CompletionDate": 2300}, Ending(True, None, 0.0)),
+    ({}, Ending(False, None, 0.0)),
+], ids=["completed", "dates", "signal", "removed, strings", "not numbers", "nothing"])
+def test_a_pilots_ending_from_its_history_ad(ad: Dict[str, object], expected: Ending) -> None:
+    assert ending(ad) == expected
+    if all(v == v for v in ad.values()):  # as the bindings give it
+        assert ending(classad2.ClassAd(ad)) == expected
+
+
+def test_only_job_ids_of_the_form_cluster_proc_are_asked_for_and_few() -> None:
+    settings = ProvisionSettings.from_knobs(Knobs({}))
+    assert endings_constraint(settings, ["x.0", "1.0) || (true", "", "1", "1.2.3"]) is None
+    constraint = endings_constraint(settings, [f"{i}.0" for i in range(MAX_ENDINGS + 100)] + ["7.1"])
+    assert constraint is not None and constraint.count(".0\"") == MAX_ENDINGS and "7.1" not in constraint
+    ad = {"PodgahpProvisioner": settings.name, "Owner": settings.ce_owner, "ClusterId": 3, "ProcId": 0}
+    assert classad2.ExprTree(constraint).eval(classad2.ClassAd(ad)) is True
+    for other in ({"ProcId": 1}, {"ClusterId": 3000}, {"Owner": "someone"}, {"RoutedFromJobId": "3.0"}):
+        assert classad2.ExprTree(constraint).eval(classad2.ClassAd({**ad, **other})) is False
