@@ -161,6 +161,29 @@ def test_pilots_per_shape_within_the_caps_until_the_jobs_are_gone(
     assert "demand: 9 idle jobs in 3 groups" in log and "demand: 0 idle jobs in 0 groups" in log
 
 
+def test_a_pilot_that_ran_its_idle_time_and_left_between_two_cycles_is_no_failure(
+        make_pool: Callable[..., Pool], installation: Installation, kube_sim: KubeSim) -> None:
+    """Two provisioners for the same jobs, one pilot each, never seen in the pool: one runs past a
+    pilot's idle time (1 minute) and exits 0, as a pilot that joined and quit unclaimed does; the
+    other exits 0 at once. Once both left the CE's queue, the CE's history tells them apart: the
+    first group gets pilots again, the second backs off."""
+    users = user_pool(make_pool)
+    ce = start_k8s_ce(make_pool, installation, kube_sim)
+    submit_jobs(users, {(1, 1024, 0): 4})
+    ran, failed = f"{NAME}-ran", f"{NAME}-failed"
+    knobs = dict(RAMP_START="1", PILOT_IDLE_MINUTES="1")
+    for name, seconds in ((ran, "65"), (failed, "1")):
+        provision(ce, users, name=name, PILOT_ENVIRONMENT=f"PODGAHP_SIM_RUN_SECONDS={seconds}", **knobs)
+        assert len(pilots(ce, name)) == 1
+    ce.wait_for(lambda: not pilots(ce, ran) and not pilots(ce, failed), timeout=240, interval=2,
+                what="both pilots gone from the CE's queue")
+    again = provision(ce, users, name=ran, **knobs)
+    assert len(again) == 1 and "1 submitted" in again[0] and "without joining" not in again[0], again
+    backs_off = provision(ce, users, name=failed, **knobs)
+    assert len(backs_off) == 1 and "0 submitted" in backs_off[0] and "without joining" in backs_off[0], backs_off
+    assert "how 1 pilots ended is not known" not in ce.log("PodgahpProvisionLog")
+
+
 def test_partitionable_pilots_on_lancium(make_pool: Callable[..., Pool], installation: Installation,
                                         lancium_sim: LanciumSim) -> None:
     """Lancium gives 2 cores per 4 GB: partitionable pilots of 8 cores and 16 GiB, as many as the
