@@ -36,6 +36,9 @@ STATE_TABLE: Mapping[str, Rule] = {
 
 #: States in which the job still holds (or waits for) resources: submit reuses such a job.
 LIVE_STATES = frozenset({"submitted", "queued", "ready", "running"})
+#: States of a job that was submitted and has ended: submit returns such a job only when this very
+#: submit made it (its name), i.e. the job ran before a lost answer was resolved.
+ENDED_STATES = frozenset({"finished", "error"})
 #: States the clean-up may delete after ``PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS``.
 CLEANUP_STATES = frozenset({"created", "finished", "error"})
 

@@ -3,7 +3,8 @@ whatever answers get lost.
 
 Each attempt starts from a fresh job list. A live job of the sandbox that this GAHP recorded making
 (:mod:`gahp.backends.lancium.identity`) is the pilot (an earlier attempt, or an earlier GAHP, got further
-than its answer said) and is returned; a ``created`` one was left half-made and is completed (its fields
+than its answer said) and is returned, and so is an ended one (finished, error) of the name this submit
+creates under: its submit went through, and it ran, before the attempt that sent it learned so; a ``created`` one was left half-made and is completed (its fields
 set again, its missing inputs added) rather than made anew. Jobs that merely carry the sandbox's name
 are left alone. A transient failure anywhere starts another attempt (``PODGAHP_LANCIUM_RETRIES`` more,
 with back-off); any other failure deletes the job and fails the submit. The backend serialises submits
@@ -24,7 +25,7 @@ from gahp.backends.lancium.identity import job_id_of, sandbox_key, key_of_name, 
 from gahp.backends.lancium.cache import JobList
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.spec import InputFile, input_files, job_fields, notes_text
-from gahp.backends.lancium.state import LIVE_STATES
+from gahp.backends.lancium.state import ENDED_STATES, LIVE_STATES
 from gahp.backends.pipeline import Pipeline
 from gahp.errors import BackendError, Conflict, GahpError, Missing, TransientError, Unavailable
 from gahp.job import PilotJob
@@ -183,7 +184,8 @@ class Submitter:
 
     def _existing(self, job: PilotJob, key: str, pending: JobRecord,
                   not_before: float) -> Tuple[Optional[Submitted], Optional[Submitted]]:
-        """The newest live job this GAHP made for the sandbox, and the newest half-made (``created``) one.
+        """The newest live job this GAHP made for the sandbox (or ended, when made under ``pending.name``:
+        this submit's), and the newest half-made (``created``) one.
 
         A job is this GAHP's when it recorded making it for this sandbox, or when it is the oldest job
         of the name a create was sent under before its answer was lost (it is recorded now). Older
@@ -209,7 +211,9 @@ class Submitter:
                     log.info("%s: carries the name of sandbox %s but was not made by this GAHP: left alone",
                              job_id_of(lancium_id), job.sandbox_id)
                 continue
-            if status in LIVE_STATES:
+            if status in LIVE_STATES or (status in ENDED_STATES and summary["name"] == pending.name):
+                # An ended job of this submit's own name ran before the answer that said so was
+                # lost: it is the pilot, not something to make again.
                 live.append(Submitted(lancium_id, record))
             elif status == "created":
                 half_made.append(Submitted(lancium_id, record))

@@ -7,11 +7,12 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
 from gahp.backends.lancium.backend import LanciumBackend
+from gahp.backends.lancium.cache import Snapshot
 from gahp.backends.lancium.identity import job_id_of, key_of_name, parse_job_id, sandbox_key
 from gahp.backends.lancium.state import GONE, STATE_TABLE
 from gahp.backends.table import Rule
@@ -144,6 +145,29 @@ def test_lost_answer_makes_one_complete_job(backend: LanciumBackend, sim: Lanciu
     # one submit acted; any other was refused as "already submitted"
     assert sim.count("POST", "/jobs/*/submit") - sim.count("POST", "/jobs/*/submit", 409) == 1
     assert sim.count("DELETE") == 0  # nothing made twice, so nothing to undo
+
+
+def test_job_that_ended_before_the_lost_submit_answer_was_resolved_is_not_made_again(
+        make_backend: BackendFactory, sim: LanciumSim, tmp_path: Path) -> None:
+    """An attempt ends without knowing whether its submit went through (every answer to it was
+    lost); by the next attempt the job has already run (a pilot with
+    no work ends in seconds). That job is the pilot: no second job is made for the sandbox."""
+    backend = make_backend(PODGAHP_LANCIUM_RETRIES="1")
+    sim.inject(500, method="POST", path="/jobs/*/submit", count=2, lost_answer=True)
+    listed = backend.jobs.get
+
+    def list_after_the_job_ended(not_before: Optional[float] = None) -> Tuple[Snapshot, bool]:
+        for lancium_id, job in sim.jobs().items():
+            if job["status"] in ("submitted", "queued", "ready", "running"):
+                sim.advance(lancium_id, "finished")
+        return listed(not_before)
+
+    backend.jobs.get = list_after_the_job_ended  # type: ignore[method-assign]
+    job_id = backend.submit(make_pilot(tmp_path))
+    assert [j["id"] for j in sim.jobs().values()] == [parse_job_id(job_id)]
+    assert sim.count("POST", "/jobs") == 1
+    assert sim.job(parse_job_id(job_id))["status"] == "finished"
+    assert wait_phase(backend, job_id, (Phase.COMPLETED,), timeout=30).phase is Phase.COMPLETED  # its outputs
 
 
 def test_nothing_half_made_when_every_attempt_fails(make_backend: BackendFactory, sim: LanciumSim,
