@@ -161,6 +161,11 @@ class _Group:
     stuck: int = 0
     """Of those, the ones waiting longer than ``start_s``."""
     held: int = 0
+    early: int = 0
+    """Idle at the CE, yet their startd is in the pool: started, never withdrawn; on their way for the ramp
+    until the CE sees them run."""
+    joined: int = 0
+    """Of those, the unclaimed ones (supply)."""
     lost: int = 0
     """Started long ago, never seen in the pool (counted in the row's ``busy``)."""
     want: int = 0
@@ -199,6 +204,12 @@ def decide(demand: Mapping[Group, int], waiting: Mapping[Group, int], pilots: Se
         other = seen.get(slot.pilot_id)
         if other is None or slot.claimed or (not other.claimed and slot.idle_s < other.idle_s):
             seen[slot.pilot_id] = replace(slot, served=slot.served or (other is not None and other.served))
+    # a pilot the CE still shows idle may already be in the pool and running a job (the CE learns of
+    # its start a status poll later): it has started, and withdrawing it would end that job
+    started_early: Dict[str, Slot] = {}
+    for slot in slots:
+        if slot.pilot_id not in running and (slot.pilot_id not in started_early or slot.claimed):
+            started_early[slot.pilot_id] = slot
 
     unmatched: Dict[str, int] = {}
     failed: Set[str] = set()
@@ -216,6 +227,12 @@ def decide(demand: Mapping[Group, int], waiting: Mapping[Group, int], pilots: Se
             row.starting += 1
             if pilot.held:
                 work.held += 1
+                continue
+            early = started_early.get(pilot.job_id)
+            if early is not None and early.group == pilot.group:
+                work.early += 1
+                if not early.claimed:
+                    work.joined += 1
                 continue
             work.waiting.append(pilot)
             if now - pilot.since >= policy.start_s:
@@ -325,11 +342,11 @@ def _plan_group(work: _Group, record: Optional[GroupRecord], policy: Policy, now
                 decision: Decision) -> None:
     row = work.row
     wanted = math.ceil(row.demand * policy.pressure_percent / 100) if row.group is not None else 0
-    supply = len(work.waiting) + row.booting + row.idle
+    supply = len(work.waiting) + work.joined + row.booting + row.idle
     if supply > wanted and work.waiting and complete:
         _withdraw(work, supply - wanted,
                   "not started, and no longer needed by the jobs of its group (podgahp provision)", decision)
-        supply = len(work.waiting) + row.booting + row.idle
+        supply = len(work.waiting) + work.joined + row.booting + row.idle
     if row.group is None or supply >= wanted:
         return
     stuck = work.held + min(work.stuck, len(work.waiting))
@@ -357,7 +374,7 @@ def _plan_group(work: _Group, record: Optional[GroupRecord], policy: Policy, now
         work.want = 1
         return
     joined = row.idle + row.busy - work.lost
-    on_their_way = len(work.waiting) + row.booting
+    on_their_way = len(work.waiting) + work.early + row.booting
     if joined == 0 and on_their_way:
         return  # its first pilots are on their way: whether they join the pool decides the next ones
     limit = policy.ramp_start if joined == 0 else max(policy.ramp_start, policy.ramp_factor * joined)

@@ -99,6 +99,12 @@ CASES = [
     Case("pilots not started and no longer needed are withdrawn", {SMALL: 2}, waiting(n=5), [], {}, removed=3),
     Case("no jobs: every pilot not started is withdrawn", {}, waiting(n=4) + BUSY2, slots(BUSY2, claimed=True), {},
          removed=4),
+    Case("idle at the CE, its startd in the pool running a job (the CE not yet told): not withdrawn", {},
+         waiting(n=2), slots(waiting(n=1), claimed=True), {}, removed=1),
+    Case("idle at the CE, its startd in the pool unclaimed: supply, not withdrawn", {SMALL: 1},
+         waiting(n=2), slots(waiting(n=1)), {}, removed=1),
+    Case("idle at the CE, a slot of another group names it: withdrawn", {}, waiting(n=1),
+         slots(waiting(n=1), group=str(LARGE), claimed=True), {}, removed=1),
     Case("a schedd did not answer: none withdrawn for lack of demand", {}, waiting(n=4), [], {}, complete=False),
     Case("idle in the pool, no job of its group waiting, past idle_s: removed", {}, IDLE3, slots(IDLE3, idle_s=130),
          {}, removed=3),
@@ -172,6 +178,9 @@ def test_decide(case: Case) -> None:
     running_ids = {p.job_id for p in case.pilots if not p.idle}
     assert not running_ids & {p.job_id for p in decision.remove if not any(
         s.pilot_id == p.job_id and not s.claimed for s in case.slots)}, "a busy or unseen running pilot was removed"
+    in_pool = {(s.pilot_id, s.group) for s in case.slots}
+    assert not [p for p in decision.remove if p.idle and (p.job_id, p.group) in in_pool], \
+        "a pilot idle at the CE whose startd is in the pool was withdrawn"
     if case.note:
         assert any(case.note in r.note for r in decision.rows), [r.note for r in decision.rows]
     total = sum(r.alive for r in decision.rows) + decision.submissions
