@@ -14,7 +14,7 @@ and the knob that bounds it with its value in this run and HTCondor's or podgahp
 ``--debug``, each round's times and, for a round whose negotiation took over three negotiator
 intervals, the negotiator's lines of those cycles (the schedd's and shadow's for a slow claim).
 
-    .venv/bin/python benchmarks/pilot_start.py --rounds 5 [--series sid]
+    .venv/bin/python benchmarks/pilot_start.py --rounds 6 [--series sid]
 """
 
 from __future__ import annotations
@@ -152,11 +152,23 @@ def _stamp(text: str) -> float:
     return datetime.datetime.strptime(text, "%m/%d/%y %H:%M:%S.%f").timestamp()
 
 
-def matched(users: Pool, cluster: int) -> Optional[Tuple[float, str]]:
-    """When the negotiator matched job ``cluster``.0, and the pod of the slot, from its log (ms); None
-    if its log shows no match of it."""
-    found = re.search(_STAMP + rf"\s*Matched {cluster}\.0 .* slot\S*@(\S+)$", users.log("NegotiatorLog"), re.M)
-    return (_stamp(found.group(1)), found.group(2)) if found else None
+def matched(users: Pool, cluster: int, pod: str) -> Optional[float]:
+    """When the negotiator matched job ``cluster``.0 to ``pod``'s slot, from its log (ms); None if it
+    never did."""
+    found = re.search(_STAMP + rf"\s*Matched {cluster}\.0 .* slot\S*@{re.escape(pod)}$", users.log("NegotiatorLog"),
+                      re.M)
+    return _stamp(found.group(1)) if found else None
+
+
+def first_start(users: Pool, cluster: int) -> Optional[Tuple[float, str, bool]]:
+    """The first start of job ``cluster``.0, from the schedd's log (ms): when, the pod of the slot, and
+    whether its shadow was started for it (False: the schedd gave it a claim it held for another job
+    when that one ended, with no negotiation); None if the log shows no start."""
+    found = re.search(_STAMP + rf"(?:Started shadow for job {cluster}\.0 on slot\S*@(\S+)"
+                      rf"|match \(slot\S*@(\S+) .*\) switching to job {cluster}\.0\b)", users.log("SchedLog"))
+    if not found:
+        return None
+    return _stamp(found.group(1)), found.group(2) or found.group(3), bool(found.group(2))
 
 
 def window(pool: Pool, log: str, since: float, until: float, pattern: str = "") -> List[str]:
@@ -195,9 +207,13 @@ def setup(installation: Installation) -> Tuple[KubeSim, Pool, Pool, "subprocess.
     return sim, users, ce, provisioner
 
 
-def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Optional[Dict[str, float]]:
-    """One job of a new shape, from its submit to its start on a new pilot: event -> time; None if
-    the job ran on another pilot than the one made for it (no measure of a new pilot)."""
+class NotSplit(Exception):
+    """A round whose times cannot be split into the hops of a new pilot (said in the table)."""
+
+
+def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Dict[str, float]:
+    """One job of a new shape, from its submit to its start on a new pilot: event -> time. Raises
+    NotSplit when its first start was not on the pilot made for it, or a log lacks a hop."""
     home = users.user_dir()
     watcher = Watcher(users, ce, sim, memory)
     watcher.start()
@@ -207,25 +223,36 @@ def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Optional[Dict[st
         f"request_memory = {memory}", "request_disk = 10240", "queue"]) + "\n", cwd=home)
     deadline = time.monotonic() + 300
     while "started" not in watcher.seen and time.monotonic() < deadline:
+        start = first_start(users, cluster)
+        if start is not None and watcher.pod and start[1] != watcher.pod:
+            break  # started elsewhere: no wait for the pilot made for it
         time.sleep(0.2)
     watcher.stop()
+    start = first_start(users, cluster)
+    if start is None:
+        raise NotSplit(f"job {cluster}.0 ({memory} MiB) did not start within 300 s: seen {sorted(watcher.seen)}")
+    started, pod, negotiated = start
+    if len(re.findall(rf"Starting add_shadow_birthdate\({cluster}\.0\)", users.log("SchedLog"))) > 1:
+        raise NotSplit(f"job {cluster}.0 ({memory} MiB) was evicted from {pod} and started again (its pilot ended)")
+    if pod != watcher.pod:
+        how = "matched by the negotiator" if negotiated else "on a claim the schedd held for an earlier job"
+        raise NotSplit(f"job {cluster}.0 ({memory} MiB) started first on {pod} ({how}), not on {watcher.pod or 'the'}"
+                       " pilot made for it")
     if "running" not in watcher.seen and watcher.pod in watcher.started_pods:
         watcher.seen["running"] = watcher.started_pods[watcher.pod]
-    if "started" not in watcher.seen or "running" not in watcher.seen:
-        log = "\n".join(sim.logs(NAMESPACE, watcher.pod)[-20:]) if watcher.pod else ""
-        status = users.run(["condor_status"], check=False).stdout
-        raise RuntimeError(f"the job of {memory} MiB did not start within 300 s: {watcher.seen}; pod "
-                           f"{watcher.pod}:\n{log}\n{status}")
-    received, answered = gahp_submit_times(ce, watcher.pod)
-    times = dict(watcher.seen)
+    match = matched(users, cluster, pod)
+    if match is None or "running" not in watcher.seen or "joined" not in watcher.seen:
+        raise NotSplit(f"job {cluster}.0 ({memory} MiB) on {pod}: no {'match' if match is None else 'pod start'}"
+                       " seen")
+    try:
+        received, answered = gahp_submit_times(ce, watcher.pod)
+        times = dict(watcher.seen)
+        times["pilot"] = pilot_submitted(ce, memory)
+    except RuntimeError as e:
+        raise NotSplit(f"job {cluster}.0 ({memory} MiB): {e}") from None
     times["gahp"], times["pod"] = received, answered
-    times["pilot"] = pilot_submitted(ce, memory)
-    match = matched(users, cluster)
-    if match is None or match[1] != watcher.pod:
-        where = f"ran on {match[1]}" if match else "has no match in the NegotiatorLog"
-        print(f"the job of {memory} MiB {where}, not on {watcher.pod} made for it: round not counted")
-        return None
-    times["matched"] = match[0]
+    times["matched"] = match
+    times.setdefault("started", started)
     # a poll may see two events at once: the order of the hops holds
     for earlier, later in zip(EVENTS, EVENTS[1:]):
         times[later] = max(times[later], times[earlier])
@@ -234,7 +261,7 @@ def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Optional[Dict[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6, help="rounds split into hops (up to twice as many tried)")
     parser.add_argument("--series", default="trixie")
     parser.add_argument("--debug", action="store_true", help="print the gridmanager's and provisioner's lines")
     args = parser.parse_args()
@@ -247,14 +274,17 @@ def main() -> int:
     before = load()
     sim, users, ce, provisioner = setup(installation)
     rounds: List[Dict[str, float]] = []
+    not_split: List[str] = []
     try:
         for n in range(2 * args.rounds):
             if len(rounds) == args.rounds:
                 break
-            measured = round_(users, ce, sim, 512 + 64 * n)
-            if measured is None:
+            try:
+                rounds.append(round_(users, ce, sim, 512 + 64 * n))
+            except NotSplit as e:
+                not_split.append(str(e))
+                print(f"round {n + 1} not split: {e}")
                 continue
-            rounds.append(measured)
             if args.debug:
                 last = rounds[-1]
                 print({k: round(v - last["submitted"], 1) for k, v in last.items()})
@@ -277,14 +307,24 @@ def main() -> int:
         sim.stop()
     hops = {name: [r[b] - r[a] for r in rounds] for (name, _), a, b in zip(HOPS, EVENTS, EVENTS[1:])}
     totals = [r["started"] - r["submitted"] for r in rounds]
-    print(f"\nuser job's condor_submit to its start on a new pilot pod: {len(rounds)} rounds, HTCondor "
-          f"{installation.condor_version} ({installation.name}), pods run by runc")
+    print(f"\nuser job's condor_submit to its start on a new pilot pod: {len(rounds)} rounds split of "
+          f"{len(rounds) + len(not_split)}, HTCondor {installation.condor_version} ({installation.name}), pods run by runc")
     print(f"| hop | median s | min s | max s | bounded by |\n|---|---:|---:|---:|---|")
     for (name, knob), values in zip(HOPS, hops.values()):
-        print(f"| {name} | {statistics.median(values):.1f} | {min(values):.1f} | {max(values):.1f} | {knob} |")
-    print(f"| **total** | **{statistics.median(totals):.1f}** | {min(totals):.1f} | {max(totals):.1f} | |")
+        print(f"| {name} | {_figures(values)} | {knob} |")
+    print(f"| **total** | {_figures(totals, bold=True)} | |")
+    reasons = "; ".join(not_split) or "none"
+    print(f"| rounds not split | {len(not_split)} | | | {reasons} |")
     print(f"{before} before, {load()} after")
     return 0
+
+
+def _figures(values: List[float], bold: bool = False) -> str:
+    """Median, least and most, as three cells ("–" with no round)."""
+    if not values:
+        return "– | – | –"
+    median = f"{statistics.median(values):.1f}"
+    return f"{f'**{median}**' if bold else median} | {min(values):.1f} | {max(values):.1f}"
 
 
 if __name__ == "__main__":
