@@ -242,8 +242,10 @@ def round_(users: Pool, ce: Pool, sim: KubeSim, memory: int) -> Dict[str, float]
         watcher.seen["running"] = watcher.started_pods[watcher.pod]
     match = matched(users, cluster, pod)
     if match is None or "running" not in watcher.seen or "joined" not in watcher.seen:
-        raise NotSplit(f"job {cluster}.0 ({memory} MiB) on {pod}: no {'match' if match is None else 'pod start'}"
-                       " seen")
+        missing = ("no match of its own (a claim the schedd held for an earlier job on that pilot)"
+                   if not negotiated else "no match in the NegotiatorLog" if match is None
+                   else "its pod's start or its startd's ad not seen")
+        raise NotSplit(f"job {cluster}.0 ({memory} MiB) started on {pod} made for it, but {missing}")
     try:
         received, answered = gahp_submit_times(ce, watcher.pod)
         times = dict(watcher.seen)
