@@ -280,3 +280,50 @@ def clone_pilots(sim: KubeSim, namespace: str, pods: int) -> List[str]:
         store.load("pods", new_pods)
         store.load("secrets", new_secrets)
     return names
+
+
+# ------------------------------------------------------------------------------------------------
+# podgahp in a root as pip installs it
+
+#: Dependencies of podgahp (setup.cfg) that Debian's roots lack: the benchmarks add them to the
+#: root's virtualenv from PyPI's wheels, so that what they measure is podgahp as ``pip install``
+#: makes it (the live tests keep the roots' packages alone, and so the paths without them).
+MISSING_IN_ROOTS = ("msgspec",)
+
+
+def requirement(name: str) -> str:
+    """The requirement of setup.cfg on ``name`` (e.g. ``msgspec>=0.18``)."""
+    import configparser
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    for line in parser["options"]["install_requires"].split():
+        if line.split(">")[0].split("=")[0].split("<")[0].strip().lower() == name:
+            return line
+    raise KeyError(f"setup.cfg does not require {name}")
+
+
+def add_dependency_wheels(installation: Any) -> str:
+    """Give ``installation`` (a harness root) the wheels of :data:`MISSING_IN_ROOTS` for its Python,
+    downloaded once into the harness cache (PyPI); what was added, or why nothing was, for the
+    table's heading."""
+    import subprocess
+    from harness.rootfs import cache_dir
+    python = installation.run(["/usr/bin/python3" if installation.chroot else sys.executable, "-c",
+                               "import sys; print('%d.%d' % sys.version_info[:2])"]).stdout.strip()
+    wheels: List[Path] = []
+    for name in MISSING_IN_ROOTS:
+        directory = cache_dir() / "wheels" / f"py{python}"
+        directory.mkdir(parents=True, exist_ok=True)
+        found = sorted(directory.glob(f"{name}-*.whl"))
+        if not found:
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                 "--python-version", python, "--platform", "manylinux2014_x86_64", "--platform",
+                 "manylinux_2_17_x86_64", "--dest", str(directory), requirement(name)],
+                capture_output=True, text=True, timeout=300)
+            found = sorted(directory.glob(f"{name}-*.whl"))
+            if done.returncode or not found:
+                return f"without {name} (no wheel for Python {python}: {done.stderr.strip()[-200:]})"
+        wheels.append(found[-1])
+    installation.wheels = tuple(wheels)
+    return "with " + ", ".join(w.name.split("-")[0] + " " + w.name.split("-")[1] for w in wheels)

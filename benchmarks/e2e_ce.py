@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "live"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench import Row, SimProcess, alternate, load, medians, ratio  # noqa: E402
+from bench import Row, SimProcess, add_dependency_wheels, alternate, load, medians, ratio  # noqa: E402
 from e2e import (COMPLETED, HELD, K8S_KNOBS, NAMESPACE, iwd, pilot_submit, routes_config)  # noqa: E402
 from harness import Installation, Pool, get_installation  # noqa: E402
 from podgahp_sim.k8s import SimConfig, SimNode  # noqa: E402
@@ -249,9 +249,10 @@ def main() -> None:
     installation = get_installation(args.series)
     installation.acquire()
     try:
+        wheels = add_dependency_wheels(installation)
         installation.install_podgahp()
-        print(f"`benchmarks/e2e_ce.py`: {args.pilots} pilots of {RUN_SECONDS} s, HTCondor {args.series}; "
-              f"median of {args.repeat} runs of each backend taking turns; {load()} at the start")
+        print(f"`benchmarks/e2e_ce.py`: {args.pilots} pilots of {RUN_SECONDS} s, HTCondor {args.series}, podgahp "
+              f"{wheels}; median of {args.repeat} runs of each backend taking turns; {load()} at the start")
         print()
         print("| configuration | routed/s | first pod s | pods/s | submits answered/s | all pods ran s | all completed s "
               "| schedd CPU s | JobRouter CPU s | gridmanager CPU s | GAHP CPU s | GAHP CPU ms/pilot |")

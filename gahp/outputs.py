@@ -67,11 +67,15 @@ def _replace(dfd: int, name: str, chunks: Iterable[bytes], path: str) -> int:
                  dir_fd=dfd)
     written = 0
     try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
+        try:
+            for chunk in chunks:  # the chunks as they come (a pod log streams 64 KiB at a time), unbuffered
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
                 written += len(chunk)
-            os.fchmod(f.fileno(), mode)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException as e:
         try:

@@ -202,12 +202,20 @@ def _read(path: str) -> Optional[JobRecord]:
     except OSError:
         return None
     try:
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-                log.warning("%s is not a file of this user: ignored", path)
-                return None
-            return JobRecord.from_json(json.loads(f.read(MAX_BYTES)))
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            log.warning("%s is not a file of this user: ignored", path)
+            return None
+        data = b""
+        size = min(info.st_size, MAX_BYTES)  # a record is written whole (renamed into place): one read
+        while len(data) < size:
+            chunk = os.read(fd, size - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return JobRecord.from_json(json.loads(data))
     except (OSError, ValueError) as e:
         log.warning("job record %s cannot be read: %s", path, e)
         return None
+    finally:
+        os.close(fd)

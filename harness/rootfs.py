@@ -366,6 +366,9 @@ class Installation:
         #: sets them to the directories of the installed checkout.
         self.prefix = self._base_prefix()
         self.src_dir = ROOT_SRC_DIR if self.chroot else str(REPO_DIR)
+        #: Wheels install_podgahp() adds to the virtualenv (dependencies the root's packages lack, for
+        #: the benchmarks: podgahp as pip installs it); a different set is a different virtualenv.
+        self.wheels: Tuple[Path, ...] = ()
 
     def __repr__(self) -> str:
         return f"Installation({self.name!r}, root={str(self.root)!r})"
@@ -571,6 +574,8 @@ class Installation:
         """
         files = _source_files(src)
         version = _digest(src, files)[:16]
+        if self.wheels:
+            version = hashlib.sha256(" ".join([version, *sorted(w.name for w in self.wheels)]).encode()).hexdigest()[:16]
         base_prefix = self._base_prefix()
         prefix = f"{base_prefix}.{version}"
         src_dir = f"{ROOT_SRC_DIR}.{version}" if self.chroot else str(src)
@@ -612,6 +617,14 @@ class Installation:
             env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"},
             timeout=600,
         )
+        if self.wheels:
+            wheel_dir = f"{prefix}/wheels"
+            self.host_path(wheel_dir).mkdir(parents=True, exist_ok=True)
+            for wheel in self.wheels:
+                shutil.copy2(wheel, self.host_path(wheel_dir) / wheel.name)
+            self.run([f"{prefix}/bin/pip", "install", "--quiet", "--no-index", "--no-deps",
+                      *[f"{wheel_dir}/{w.name}" for w in self.wheels]],
+                     env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}, timeout=600)
 
     def _prune_versions(self, base: str, keep: str) -> None:
         # Versions of earlier checkouts: keep the newest few and anything used within a day

@@ -149,3 +149,42 @@ def test_a_log_file_of_another_user_or_a_link_is_refused(tmp_path: Path, monkeyp
         assert logs.setup(settings) == str(tmp_path / "home" / ".podgahp" / name)
         logging.getLogger("gahp.test").warning("not there")
     assert target.read_text() == "" and (private / "PodgahpLog.k8s.theirs").read_text() == ""
+
+
+def _flush() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+
+
+def test_a_line_is_formatted_once_and_the_log_rotates_at_its_size(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "gahp.log"
+    path.write_text("x" * 50 + "\n")  # a log left by an earlier GAHP counts towards the size
+    settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(path), "PODGAHP_LOG_MAX_BYTES": "400",
+                                                "PODGAHP_LOG_BACKUPS": "2"}), "k8s")
+    logs.setup(settings)
+    formatted = []
+    original = logs._MaskingFormatter.format
+    monkeypatch.setattr(logs._MaskingFormatter, "format",
+                        lambda self, record: formatted.append(record) or original(self, record))
+    log = logging.getLogger("gahp.test")
+    for n in range(12):
+        log.warning("line %02d é", n)
+    _flush()
+    assert len(formatted) == 12
+    files = [path, tmp_path / "gahp.log.1", tmp_path / "gahp.log.2"]
+    sizes = [f.stat().st_size for f in files]
+    assert all(0 < size <= 400 for size in sizes), sizes
+    assert "line 11 é" in path.read_text().splitlines()[-1]
+    assert "x" * 50 not in path.read_text()  # the earlier GAHP's line went with the first rotation
+
+
+def test_without_backups_the_log_is_never_rotated(tmp_path: Path) -> None:
+    path = tmp_path / "gahp.log"
+    settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(path), "PODGAHP_LOG_MAX_BYTES": "100",
+                                                "PODGAHP_LOG_BACKUPS": "0"}), "k8s")
+    logs.setup(settings)
+    for n in range(10):
+        logging.getLogger("gahp.test").warning("line %d", n)
+    _flush()
+    assert len(path.read_text().splitlines()) == 10 and not (tmp_path / "gahp.log.1").exists()

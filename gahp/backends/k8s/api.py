@@ -250,6 +250,8 @@ class KubeApi:
         self.server_time: Optional[datetime.datetime] = None
         """The API server's clock at its last answer (its ``Date`` header), None before any: ages of
         objects it stamped are measured on this clock, not on the local one."""
+        self._date_text: Optional[str] = None
+        """That ``Date`` header as sent (answers within one second repeat it: read once)."""
 
     @property
     def description(self) -> str:
@@ -421,6 +423,9 @@ class KubeApi:
     def _note_date(self, response: Any) -> None:
         headers = getattr(response, "headers", None)
         text = headers.get("Date") if headers is not None else None
+        if text is not None and text == self._date_text:
+            return  # the same second as the answer before: already read
+        self._date_text = text
         try:
             when = email.utils.parsedate_to_datetime(text) if isinstance(text, str) else None
         except (TypeError, ValueError):
