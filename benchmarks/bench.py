@@ -10,11 +10,13 @@ garbage collector) with the driver or the GAHP: its CPU is its own, and is repor
 
 from __future__ import annotations
 
+import configparser
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -22,6 +24,8 @@ import traceback
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 for _path in (ROOT, ROOT / "tests"):
@@ -293,11 +297,10 @@ MISSING_IN_ROOTS = ("msgspec",)
 
 def requirement(name: str) -> str:
     """The requirement of setup.cfg on ``name`` (e.g. ``msgspec>=0.18``)."""
-    import configparser
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
     for line in parser["options"]["install_requires"].split():
-        if line.split(">")[0].split("=")[0].split("<")[0].strip().lower() == name:
+        if Requirement(line).name.lower() == name:
             return line
     raise KeyError(f"setup.cfg does not require {name}")
 
@@ -306,7 +309,6 @@ def add_dependency_wheels(installation: Any) -> str:
     """Give ``installation`` (a harness root) the wheels of :data:`MISSING_IN_ROOTS` for its Python,
     downloaded once into the harness cache (PyPI); what was added, or why nothing was, for the
     table's heading."""
-    import subprocess
     from harness.rootfs import cache_dir
     python = installation.run(["/usr/bin/python3" if installation.chroot else sys.executable, "-c",
                                "import sys; print('%d.%d' % sys.version_info[:2])"]).stdout.strip()

@@ -611,20 +611,17 @@ class Installation:
             shutil.rmtree(prefix, ignore_errors=True)
             python = os.environ.get("PODGAHP_NATIVE_PYTHON") or shutil.which("python3") or sys.executable
         self.run([python, "-m", "venv", "--system-site-packages", prefix], timeout=300)
-        self.run(
-            [f"{prefix}/bin/pip", "install", "--quiet", "--no-index", "--no-deps",
-             "--no-build-isolation", src_dir],
-            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"},
-            timeout=600,
-        )
+        wheel_dir = f"{prefix}/wheels"
         if self.wheels:
-            wheel_dir = f"{prefix}/wheels"
             self.host_path(wheel_dir).mkdir(parents=True, exist_ok=True)
             for wheel in self.wheels:
                 shutil.copy2(wheel, self.host_path(wheel_dir) / wheel.name)
-            self.run([f"{prefix}/bin/pip", "install", "--quiet", "--no-index", "--no-deps",
-                      *[f"{wheel_dir}/{w.name}" for w in self.wheels]],
-                     env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}, timeout=600)
+        self.run(
+            [f"{prefix}/bin/pip", "install", "--quiet", "--no-index", "--no-deps",
+             "--no-build-isolation", src_dir, *[f"{wheel_dir}/{w.name}" for w in self.wheels]],
+            env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"},
+            timeout=600,
+        )
 
     def _prune_versions(self, base: str, keep: str) -> None:
         # Versions of earlier checkouts: keep the newest few and anything used within a day
