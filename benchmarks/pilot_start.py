@@ -41,7 +41,7 @@ from e2e import E2E_FAST, K8S_KNOBS, NAMESPACE, kubeconfig_text, routes_config, 
 from harness import Installation, Pool, get_installation  # noqa: E402
 from harness.image import pilot_image  # noqa: E402
 from harness.userpool import CONFIG as USER_POOL_CONFIG  # noqa: E402
-from harness.userpool import collector_address, pilot_token  # noqa: E402
+from harness.userpool import LOOPBACK_PILOT_ENVIRONMENT, collector_address, pilot_token  # noqa: E402
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode  # noqa: E402
 
 PROVISIONER = "bench-pilot-start"
@@ -201,7 +201,8 @@ def setup(installation: Installation) -> Tuple[KubeSim, Pool, Pool, "subprocess.
            "_CONDOR_PODGAHP_PROVISION_INTERVAL_SECONDS": str(PROVISION_INTERVAL_S),
            "_CONDOR_PODGAHP_PROVISION_RAMP_START": "1",
            "_CONDOR_PODGAHP_PROVISION_PILOT_ENVIRONMENT": "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=15 "
-                                                          "_CONDOR_UPDATE_INTERVAL=5"}
+                                                          "_CONDOR_UPDATE_INTERVAL=5 "
+                                                          + LOOPBACK_PILOT_ENVIRONMENT}
     provisioner = installation.popen([installation.bin("podgahp"), "provision"], user="pilot", env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return sim, users, ce, provisioner

@@ -22,7 +22,7 @@ from harness.image import pilot_image
 from harness.pool import Pool
 from harness.rootfs import Installation
 from harness.userpool import CONFIG as USER_POOL_CONFIG
-from harness.userpool import collector_address, pilot_token
+from harness.userpool import LOOPBACK_PILOT_ENVIRONMENT, collector_address, pilot_token
 
 NAMESPACE = "pilots"
 #: The submit description the next steps offer for more jobs, in the users' home directory.
@@ -41,7 +41,7 @@ JOBS: Tuple[Tuple[int, int, int, str], ...] = (
 #: initialisation took up to 12 s with five pilots starting on a busy machine: 15 s left such a pilot
 #: 3 s in the pool, less than a negotiation cycle, and a pilot that leaves unseen makes its group
 #: wait a minute for the next.
-PILOT_ENVIRONMENT = "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 _CONDOR_UPDATE_INTERVAL=5"
+PILOT_ENVIRONMENT = f"_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 _CONDOR_UPDATE_INTERVAL=5 {LOOPBACK_PILOT_ENVIRONMENT}"
 STATUS = {1: "idle", 2: "running", 3: "removed", 4: "completed", 5: "held", 6: "transferring"}
 
 

@@ -99,7 +99,8 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
     queries = QueryProcess()
     try:
         admit: Optional[Callable[[PilotJob], None]] = RouteCheck(ProvenanceSettings.from_knobs(knobs),
-                                                                 backend_name, query=queries.query).check
+                                                                 backend_name, query=queries.query,
+                                                                 start_time=queries.start_time).check
     except GahpError as e:
         log.error("%s", e)
         backend, admit = UnusableBackend(backend_name, str(e)), None

@@ -10,23 +10,23 @@ What a user cannot forge: every attribute the JobRouter writes (``RoutedBy``, ``
 the routed job, ``RoutedToJobId``, ``Managed`` on the source job) it writes as the job's owner
 (``SetEffectiveOwner`` in HTCondor's ``condor_job_router/submit_job.cpp``), so the owner can write
 the same values: at submit time no ``IMMUTABLE_JOB_ATTRS`` or ``PROTECTED_JOB_ATTRS`` applies, and
-protecting ``RoutedToJobId`` would refuse the router's own update. The one thing the schedd records
-that no client can set is the token the submitting connection authenticated with: ``AuthTokenSubject``
-and ``AuthTokenIssuer`` are ``SECURE_JOB_ATTRS``, set by the schedd itself (``AddSessionAttributes``
-in ``qmgmt.cpp``; the router drops the source job's own). A JobRouter that authenticates to its
-schedd with IDTOKENS made from the pool signing key (``10-podgahp-defaults.conf``) is recorded as
-``condor@password`` of the CE's ``TRUST_DOMAIN``, which only holders of that key can be; where it
-routes into the site's schedd (``JOB_ROUTER_SCHEDD2_*``), with a token of the site's key the admin
-put into the CE's ``tokens.d``. So a job is accepted when:
+protecting ``RoutedToJobId`` would refuse the router's own update. Nor does the schedd record in the
+job who submitted it: the router connects over the daemons' family session, which carries no token
+or proxy of its own, and impersonates the owner. What the schedd does record is its audit log
+(:mod:`gahp.auditlog`, ``SCHEDD_AUDIT_LOG``, on in HTCondor-CE's shipped configuration): which
+identity the connection that submitted each job authenticated as. So a job is accepted when:
 
-* its token names the router (``PODGAHP_ROUTER_TOKEN_SUBJECTS`` of ``PODGAHP_ROUTER_TOKEN_ISSUER``),
-  unless ``PODGAHP_ROUTER_TOKEN_REQUIRED`` is false. HTCondor records the token of a job with an
-  X.509 proxy file only from 25.6 on (23.x, 24.x and 25.0 record the proxy's attributes instead, and
-  nothing else on such a job tells the router's submit from its owner's: every other attribute the
-  schedd sets alone is the proxy's, which the owner's own proxy gives too);
+* the audit log records its submitter as one of the schedd's own daemons: an identity of
+  ``PODGAHP_ROUTER_IDENTITIES`` (``condor@family``, the router's over the family session, logged
+  before HTCondor 24.8; ``condor`` of the schedd's ``UID_DOMAIN``, the CE's router as a site
+  schedd sees it), or none (the identities the schedd does not log: its own daemons'). A user's
+  submit is always logged with the user's identity, whatever the job says of itself;
 * ``RoutedBy`` names one of ``PODGAHP_ROUTERS`` and the source job named by ``RoutedFromJobId`` (in
-  the source schedd) points back at it with ``RoutedToJobId`` and has the same owner (forgeable by
-  the owner on its own; a check of consistency, and all there is when no token is required).
+  the source schedd) points back at it with ``RoutedToJobId`` and has the same owner (a check of
+  consistency).
+
+Where the audit log cannot tell (none is kept, it cannot be read, it holds no record of the job) the
+job is held, with the reason and the knob; nothing else on the CE depends on the check.
 
 Anything else is refused with a reason the job's owner or the admin can act on; a schedd that cannot
 be asked fails the submit as retryable.
@@ -57,7 +57,8 @@ from typing import Callable, Dict, Generic, List, Optional, Sequence, Tuple, Typ
 
 import classad2
 
-from gahp import schedd
+from gahp import auditlog, schedd
+from gahp.auditlog import AuditLog, AuditLogError, Submitter
 from gahp.config import Knobs
 from gahp.errors import InvalidJob, TransientError
 from gahp.job import PilotJob
@@ -70,17 +71,19 @@ _SANDBOX = re.compile(r"^[A-Za-z0-9._-]{1,512}$")
 _JOB_ID = re.compile(r"^([0-9]{1,10})\.([0-9]{1,10})$")
 
 Query = Callable[[str, List[str], Optional[str], Optional[str]], List[Dict[str, object]]]
+#: The schedd's start time (seconds since the epoch; None when unknown), of schedd (name, pool).
+StartTime = Callable[[Optional[str], Optional[str]], Optional[float]]
 
 #: How long a source job not yet linked to its routed job is waited for: several passes of the
-#: JobRouter (HTCondor's 10 s period) on a busy CE. A job is asked about only after its token named
-#: the JobRouter (PODGAHP_ROUTER_TOKEN_REQUIRED), so the wait is a forged job's only where no token
-#: is required.
+#: JobRouter (HTCondor's 10 s period) on a busy CE. A job is asked about only after the audit log
+#: named the JobRouter as its submitter, so a forged job never waits.
 LINK_WAIT_S = 120.0
 _LINK_BACKOFF = Backoff(0.25, 4.0)
 #: Most questions asked in one query (a constraint of a few kilobytes).
 BATCH_MAX = 100
-_ROUTED = ["ClusterId", "ProcId", "Owner", "RoutedBy", "RoutedFromJobId", "AuthTokenSubject", "AuthTokenIssuer",
-           "x509UserProxySubject", "GridJobId"]
+_ROUTED = ["ClusterId", "ProcId", "Owner", "RoutedBy", "RoutedFromJobId", "QDate", "GridJobId"]
+#: How long the schedd's start time (of its ad in the collector) is reused.
+START_TTL_S = 60.0
 _SOURCE = ["ClusterId", "ProcId", "RoutedToJobId", "Owner"]
 
 K = TypeVar("K")
@@ -164,14 +167,16 @@ class ProvenanceSettings:
     (``JOB_ROUTER_SCHEDD2_*``: the CE's schedd); default the schedd that runs the GAHP."""
     source_schedd_pool: Optional[str] = None
     """``PODGAHP_SOURCE_SCHEDD_POOL``: collector of that schedd."""
-    token_required: bool = True
-    """``PODGAHP_ROUTER_TOKEN_REQUIRED``: accept only jobs whose submitting connection the schedd recorded
-    as the JobRouter's token (default true)."""
-    token_subjects: Tuple[str, ...] = ("condor@password",)
-    """``PODGAHP_ROUTER_TOKEN_SUBJECTS``: ``AuthTokenSubject`` values of the JobRouter's connections
-    (default ``condor@password``: a daemon's token made from the pool signing key)."""
-    token_issuer: Optional[str] = None
-    """``PODGAHP_ROUTER_TOKEN_ISSUER``: their ``AuthTokenIssuer`` (default ``$(TRUST_DOMAIN)``)."""
+    router_identities: Tuple[str, ...] = ("condor@family",)
+    """``PODGAHP_ROUTER_IDENTITIES``: identities of the JobRouter's connections to the schedd, as its
+    audit log records them (default ``condor@family`` and ``condor@$(UID_DOMAIN)``)."""
+    audit_log: Optional[str] = None
+    """``PODGAHP_SCHEDD_AUDIT_LOG``: the schedd's audit log (default ``SCHEDD_AUDIT_LOG``, else
+    ``SCHEDD_LOG`` where ``SCHEDD_DEBUG`` has ``D_AUDIT``); None: the schedd keeps none."""
+    time_format: str = auditlog.DEFAULT_TIME_FORMAT
+    """``DEBUG_TIME_FORMAT``: how the schedd writes a line's time."""
+    deadline_s: float = auditlog.DEFAULT_DEADLINE_S
+    """``SEC_TCP_SESSION_DEADLINE`` of the schedd: the longest handshake before a command is logged."""
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> ProvenanceSettings:
@@ -179,14 +184,23 @@ class ProvenanceSettings:
         router = knobs.optional("JOB_ROUTER_NAME")
         if router and router not in default:
             default.append(router)
+        identities = ["condor@family"]
+        uid_domain = knobs.optional("UID_DOMAIN")
+        if uid_domain:
+            identities.append(f"condor@{uid_domain}")
+        audit = knobs.optional("PODGAHP_SCHEDD_AUDIT_LOG") or knobs.optional("SCHEDD_AUDIT_LOG")
+        if not audit and "D_AUDIT" in (knobs.optional("SCHEDD_DEBUG") or "").upper():
+            audit = knobs.optional("SCHEDD_LOG")
         return cls(
             routed_only=knobs.boolean("PODGAHP_ROUTED_ONLY", True),
             routers=tuple(knobs.names("PODGAHP_ROUTERS", default)),
             source_schedd_name=knobs.optional("PODGAHP_SOURCE_SCHEDD_NAME"),
             source_schedd_pool=knobs.optional("PODGAHP_SOURCE_SCHEDD_POOL"),
-            token_required=knobs.boolean("PODGAHP_ROUTER_TOKEN_REQUIRED", True),
-            token_subjects=tuple(knobs.names("PODGAHP_ROUTER_TOKEN_SUBJECTS", ["condor@password"])),
-            token_issuer=knobs.optional("PODGAHP_ROUTER_TOKEN_ISSUER") or knobs.optional("TRUST_DOMAIN"),
+            router_identities=tuple(knobs.names("PODGAHP_ROUTER_IDENTITIES", identities)),
+            audit_log=audit,
+            time_format=knobs.string("SCHEDD.DEBUG_TIME_FORMAT", knobs.string("DEBUG_TIME_FORMAT", auditlog.DEFAULT_TIME_FORMAT)),
+            deadline_s=knobs.number("SCHEDD.SEC_TCP_SESSION_DEADLINE", knobs.number(
+                "SEC_TCP_SESSION_DEADLINE", auditlog.DEFAULT_DEADLINE_S, minimum=1), minimum=1),
         )
 
 
@@ -194,15 +208,21 @@ class RouteCheck:
     """Checks one GAHP's submits: ``check(job)`` returns or raises :class:`NotRouted` / TransientError."""
 
     def __init__(self, settings: ProvenanceSettings, grid_type: str, query: Query = schedd.query,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, start_time: Optional[StartTime] = None) -> None:
         self.settings = settings
         self.grid_type = grid_type
         self._query = query
         self._sleep = sleep
+        self._start_time = start_time
+        self._started: Tuple[float, Optional[float]] = (-START_TTL_S, None)
+        self.audit = (AuditLog(settings.audit_log, settings.time_format, settings.deadline_s)
+                      if settings.audit_log else None)
         self.routed: Batched[str, List[Dict[str, object]]] = Batched(self._holding, [])
         """Sandbox -> the jobs whose ``GridJobId`` holds it."""
         self.sources: Batched[Tuple[int, int], List[Dict[str, object]]] = Batched(self._jobs, [])
         """(ClusterId, ProcId) -> that job of the source schedd."""
+        self.submitters: Batched[Tuple[str, float], _Verdict] = Batched(self._submitters, _Verdict(None, "no answer"))
+        """(job id, QDate) -> who submitted it, as the schedd's audit log records it."""
 
     def _ask(self, constraint: str, projection: List[str], name: Optional[str] = None,
              pool: Optional[str] = None) -> List[Dict[str, object]]:
@@ -255,7 +275,7 @@ class RouteCheck:
                 f"job {job_id} was not made by a route of this CE (RoutedBy = {routed_by!r}): submit pilots "
                 f"to the CE as ordinary (vanilla) jobs; grid-universe jobs for batch {self.grid_type} are "
                 f"accepted only from the CE's routes (PODGAHP_ROUTED_ONLY)")
-        self._check_token(ad, job_id)
+        self._check_submitter(ad, job_id)
         match = _JOB_ID.match(source_id)
         if not match:
             raise NotRouted(f"job {job_id} names no valid source job (RoutedFromJobId = {source_id!r})")
@@ -282,35 +302,73 @@ class RouteCheck:
                 f"{ad.get('Owner')} routed to it (PODGAHP_ROUTED_ONLY)")
         log.debug("job %s routed by %s from %s", job_id, routed_by, source_id)
 
-    def _check_token(self, ad: Dict[str, object], job_id: str) -> None:
-        """NotRouted unless the schedd recorded the JobRouter's token for the connection that submitted the job."""
+    def _schedd_start(self) -> Optional[float]:
+        """When the schedd holding the routed jobs started (its ad's DaemonStartTime), asked at most
+        once a minute; None when unknown. Lines of the audit log older than that are another
+        lifetime's, whose connection numbers the schedd has since used again."""
+        asked, value = self._started
+        now = time.monotonic()
+        if self._start_time is None or now - asked < START_TTL_S:
+            return value
+        try:
+            value = self._start_time(None, None)
+        except schedd.ScheddUnavailable as e:
+            log.info("the schedd's start time is unknown (%s); the whole audit log is read", e)
+            value = None
+        self._started = (now, value)
+        return value
+
+    def _submitters(self, keys: Sequence[Tuple[str, float]]) -> Dict[Tuple[str, float], _Verdict]:
+        """Who submitted each (job id, QDate), from the audit log: one start-time question a batch."""
+        assert self.audit is not None
+        start = self._schedd_start()
+        answers: Dict[Tuple[str, float], _Verdict] = {}
+        for job_id, qdate in keys:
+            try:
+                answers[(job_id, qdate)] = _Verdict(self.audit.submitter(job_id, qdate, since=start), None)
+            except AuditLogError as e:
+                answers[(job_id, qdate)] = _Verdict(None, str(e))
+        return answers
+
+    def _check_submitter(self, ad: Dict[str, object], job_id: str) -> None:
+        """NotRouted unless the schedd's audit log records the job's submitter as one of its daemons."""
         s = self.settings
-        if not s.token_required:
-            return
-        subject, issuer = ad.get("AuthTokenSubject"), ad.get("AuthTokenIssuer")
-        if subject in s.token_subjects and isinstance(issuer, str) and issuer == s.token_issuer:
-            return
-        why = (f"job {job_id} was not submitted by the JobRouter: the schedd recorded its submitter's token as "
-               f"AuthTokenSubject = {_shown(subject)}, AuthTokenIssuer = {_shown(issuer)}, not "
-               f"{' or '.join(s.token_subjects)} of {s.token_issuer!r} (PODGAHP_ROUTER_TOKEN_SUBJECTS, "
-               f"PODGAHP_ROUTER_TOKEN_ISSUER)")
-        if subject is None:
-            if s.source_schedd_name:
-                why += ("; where the CE's JobRouter routes into this schedd (JOB_ROUTER_SCHEDD2_NAME), put a token of "
-                        "this schedd's signing key for it into the CE's tokens.d (as root, with this schedd's "
-                        "configuration: condor_token_create -identity condor@password -authz READ -authz WRITE "
-                        "-file /etc/condor-ce/tokens.d/podgahp-router), then restart the JobRouter "
-                        "(condor_ce_off -daemon job_router; condor_ce_on -daemon job_router; "
-                        "10-podgahp-defaults.conf)")
-            else:
-                why += ("; the CE's JobRouter must authenticate to its schedd with IDTOKENS "
-                        "(10-podgahp-defaults.conf)")
-            if ad.get("x509UserProxySubject") is not None:
-                why += ("; HTCondor before 25.6 records no token for a job with an X.509 proxy file: there, "
-                        "route pilots without a proxy, or set PODGAHP_ROUTER_TOKEN_REQUIRED = false in "
-                        "10-podgahp.conf (the routing attributes, which a job's owner can forge, are then all "
-                        "that is checked)")
-        raise NotRouted(why)
+        off = "set PODGAHP_ROUTED_ONLY = false in 10-podgahp.conf only where the CE's users are trusted"
+        if self.audit is None:
+            raise NotRouted(
+                f"cannot tell whether job {job_id} was submitted by the JobRouter: the schedd keeps no audit log "
+                f"(HTCondor-CE ships SCHEDD_AUDIT_LOG = $(LOG)/AuditLog with SCHEDD_DEBUG = D_AUDIT; set them again "
+                f"for this schedd, or {off}: PODGAHP_ROUTED_ONLY)")
+        qdate = ad.get("QDate")
+        if not isinstance(qdate, (int, float)) or isinstance(qdate, bool):
+            raise NotRouted(f"job {job_id} has no QDate; podgahp accepts only jobs a route of this CE made "
+                            f"(PODGAHP_ROUTED_ONLY)")
+        verdict = self.submitters.ask((job_id, float(qdate)))
+        if verdict.error is not None:
+            raise NotRouted(f"cannot tell whether job {job_id} was submitted by the JobRouter: {verdict.error} "
+                            f"(PODGAHP_SCHEDD_AUDIT_LOG; or {off}: PODGAHP_ROUTED_ONLY)")
+        found = verdict.submitter
+        if found is None:
+            raise NotRouted(
+                f"job {job_id} was not submitted by the JobRouter: the schedd's audit log {self.audit.path} has no "
+                f"record of its submission at its QDate ({int(qdate)}); podgahp accepts only jobs a route of this "
+                f"CE made (PODGAHP_ROUTED_ONLY)")
+        if found.identity is not None and found.identity not in s.router_identities:
+            raise NotRouted(
+                f"job {job_id} was not submitted by the JobRouter: the schedd's audit log {self.audit.path} records "
+                f"its submitter as {_shown(found.identity)} ({found.method or 'no method'}), not one of the CE's "
+                f"daemons ({', '.join(s.router_identities)}; PODGAHP_ROUTER_IDENTITIES): submit pilots to the CE "
+                f"as ordinary (vanilla) jobs")
+        log.debug("job %s submitted by %s (connection %d)", job_id, found.identity or "a daemon of the schedd",
+                  found.cid)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """The audit log's answer for one job: its submitter (None: no record), or why there is none."""
+
+    submitter: Optional[Submitter]
+    error: Optional[str]
 
 
 def _shown(value: object) -> str:

@@ -62,6 +62,28 @@ def query(constraint: str, projection: List[str], name: Optional[str] = None,
     return [{key: ad.get(key) for key in projection} for ad in ads]
 
 
+def start_time(name: Optional[str] = None, pool: Optional[str] = None) -> Optional[float]:
+    """When the local schedd (or schedd ``name`` of ``pool``) started, from its ad in the collector
+    (``DaemonStartTime``); None when the ad has none."""
+    try:
+        import classad2
+        import htcondor2
+
+        collector = htcondor2.Collector(pool) if pool else htcondor2.Collector()
+        where = collector.locate(htcondor2.DaemonType.Schedd, name) if name else \
+            collector.locate(htcondor2.DaemonType.Schedd)
+        quoted = classad2.quote(str(where.get("Name", "")))
+        ads = collector.query(htcondor2.AdType.Schedd, constraint=f"Name == {quoted}",
+                              projection=["Name", "DaemonStartTime"])
+    except Exception as e:  # noqa: BLE001 - the bindings raise several kinds; any means "unknown"
+        raise ScheddUnavailable(f"{describe(name, pool)}'s ad cannot be read from the collector: {e}") from e
+    for ad in ads:
+        value = ad.get("DaemonStartTime")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
 @dataclass(frozen=True)
 class Expression:
     """A value of a job ad that is not a string, number or boolean (an expression, a list...), as its
@@ -99,6 +121,21 @@ class QueryProcess:
         if "error" in answer:
             raise ScheddUnavailable(str(answer["error"]))
         return [{k: _value(v) for k, v in ad.items()} for ad in answer["ads"]]
+
+    def start_time(self, name: Optional[str] = None, pool: Optional[str] = None) -> Optional[float]:
+        """As :func:`start_time`, asked of the process."""
+        request = json.dumps({"kind": "start", "name": name, "pool": pool})
+        with self._lock:
+            try:
+                answer = self._ask(request.encode() + b"\n")
+            except (OSError, ValueError, TimeoutError) as e:
+                self._stop()
+                raise ScheddUnavailable(f"{describe(name, pool)}'s start cannot be read: the query process failed: "
+                                        f"{e}") from e
+        if "error" in answer:
+            raise ScheddUnavailable(str(answer["error"]))
+        value = answer.get("start")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def _ask(self, request: bytes) -> Dict[str, Any]:
         process = self._process
@@ -176,9 +213,13 @@ def serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     for line in requests:
         try:
             request = json.loads(line)
-            ads = query(str(request["constraint"]), [str(a) for a in request["projection"]],
-                        request.get("name"), request.get("pool"))
-            answer: Dict[str, Any] = {"ads": [{k: _plain(v) for k, v in ad.items()} for ad in ads]}
+            answer: Dict[str, Any]
+            if request.get("kind") == "start":
+                answer = {"start": start_time(request.get("name"), request.get("pool"))}
+            else:
+                ads = query(str(request["constraint"]), [str(a) for a in request["projection"]],
+                            request.get("name"), request.get("pool"))
+                answer = {"ads": [{k: _plain(v) for k, v in ad.items()} for ad in ads]}
         except ScheddUnavailable as e:
             answer = {"error": str(e)}
         except (ValueError, KeyError, TypeError) as e:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ipaddress
 import json
 import os
 import re
@@ -259,6 +260,16 @@ class Pool:
             return bool(_ROUTER_READY.search(self.log("JobRouterLog")))
 
         self.wait_for(router_up, timeout=self.start_timeout, interval=0.5, what="the JobRouter to read its routes")
+        outside = [a for a in self.advertised_addresses() if not ipaddress.ip_address(a).is_loopback]
+        if outside:
+            raise PoolError(f"pool {self.name}: daemons advertise non-loopback addresses {sorted(set(outside))}; "
+                            f"every test server listens on loopback only (NETWORK_INTERFACE, ENABLE_IPV6)")
+
+    def advertised_addresses(self) -> List[str]:
+        """Every IP address that a daemon of this pool advertises in the collector (each ad's
+        MyAddress and AddressV1: the sinful string's host and every entry of its addrs list)."""
+        out = self.run(["condor_status", "-any", "-af:,", "MyAddress", "AddressV1"]).stdout
+        return addresses_of(out)
 
     @property
     def master_running(self) -> bool:
@@ -483,6 +494,27 @@ class Pool:
             for line in lines[max(cut, 0):]:
                 print(line, file=out)
         out.flush()
+
+
+_SINFUL_HOST = re.compile(r"<\[?([0-9A-Fa-f.:]+)\]?:\d+")
+_ADDRS = re.compile(r"addrs=([^&>]*)")
+
+
+def addresses_of(text: str) -> List[str]:
+    """The IP addresses of every sinful string in ``text`` (``<host:port?addrs=a-p+[b]-q&...>``),
+    and those of AddressV1 (``{[ p="primary"; a="host"; port=...; n="..." ], ...}``)."""
+    found: List[str] = []
+    for host in _SINFUL_HOST.findall(text):
+        found.append(host)
+    for addrs in _ADDRS.findall(text):
+        for entry in addrs.split("+"):
+            host = entry.rsplit("-", 1)[0]
+            if host.startswith("["):  # an IPv6 address, its colons written as dashes
+                host = host.strip("[]").replace("-", ":")
+            if host:
+                found.append(host)
+    found += re.findall(r'\ba="\[?([0-9A-Fa-f.:]+)\]?"', text)
+    return found
 
 
 @atexit.register

@@ -26,12 +26,33 @@ SCHEDD_SEND_RESCHEDULE = True
 NEGOTIATOR_INTERVAL = 5
 NEGOTIATOR_MIN_INTERVAL = 1
 NEGOTIATOR_CYCLE_DELAY = 1
-SEC_PASSWORD_DIRECTORY = $(LOCAL_DIR)/passwords.d
-SEC_TOKEN_SYSTEM_DIRECTORY = $(LOCAL_DIR)/tokens.d
+## Not a CE: the security of an ordinary pool, in place of the CE-like base's (HTCondor-CE's).
+## Local users and daemons authenticate with FS, pilots with the pool's tokens; every
+## authenticated identity may write, and only the pilots' identity may advertise a startd.
+UID_DOMAIN = $(FULL_HOSTNAME)
 SEC_DEFAULT_AUTHENTICATION_METHODS = FS, IDTOKENS
+SEC_CLIENT_AUTHENTICATION_METHODS = FS, IDTOKENS
+SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS =
+SCHEDD.SEC_READ_AUTHENTICATION_METHODS =
+COLLECTOR.SEC_READ_AUTHENTICATION_METHODS =
+COLLECTOR.SEC_WRITE_AUTHENTICATION_METHODS =
+COLLECTOR.SEC_ADVERTISE_STARTD_AUTHENTICATION_METHODS =
+ALLOW_WRITE = *
+ALLOW_DAEMON = *
+ALLOW_NEGOTIATOR = *
+ALLOW_ADMINISTRATOR = *
+ALLOW_ADVERTISE_SCHEDD = *
+SCHEDD_AUDIT_LOG =
+SCHEDD_DEBUG =
 ALLOW_ADVERTISE_STARTD = {PILOT_IDENTITY}
 ALLOW_ADVERTISE_MASTER = {PILOT_IDENTITY}, condor@*, root@*
 """
+
+
+#: What every pilot of the tests, the demo and the benchmarks is given in its environment (through
+#: PODGAHP_PROVISION_PILOT_ENVIRONMENT): the simulated cluster runs pods in the host's network, and a
+#: startd otherwise listens on, and advertises, the host's own address; here it stays on loopback.
+LOOPBACK_PILOT_ENVIRONMENT = "_CONDOR_NETWORK_INTERFACE=127.0.0.1 _CONDOR_ENABLE_IPV6=False"
 
 
 def collector_address(pool: Pool) -> str:

@@ -31,7 +31,7 @@ from e2e import (ANN_SANDBOX_ID, E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESP
 from harness import Installation, Pool
 from harness.image import IMAGE_START_SCRIPT, pilot_image
 from harness.userpool import CONFIG as USER_POOL_CONFIG
-from harness.userpool import collector_address, pilot_token
+from harness.userpool import LOOPBACK_PILOT_ENVIRONMENT, collector_address, pilot_token
 from leftovers import instance_of, machine_leftovers, start_runc_sim, stop_sim
 from podgahp_sim.k8s import KubeSim, SimConfig
 from podgahp_sim.k8s.store import Expired
@@ -45,7 +45,7 @@ IDLE = 1
 #: files), and how often its startd looks. The idle time counts from the startd's start, whose
 #: initialisation takes seconds on a busy machine (up to 12 with five pilots starting): a pilot
 #: must outlast it by more than a negotiation cycle.
-PILOT_ENVIRONMENT = "_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 _CONDOR_UPDATE_INTERVAL=5"
+PILOT_ENVIRONMENT = f"_CONDOR_STARTD_NOCLAIM_SHUTDOWN=30 _CONDOR_UPDATE_INTERVAL=5 {LOOPBACK_PILOT_ENVIRONMENT}"
 
 CE_CONFIG = """\
 PODGAHP_K8S_IMAGE = {image}

@@ -100,6 +100,7 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
         "/usr/share/podgahp/ce-config/bin/condor_ce_router_q": "podgahp-standalone",
         "/usr/share/podgahp/ce-config/standalone/config.d/01-ce-router-defaults.conf": "podgahp-standalone",
         "/usr/share/podgahp/ce-config/standalone/ce-router-env.conf": "podgahp-standalone",
+        "/usr/share/podgahp/ce-config/standalone/mapfile": "podgahp-standalone",
         f"{site}/gahp/data/ce-router-env.conf": "podgahp",
     }
     for backend in BACKENDS:

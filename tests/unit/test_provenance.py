@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Dict, List, Optional
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional
 
 import classad2
 import pytest
@@ -17,9 +19,13 @@ from gahp.schedd import ScheddUnavailable
 from polling import wait_until
 
 SANDBOX = "ce.example.org_9619_ce.example.org_7.0_1795297304"
-ISSUER = "ce.example.org"
+#: When every job of these tests was submitted (its QDate), and the schedd's audit log of it.
+QDATE = 1795297304
 ROUTED = {"ClusterId": 8, "ProcId": 0, "Owner": "pilot", "RoutedBy": "htcondor-ce", "RoutedFromJobId": "7.0",
-          "AuthTokenSubject": "condor@password", "AuthTokenIssuer": ISSUER, "GridJobId": f"batch k8s {SANDBOX}"}
+          "QDate": QDATE, "GridJobId": f"batch k8s {SANDBOX}"}
+#: Clusters the pilot user submitted itself, as the audit log records them; every other was
+#: submitted by the JobRouter over the family session (as HTCondor 23 logs it).
+USER_CLUSTERS = (18, 1013)
 SOURCE = {"ClusterId": 7, "ProcId": 0, "RoutedToJobId": "8.0", "Owner": "pilot"}
 
 
@@ -61,9 +67,39 @@ def pilot(sandbox: str = SANDBOX) -> PilotJob:
     return PilotJob(executable="/bin/true", iwd="/tmp", sandbox_id=sandbox)
 
 
-def check(schedd: FakeSchedd, sandbox: str = SANDBOX, **settings: object) -> None:
-    settings.setdefault("token_issuer", ISSUER)
-    RouteCheck(ProvenanceSettings(**settings), "k8s", query=schedd).check(pilot(sandbox))  # type: ignore[arg-type]
+def write_audit_log(path: Path, clusters: Iterable[int]) -> str:
+    """The schedd's audit log of the submits of ``clusters`` at QDATE: by the pilot user over FS for
+    USER_CLUSTERS, by the JobRouter over the family session for the others."""
+    stamp = time.strftime("%m/%d/%y %H:%M:%S", time.localtime(QDATE))
+    lines = []
+    for n, cluster in enumerate(clusters):
+        cid = 2 * n + 10
+        who = ("FS, AuthId=pilot, CondorId=pilot@users.htcondor.org" if cluster in USER_CLUSTERS
+               else "FAMILY, AuthId=(null), CondorId=condor@family")
+        lines += [f"{stamp} (cid:{cid}) Command=QMGMT_WRITE_CMD, peer=<127.0.0.1:{4000 + n}>",
+                  f"{stamp} (cid:{cid}) AuthMethod={who}", f"{stamp} (cid:{cid}) Submitting new job {cluster}.0"]
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def audit_log(tmp_path: Path) -> str:
+    """The audit log every check of these tests reads (PODGAHP_SCHEDD_AUDIT_LOG)."""
+    global AUDIT_LOG
+    AUDIT_LOG = write_audit_log(tmp_path / "AuditLog", [8, 9, 18] + list(range(1001, 1041)))
+    return AUDIT_LOG
+
+
+AUDIT_LOG = ""
+
+
+def settings(**values: object) -> ProvenanceSettings:
+    values.setdefault("audit_log", AUDIT_LOG)
+    return ProvenanceSettings(**values)  # type: ignore[arg-type]
+
+
+def check(schedd: FakeSchedd, sandbox: str = SANDBOX, **values: object) -> None:
+    RouteCheck(settings(**values), "k8s", query=schedd).check(pilot(sandbox))
 
 
 def test_a_routed_job_is_accepted_with_two_queries_at_most() -> None:
@@ -116,7 +152,7 @@ def test_a_source_the_job_router_has_not_linked_yet_is_asked_again() -> None:
     """The JobRouter sets RoutedToJobId after submitting the routed job; a submit that comes in between
     waits for the link (a real HTCondor 23 CE held its first two pilots of a burst of 300 without this)."""
     waits: List[float] = []
-    RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=LinkedLater(3), sleep=waits.append).check(pilot())
+    RouteCheck(settings(), "k8s", query=LinkedLater(3), sleep=waits.append).check(pilot())
     assert len(waits) == 3
 
 
@@ -124,7 +160,7 @@ def test_a_source_never_linked_is_refused_after_the_wait() -> None:
     waits: List[float] = []
     schedd = FakeSchedd([ROUTED], [dict(SOURCE, RoutedToJobId=None)])
     with pytest.raises(NotRouted, match="holds no such job of pilot routed to it"):
-        RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=schedd, sleep=waits.append).check(pilot())
+        RouteCheck(settings(), "k8s", query=schedd, sleep=waits.append).check(pilot())
     assert LINK_WAIT_S - 0.1 < sum(waits) <= LINK_WAIT_S
 
 
@@ -175,11 +211,10 @@ def test_each_submit_is_checked_on_its_own() -> None:
     """A user whose first pilot was routed gets no pass for a second one: each sandbox is looked up
     and proven again (no answer is kept for a user, a route or a source job)."""
     other = SANDBOX.replace("_7.0_", "_9.0_")
-    schedd = FakeSchedd([ROUTED, dict(ROUTED, ClusterId=9, GridJobId=f"batch k8s {other}", AuthTokenSubject=None,
-                                      AuthTokenIssuer=None)], [SOURCE])
-    route_check = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=schedd)
+    schedd = FakeSchedd([ROUTED, dict(ROUTED, ClusterId=18, GridJobId=f"batch k8s {other}")], [SOURCE])
+    route_check = RouteCheck(settings(), "k8s", query=schedd)
     route_check.check(pilot())
-    with pytest.raises(NotRouted, match="job 9.0 was not submitted by the JobRouter"):
+    with pytest.raises(NotRouted, match="job 18.0 was not submitted by the JobRouter"):
         route_check.check(pilot(other))
     route_check.check(pilot())
 
@@ -194,52 +229,67 @@ def test_jobs_of_other_users_and_universes_do_not_count() -> None:
 
 
 #: The attack: a user submits a held vanilla job, then a grid job claiming RoutedBy and RoutedFromJobId,
-#: then condor_qedit's the vanilla job's RoutedToJobId: every link holds, but the schedd recorded the
-#: user's own connection (FS: no token at all), not the JobRouter's.
-FORGED = {k: v for k, v in ROUTED.items() if not k.startswith("AuthToken")}
+#: then condor_qedit's the vanilla job's RoutedToJobId: every link holds, but the schedd's audit log
+#: recorded the user's own connection as the grid job's submitter, not the JobRouter's.
+FORGED = dict(ROUTED, ClusterId=18)
 
 
-@pytest.mark.parametrize("routed, message", [
-    (FORGED, "job 8.0 was not submitted by the JobRouter: the schedd recorded its submitter's token as "
-             "AuthTokenSubject = undefined, AuthTokenIssuer = undefined, not condor@password of 'ce.example.org' "
-             "(PODGAHP_ROUTER_TOKEN_SUBJECTS, PODGAHP_ROUTER_TOKEN_ISSUER); the CE's JobRouter must authenticate "
-             "to its schedd with IDTOKENS"),
-    (dict(FORGED, x509UserProxySubject="/DC=org/CN=pilot"),
-     "HTCondor before 25.6 records no token for a job with an X.509 proxy file: there, route pilots without a "
-     "proxy, or set PODGAHP_ROUTER_TOKEN_REQUIRED = false in 10-podgahp.conf"),
-    (dict(ROUTED, AuthTokenSubject="pilot@users.htcondor.org"), "AuthTokenSubject = 'pilot@users.htcondor.org'"),
-    (dict(ROUTED, AuthTokenIssuer="https://scitokens.org/osg-connect"),
-     "AuthTokenIssuer = 'https://scitokens.org/osg-connect', not condor@password of 'ce.example.org'"),
-    (dict(ROUTED, AuthTokenSubject=None, AuthTokenIssuer=ISSUER), "AuthTokenSubject = undefined"),
-], ids=["links-forged-no-token", "links-forged-with-proxy", "user-token", "other-issuer", "issuer-only"])
-def test_a_job_the_router_did_not_submit_is_refused_whatever_its_links(routed: Dict[str, object],
-                                                                       message: str) -> None:
-    with pytest.raises(NotRouted, match=re.escape(message)):
-        check(FakeSchedd([routed], [SOURCE]))
-
-
-def test_a_site_schedd_without_the_routers_token_says_how_to_give_it() -> None:
-    """JOB_ROUTER_SCHEDD2: the routed job is in the site's schedd, which records no token until the CE
-    holds one of the site's key; the hold says which, where, and what to restart."""
+def test_a_job_the_router_did_not_submit_is_refused_whatever_its_links() -> None:
     with pytest.raises(NotRouted, match=re.escape(
-            "put a token of this schedd's signing key for it into the CE's tokens.d (as root, with this schedd's "
-            "configuration: condor_token_create -identity condor@password -authz READ -authz WRITE -file "
-            "/etc/condor-ce/tokens.d/podgahp-router), then restart the JobRouter (condor_ce_off -daemon job_router; "
-            "condor_ce_on -daemon job_router")):
-        check(FakeSchedd([FORGED], [SOURCE]), source_schedd_name="ce.example.org")
+            "job 18.0 was not submitted by the JobRouter: the schedd's audit log ") + ".*" + re.escape(
+            "records its submitter as 'pilot@users.htcondor.org' (FS), not one of the CE's daemons (condor@family; "
+            "PODGAHP_ROUTER_IDENTITIES)")):
+        check(FakeSchedd([FORGED], [dict(SOURCE, RoutedToJobId="18.0")]))
 
 
-def test_without_the_token_requirement_the_links_decide() -> None:
-    check(FakeSchedd([FORGED], [SOURCE]), token_required=False)
-    check(FakeSchedd([dict(ROUTED, AuthTokenSubject="router@x")], [SOURCE]), token_subjects=("router@x",))
+@pytest.mark.parametrize("ad, message", [
+    (dict(ROUTED, ClusterId=77), "has no record of its submission at its QDate"),
+    (dict(ROUTED, QDate=QDATE - 86400), "has no record of its submission at its QDate"),
+    (dict(ROUTED, QDate=None), "job 8.0 has no QDate"),
+], ids=["never-submitted", "qdate-made-up", "no-qdate"])
+def test_a_job_the_audit_log_does_not_record_is_refused(ad: Dict[str, object], message: str) -> None:
+    with pytest.raises(NotRouted, match=re.escape(message)):
+        check(FakeSchedd([ad], [dict(SOURCE, RoutedToJobId=f"{ad['ClusterId']}.0")]))
+
+
+def test_without_an_audit_log_or_when_it_cannot_be_read_the_pilot_is_held_naming_the_knobs(tmp_path: Path) -> None:
+    with pytest.raises(NotRouted, match=re.escape("the schedd keeps no audit log (HTCondor-CE ships SCHEDD_AUDIT_LOG = "
+                                                  "$(LOG)/AuditLog with SCHEDD_DEBUG = D_AUDIT")):
+        check(FakeSchedd([ROUTED], [SOURCE]), audit_log=None)
+    with pytest.raises(NotRouted, match="cannot read the schedd's audit log .*PODGAHP_SCHEDD_AUDIT_LOG.*PODGAHP_ROUTED_ONLY"):
+        check(FakeSchedd([ROUTED], [SOURCE]), audit_log=str(tmp_path / "nowhere" / "AuditLog"))
+
+
+def test_identities_of_the_router_are_a_knob() -> None:
+    check(FakeSchedd([FORGED], [dict(SOURCE, RoutedToJobId="18.0")]),
+          router_identities=("condor@family", "pilot@users.htcondor.org"))
+
+
+def test_the_schedds_start_bounds_the_search_and_is_asked_once_a_minute() -> None:
+    asked: List[object] = []
+
+    def start(name: Optional[str], pool: Optional[str]) -> Optional[float]:
+        asked.append((name, pool))
+        return QDATE - 10.0
+
+    route_check = RouteCheck(settings(), "k8s", query=FakeSchedd([ROUTED], [SOURCE]), start_time=start)
+    route_check.check(pilot())
+    route_check.check(pilot())
+    assert asked == [(None, None)]
 
 
 def test_knobs() -> None:
-    defaults = ProvenanceSettings.from_knobs(Knobs({"TRUST_DOMAIN": "ce.example.org"}))
-    assert (defaults.token_required, defaults.token_subjects, defaults.token_issuer) == (
-        True, ("condor@password",), "ce.example.org")
-    assert ProvenanceSettings.from_knobs(Knobs({"PODGAHP_ROUTER_TOKEN_REQUIRED": "false",
-                                                "PODGAHP_ROUTER_TOKEN_ISSUER": "x"})).token_issuer == "x"
+    defaults = ProvenanceSettings.from_knobs(Knobs({"UID_DOMAIN": "users.htcondor.org",
+                                                    "SCHEDD_AUDIT_LOG": "/var/log/condor-ce/AuditLog"}))
+    assert defaults.router_identities == ("condor@family", "condor@users.htcondor.org")
+    assert (defaults.audit_log, defaults.deadline_s, defaults.time_format) == (
+        "/var/log/condor-ce/AuditLog", 120, "%m/%d/%y %H:%M:%S")
+    assert ProvenanceSettings.from_knobs(Knobs({})).audit_log is None
+    into_sched_log = ProvenanceSettings.from_knobs(Knobs({"SCHEDD_DEBUG": "D_AUDIT D_FULLDEBUG", "SCHEDD_LOG": "/l/S"}))
+    assert into_sched_log.audit_log == "/l/S"
+    assert ProvenanceSettings.from_knobs(Knobs({"PODGAHP_SCHEDD_AUDIT_LOG": "/x", "SCHEDD_AUDIT_LOG": "/y",
+                                                "SCHEDD.SEC_TCP_SESSION_DEADLINE": "30"})).audit_log == "/x"
+    assert ProvenanceSettings.from_knobs(Knobs({"SEC_TCP_SESSION_DEADLINE": "30"})).deadline_s == 30
     assert ProvenanceSettings.from_knobs(Knobs({})).routers == ("htcondor-ce",)
     settings = ProvenanceSettings.from_knobs(Knobs({"JOB_ROUTER_NAME": "site-router", "PODGAHP_ROUTED_ONLY": "false"}))
     assert settings.routers == ("htcondor-ce", "site-router") and not settings.routed_only
@@ -266,13 +316,11 @@ class Schedd:
         return matching(self.jobs, constraint, projection)
 
 
-def _routed_pair(n: int, forged: bool = False) -> List[Dict[str, object]]:
+def _routed_pair(n: int) -> List[Dict[str, object]]:
     """Pilot ``n``: its routed job (cluster 1000 + n) and its source job (cluster n)."""
     sandbox = f"ce.example.org_ce.example.org_{n}.0_1795297304"
     routed = dict(ROUTED, ClusterId=1000 + n, RoutedFromJobId=f"{n}.0", GridJobId=f"batch k8s {sandbox}",
                   JobUniverse=9)
-    if forged:
-        routed = {k: v for k, v in routed.items() if not k.startswith("AuthToken")}
     return [routed, dict(SOURCE, ClusterId=n, RoutedToJobId=f"{1000 + n}.0", JobUniverse=5)]
 
 
@@ -280,9 +328,9 @@ def test_submits_waiting_together_are_checked_in_two_queries_each_by_its_own_job
     """The gridmanager sends submits in bursts: those that wait together are asked of the schedd in one
     query for the routed jobs and one for the sources, and each gets the verdict of its own jobs (a
     forged one among them is refused, the others accepted)."""
-    jobs = [job for n in range(1, 41) for job in _routed_pair(n, forged=n == 13)]
+    jobs = [job for n in range(1, 41) for job in _routed_pair(n)]  # 1013: the user's own (USER_CLUSTERS)
     schedd = Schedd(jobs)
-    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=schedd)
+    checker = RouteCheck(settings(), "k8s", query=schedd)
     schedd.routed_gate.clear()
     schedd.source_gate.clear()
     verdicts: Dict[int, str] = {}
@@ -317,7 +365,7 @@ def test_a_question_is_answered_by_a_query_sent_after_it_was_asked() -> None:
     next query, which sees it."""
     first, second = _routed_pair(1), _routed_pair(2)
     schedd = Schedd(first)
-    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=schedd)
+    checker = RouteCheck(settings(), "k8s", query=schedd)
     schedd.routed_gate.clear()
     errors: List[BaseException] = []
 
@@ -343,7 +391,7 @@ def test_a_question_is_answered_by_a_query_sent_after_it_was_asked() -> None:
 
 def test_a_schedd_failure_reaches_every_submit_of_its_query() -> None:
     down = FakeSchedd([ROUTED], [SOURCE], down=True)
-    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=down)
+    checker = RouteCheck(settings(), "k8s", query=down)
     for _ in range(2):
         with pytest.raises(TransientError, match="cannot check"):
             checker.check(pilot())
@@ -357,6 +405,6 @@ def test_sandboxes_asked_together_are_told_apart_word_by_word() -> None:
     jobs = [dict(ROUTED, ClusterId=8, GridJobId=f"batch k8s {short}", JobUniverse=9),
             dict(ROUTED, ClusterId=9, GridJobId=f"batch k8s {long} k8s/ns/pilot-x-1", JobUniverse=9),
             dict(ROUTED, ClusterId=10, GridJobId=f"batch k8s {long}X", JobUniverse=9)]
-    checker = RouteCheck(ProvenanceSettings(token_issuer=ISSUER), "k8s", query=Schedd(jobs))
+    checker = RouteCheck(settings(), "k8s", query=Schedd(jobs))
     found = checker._holding([short, long])
     assert [a["ClusterId"] for a in found[short]] == [8] and [a["ClusterId"] for a in found[long]] == [9]
