@@ -66,8 +66,12 @@ from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
-#: Sandbox ids as the gridmanager makes them (collector host and GlobalJobId, ``@ # :`` replaced).
-_SANDBOX = re.compile(r"^[A-Za-z0-9._-]{1,512}$")
+#: Sandbox ids as the gridmanager makes them (``CreateSandboxId``: COLLECTOR_HOST with ``:`` replaced
+#: and cut at ``? , `` or a blank, then GlobalJobId, ``@ # :`` replaced): an IPv6 collector keeps its
+#: brackets (``[__1]_9619_...``), one written as an address its angle brackets.
+_SANDBOX = re.compile(r"^[A-Za-z0-9._\-\[\]<>]{1,512}$")
+#: The characters of a sandbox id a regular expression reads as operators, each as a class of itself.
+_LITERAL = str.maketrans({".": "[.]", "[": "[[]", "]": "[]]"})
 _JOB_ID = re.compile(r"^([0-9]{1,10})\.([0-9]{1,10})$")
 
 Query = Callable[[str, List[str], Optional[str], Optional[str]], List[Dict[str, object]]]
@@ -234,8 +238,9 @@ class RouteCheck:
     def _holding(self, sandboxes: Sequence[str]) -> Dict[str, List[Dict[str, object]]]:
         """The grid jobs whose ``GridJobId`` holds each sandbox (a word of it after a space): one query."""
         # No backslashes: the schedd reads constraints in the old ClassAd syntax, where they are
-        # literal. A sandbox holds only [A-Za-z0-9._-]; "." is the one regex character to quote.
-        pattern = classad2.quote(" (" + "|".join(s.replace(".", "[.]") for s in sandboxes) + ")( |$)")
+        # literal. A sandbox holds only [A-Za-z0-9._-[]<>]; ".", "[" and "]" are the regex characters
+        # to quote, each as a class of itself.
+        pattern = classad2.quote(" (" + "|".join(s.translate(_LITERAL) for s in sandboxes) + ")( |$)")
         ads = self._ask(f"JobUniverse == 9 && regexp({pattern}, GridJobId ?: \"\")", _ROUTED)
         found: Dict[str, List[Dict[str, object]]] = {s: [] for s in sandboxes}
         for ad in ads:

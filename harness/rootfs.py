@@ -338,6 +338,29 @@ def name_this_machine(root: Path, hosts: Path = Path("/etc/hosts"), name: str = 
     return True
 
 
+#: A name every root resolves to another loopback address than the one pools listen on (127.0.0.1):
+#: a pool that calls itself so (NETWORK_HOSTNAME) is a host whose name does not resolve to the
+#: address its daemons connect from.
+MISNAMED_HOST = ("podgahp-misnamed.test", "127.0.0.2")
+
+
+def add_host(root: Path, name: str, address: str) -> bool:
+    """Add ``address name`` to the root's /etc/hosts unless it names ``name`` already; returns
+    whether it changed the file."""
+    target = root / "etc" / "hosts"
+    try:
+        current = target.read_text()
+    except OSError:
+        return False
+    if any(name in _names(line) for line in current.splitlines()):
+        return False
+    tmp = target.with_name(f".hosts.{os.getpid()}")
+    tmp.write_text(current.rstrip("\n") + f"\n{address}\t{name}\n")
+    tmp.chmod(0o644)
+    os.replace(tmp, target)
+    return True
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -516,6 +539,7 @@ class Installation:
                 return
             self._prune_leases()
             name_this_machine(self.root)
+            add_host(self.root, *MISNAMED_HOST)
             mounted = _mount_points()
             for args, point in self._mounts():
                 if str(point) not in mounted:

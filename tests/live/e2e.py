@@ -219,13 +219,6 @@ def x509_proxy(days: int) -> str:
     return "".join(blob.bytes().decode() for blob in cert.cert_chain_pems) + cert.private_key_pem.bytes().decode()
 
 
-def records_token_of_proxy_jobs(installation: Installation) -> bool:
-    """Whether the schedd records the submitter's token (AuthTokenSubject) on a job with an X.509 proxy
-    file: from HTCondor 25.6 on; before, it records the proxy's attributes instead."""
-    parts = re.findall(r"[0-9]+", installation.condor_version)[:2]
-    return tuple(int(n) for n in parts) >= (25, 6)
-
-
 def pilot_submit(iwd: str, name: str, run_seconds: float = 3, exit_code: Optional[int] = None,
                  extra: Sequence[str] = (), count: int = 1, env: Sequence[str] = ()) -> str:
     """A pilot as a factory sends it to a CE: vanilla universe, CE attributes as `extra` lines.

@@ -16,7 +16,7 @@ import pytest
 
 from e2e import (ANN_SANDBOX_ID, BAD_IMAGE, COMPLETED, HELD, IDLE, LABEL_QUEUE, LABEL_SANDBOX, NAMESPACE,
                  RUNNING, container, env_of, gahp_pids, grid_parts, iwd, job_id, kube_sim, pilot_submit,
-                 pod_creations, pod_deletions, pod_of, pods_by_sandbox, records_token_of_proxy_jobs, routed_jobs,
+                 pod_creations, pod_deletions, pod_of, pods_by_sandbox, routed_jobs,
                  start_k8s_ce, wait_done, wait_for_pods, write_user_file, x509_proxy)
 from podgahp_sim.k8s import KubeSim
 from harness import Installation, Pool
@@ -268,93 +268,77 @@ def test_grid_job_submitted_straight_to_the_ce_is_refused(make_pool: Callable[..
 def test_forged_routing_links_are_refused(make_pool: Callable[..., Pool], installation: Installation,
                                          kube_sim: KubeSim) -> None:
     """A user forges everything the JobRouter writes: a held vanilla job, then a grid job claiming
-    RoutedBy and RoutedFromJobId, then condor_qedit of the vanilla job's RoutedToJobId. The schedd
-    recorded that the user, not the JobRouter, submitted the grid job (its AuthTokenSubject): held,
-    no pod. A routed pilot submitted alongside carries the router's token and runs."""
+    RoutedBy and RoutedFromJobId, then condor_qedit of the vanilla job's RoutedToJobId. The schedd's
+    audit log recorded that the user, not the JobRouter, submitted the grid job: held, no pod. A
+    routed pilot submitted alongside, which the router submitted, runs."""
     pool = start_k8s_ce(make_pool, installation, kube_sim)
     home = iwd(pool)
     vanilla = pool.submit(pilot_submit(home, "source", extra=["hold = true"]), cwd=home)
     forged = pool.submit("\n".join([
         "universe = grid", "grid_resource = batch k8s", f"executable = {home}/pilot.sh",
         "output = forged.out", "error = forged.err", "log = forged.log", f"initialdir = {home}",
-        '+RoutedBy = "htcondor-ce"', f'+RoutedFromJobId = "{vanilla}.0"',
+        '+RoutedBy = "htcondor-ce"', f'+RoutedFromJobId = "{vanilla}.0"', '+Managed = "External"',
         "hold = true", "queue"]) + "\n", cwd=home)
     pool.run(["condor_qedit", f"{vanilla}.0", "RoutedToJobId", f'"{forged}.0"'], user="pilot")
+    pool.run(["condor_qedit", f"{vanilla}.0", "Managed", '"External"'], user="pilot")
+    pool.run(["condor_qedit", f"{vanilla}.0", "ManagedManager", '"htcondor-ce"'], user="pilot")
     pool.run(["condor_release", f"{forged}.0"], user="pilot")
     routed = pool.submit(pilot_submit(home, "routed", run_seconds=1), cwd=home)
 
     def held() -> List[Dict[str, Any]]:
-        return [ad for ad in pool.q(f"ClusterId == {forged}", ["JobStatus", "HoldReason", "AuthTokenSubject"])
+        return [ad for ad in pool.q(f"ClusterId == {forged}", ["JobStatus", "HoldReason"])
                 if ad["JobStatus"] == HELD and "JobRouter" in str(ad.get("HoldReason"))]
     ad = pool.wait_for(held, timeout=120, what="the forged grid job held")[0]
-    assert "was not submitted by the JobRouter" in ad["HoldReason"] and "AuthTokenSubject = undefined" in \
-        ad["HoldReason"], ad
+    assert "was not submitted by the JobRouter: the schedd's audit log" in ad["HoldReason"], ad
+    assert "records its submitter as 'pilot@users.htcondor.org' (FS)" in ad["HoldReason"], ad
     source = pool.q(f"ClusterId == {vanilla}", ["RoutedToJobId"])[0]
     assert source["RoutedToJobId"] == f"{forged}.0"  # every link was in place
     done = wait_done(pool, routed, 1)
     assert done[0]["ExitCode"] == 0, done[0]
-    attested = routed_jobs(pool, routed)[0]
     assert len(kube_sim.pods(NAMESPACE)) <= 1 and len(pod_creations(kube_sim)) == 1, pod_creations(kube_sim)
-    assert pool.jobs(f"ClusterId == {attested['ClusterId']}", ["AuthTokenSubject"])[0]["AuthTokenSubject"] == \
-        "condor@password"
 
 
-def test_a_pilot_with_a_proxy_where_htcondor_records_no_token_is_held_naming_the_knob(
-        make_pool: Callable[..., Pool], installation: Installation, kube_sim: KubeSim) -> None:
-    """A routed pilot with an X.509 proxy file: HTCondor before 25.6 records the proxy's subject on the
-    routed job, not the router's token, and nothing else tells the router's submit from its owner's,
-    so the default (PODGAHP_ROUTER_TOKEN_REQUIRED) holds it with a reason naming the knob, and no pod
-    is made. From 25.6 on the token is recorded next to the proxy's subject, and the pilot runs."""
+def test_a_pilot_with_a_proxy_runs_on_every_series(make_pool: Callable[..., Pool], installation: Installation,
+                                                   kube_sim: KubeSim) -> None:
+    """A routed pilot with an X.509 proxy file (as factories send them): the schedd records the proxy's
+    subject and no token of its submitter on every series, and the audit log names the router all
+    the same, so the pilot runs."""
     pool = start_k8s_ce(make_pool, installation, kube_sim)
     home = iwd(pool)
     write_user_file(pool, f"{home}/x509up", x509_proxy(2), mode=0o600)
     cluster = pool.submit(pilot_submit(home, "proxied", run_seconds=1, extra=["x509userproxy = x509up"]), cwd=home)
-    if records_token_of_proxy_jobs(installation):
-        done = wait_done(pool, cluster, 1)
-        assert done[0]["ExitCode"] == 0, done[0]
-        routed = routed_jobs(pool, cluster)[0]
-        ad = pool.jobs(f"ClusterId == {routed['ClusterId']}", ["AuthTokenSubject", "x509UserProxySubject"])[0]
-        assert ad.get("AuthTokenSubject") == "condor@password" and ad.get("x509UserProxySubject"), ad
-        return
+    done = wait_done(pool, cluster, 1)
+    assert done[0]["ExitCode"] == 0, done[0]
+    routed = routed_jobs(pool, cluster)[0]
+    ad = pool.jobs(f"ClusterId == {routed['ClusterId']}", ["AuthTokenSubject", "x509UserProxySubject"])[0]
+    assert ad.get("x509UserProxySubject") and ad.get("AuthTokenSubject") is None, ad
+
+
+def test_a_schedd_without_an_audit_log_holds_the_pilots_naming_it(make_pool: Callable[..., Pool],
+                                                                  installation: Installation,
+                                                                  kube_sim: KubeSim) -> None:
+    """Where the schedd keeps no audit log podgahp cannot tell who submitted a pilot: the pilot is held
+    with the reason and the knobs, no pod is made, and routing itself goes on (a route to another
+    batch system routes its job)."""
+    config = ("SCHEDD_AUDIT_LOG =\nSCHEDD_DEBUG =\n"
+              "JOB_ROUTER_ROUTE_NAMES = Slurm $(JOB_ROUTER_ROUTE_NAMES)\n"
+              "JOB_ROUTER_ROUTE_Slurm @=jrt\n  UNIVERSE 9\n  REQUIREMENTS queue =?= \"slurm\"\n"
+              "  SET GridResource \"batch slurm\"\n@jrt\n")
+    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
+    home = iwd(pool)
+    cluster = pool.submit(pilot_submit(home, "unaudited", run_seconds=1), cwd=home)
+    slurm = pool.submit(pilot_submit(home, "slurm", extra=['+queue = "slurm"']), cwd=home)
 
     def held() -> List[Dict[str, Any]]:
         return [ad for ad in routed_jobs(pool, cluster, in_queue_only=True)
                 if ad["JobStatus"] == HELD and "JobRouter" in str(ad.get("HoldReason"))]
-    ad = pool.wait_for(held, timeout=120, what="the routed pilot with a proxy held")[0]
-    reason = str(ad["HoldReason"])
-    assert "HTCondor before 25.6 records no token for a job with an X.509 proxy file" in reason, reason
-    assert "PODGAHP_ROUTER_TOKEN_REQUIRED = false in 10-podgahp.conf" in reason, reason
-    assert pod_creations(kube_sim) == [] and not kube_sim.pods(NAMESPACE)
-
-
-#: HTCondor-CE's own security defaults (its 05-ce-auth-defaults.conf, read before podgahp's files):
-#: FS by default, the schedd's reads and writes by FS, SCITOKENS or SSL. podgahp's
-#: 10-podgahp-defaults.conf extends them for the router's token.
-CE_AUTH = """\
-SEC_DEFAULT_AUTHENTICATION_METHODS = FS
-SEC_CLIENT_AUTHENTICATION_METHODS = FS, TOKEN, SCITOKENS, SSL
-SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS = FS,SCITOKENS,SSL
-SCHEDD.SEC_READ_AUTHENTICATION_METHODS = FS,SCITOKENS,SSL
-"""
-
-
-def test_podgahps_files_let_the_routers_token_through_the_ces_security(make_pool: Callable[..., Pool],
-                                                                     installation: Installation,
-                                                                     kube_sim: KubeSim) -> None:
-    """Over HTCondor-CE's security defaults, 10-podgahp-defaults.conf lets the JobRouter submit with
-    its token (and users with FS as before): the routed pilot is recorded as the router's and runs."""
-    config = CE_AUTH + f"include : {installation.src_dir}/condor_config.d/10-podgahp-defaults.conf\n"
-    pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
-    # The schedd prefers the router's token for writes; users without one fall back to FS.
-    assert pool.config_val("SCHEDD.SEC_WRITE_AUTHENTICATION_METHODS") == "IDTOKENS, FS,SCITOKENS,SSL"
-    assert pool.config_val("JOB_ROUTER.SEC_CLIENT_AUTHENTICATION_METHODS") == "IDTOKENS, FS, TOKEN, SCITOKENS, SSL"
-    home = iwd(pool)
-    cluster = pool.submit(pilot_submit(home, "ce", run_seconds=1), cwd=home)
-    done = wait_done(pool, cluster, 1)
-    assert done[0]["ExitCode"] == 0, done[0]
-    routed = routed_jobs(pool, cluster)[0]
-    ad = pool.jobs(f"ClusterId == {routed['ClusterId']}", ["AuthTokenSubject", "AuthTokenIssuer"])[0]
-    assert (ad["AuthTokenSubject"], ad["AuthTokenIssuer"]) == ("condor@password", pool.config_val("TRUST_DOMAIN"))
+    reason = str(pool.wait_for(held, timeout=120, what="the unverifiable pilot held")[0]["HoldReason"])
+    assert "the schedd keeps no audit log (HTCondor-CE ships SCHEDD_AUDIT_LOG = $(LOG)/AuditLog" in reason, reason
+    assert "PODGAHP_ROUTED_ONLY" in reason, reason
+    assert pod_creations(kube_sim) == []
+    other = pool.wait_for(lambda: routed_jobs(pool, slurm, in_queue_only=True), timeout=60,
+                          what="the Slurm route's job routed")
+    assert other[0]["GridResource"] == "batch slurm", other
 
 
 #: A route that lets at most 2 pilots be routed at a time, at most 1 of them idle. It is the only

@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client, config
 
 from e2e import (ANN_SANDBOX_ID, E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESPACE, RUNNING, container, grid_parts,
-                 kubeconfig_text, pod_of, records_token_of_proxy_jobs, routed_jobs, routes_config, sim_nodes,
+                 kubeconfig_text, pod_of, routed_jobs, routes_config, sim_nodes,
                  write_user_file, x509_proxy)
 from harness import Installation, Pool
 from harness.image import IMAGE_START_SCRIPT, pilot_image
@@ -180,10 +180,6 @@ def site(installation: Installation, request: pytest.FixtureRequest) -> Iterator
         users.start()
         config = (routes_config(installation) + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS
                   + E2E_FAST + CE_CONFIG.format(image=reference))
-        if not records_token_of_proxy_jobs(installation):
-            # A pilot here carries an X.509 proxy, whose submitter's token HTCondor records only from
-            # 25.6 on: as a CE routing such pilots must (10-podgahp-defaults.conf).
-            config += "PODGAHP_ROUTER_TOKEN_REQUIRED = false\n"
         ce = Pool(installation, extra_config=config, name="real-pilots-ce",
                   files={"kubeconfig": kubeconfig_text(sim), "gpu-template.yaml": GPU_TEMPLATE})
         pools.append(ce)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.rootfs import name_this_machine
+from harness.rootfs import add_host, name_this_machine
 
 ROOT_HOSTS = "127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n"
 MACHINE_HOSTS = "127.0.0.1 localhost\n127.0.0.1 other\n127.0.0.1 vm # this machine\n"
@@ -34,3 +34,10 @@ def test_a_root_that_names_the_machine_or_a_machine_that_does_not_is_left_alone(
     assert not name_this_machine(root, tmp_path / "hosts", "elsewhere")
     assert not name_this_machine(root, tmp_path / "hosts", "machine")  # only in a comment
     assert (root / "etc/hosts").read_text() == ROOT_HOSTS + "10.0.0.1 vm.example.org vm\n"
+
+
+def test_a_name_for_another_loopback_address_is_added_once(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    assert add_host(root, "podgahp-misnamed.test", "127.0.0.2")
+    assert not add_host(root, "podgahp-misnamed.test", "127.0.0.2")
+    assert (root / "etc/hosts").read_text() == ROOT_HOSTS + "127.0.0.2\tpodgahp-misnamed.test\n"

@@ -171,6 +171,17 @@ def test_a_crafted_sandbox_id_never_reaches_the_schedd() -> None:
     assert schedd.asked == []
 
 
+def test_the_sandbox_of_a_ce_whose_collector_is_an_ipv6_address_is_found() -> None:
+    """The gridmanager builds the sandbox id from COLLECTOR_HOST: on an IPv6 CE it keeps the brackets
+    ("[::1]:9619" becomes "[__1]_9619"), which a regular expression would read as a class."""
+    sandbox = "[__1]_9619_vm_7.0_1795297304"
+    schedd = FakeSchedd([dict(ROUTED, GridJobId=f"batch k8s {sandbox}")], [SOURCE])
+    check(schedd, sandbox=sandbox)
+    other = FakeSchedd([dict(ROUTED, GridJobId="batch k8s _9619_vm_7.0_1795297304")], [SOURCE])
+    with pytest.raises(NotRouted, match="0 jobs of the local schedd hold sandbox"):
+        check(other, sandbox=sandbox)
+
+
 def test_schedd_down_is_retryable_and_off_asks_nothing() -> None:
     with pytest.raises(TransientError, match="cannot check that the job came through a route.*refused"):
         check(FakeSchedd([ROUTED], [SOURCE], down=True))
