@@ -83,11 +83,14 @@ class AuditLog:
     """Reads one schedd's audit log (the file and its rotated copies ``FILE.*``)."""
 
     def __init__(self, path: str, time_format: str = DEFAULT_TIME_FORMAT,
-                 deadline_s: float = DEFAULT_DEADLINE_S, max_scan_bytes: int = MAX_SCAN_BYTES) -> None:
+                 deadline_s: float = DEFAULT_DEADLINE_S, max_scan_bytes: int = MAX_SCAN_BYTES,
+                 max_rotated: int = 1) -> None:
         self.path = path
         self.time_format = time_format.strip() or DEFAULT_TIME_FORMAT
         self.deadline_s = deadline_s
         self.max_scan_bytes = max_scan_bytes
+        self.max_rotated = max_rotated
+        """``MAX_NUM_SCHEDD_AUDIT_LOG``: rotated copies the schedd keeps; with fewer, none was deleted."""
 
     # -------------------------------------------------------------------------------- lines
 
@@ -142,21 +145,28 @@ class AuditLog:
             if found is not None:
                 offset, line = found
                 assert line.cid is not None
-                return self._identity(job_id, line.cid, files[index:], offset, since)
+                return self._identity(job_id, line.cid, files[index:], offset, since, len(files) - 1 < self.max_rotated)
         return None
 
     def _find_submit(self, f: BinaryIO, wanted: bytes, qdate: float) -> Optional[Tuple[int, _Line]]:
-        """(offset, line) of the line ``wanted`` between qdate - slack and qdate + slack."""
+        """(offset, line) of the line ``wanted`` between qdate - slack and qdate + slack. A line is
+        parsed whole only when it holds ``wanted``; else only its time, when its header changed."""
         start = self._first_at(f, qdate - QDATE_SLACK_S)
         f.seek(start)
         read = 0
+        head, end = b"", qdate + QDATE_SLACK_S
         for raw in f:
             read += len(raw)
-            line = self.parse(raw.rstrip(b"\n"))
-            if line.time is not None and line.time > qdate + QDATE_SLACK_S:
-                return None
-            if line.cid is not None and line.msg == wanted:
-                return f.tell() - len(raw), line
+            if wanted in raw:
+                line = self.parse(raw.rstrip(b"\n"))
+                if line.cid is not None and line.msg == wanted:
+                    return f.tell() - len(raw), line
+            cut = raw.find(b" (")
+            if cut > 0 and raw[:cut] != head:
+                head = raw[:cut]
+                stamp = self._time(head)
+                if stamp is not None and stamp > end:
+                    return None
             if read > self.max_scan_bytes:
                 raise AuditLogError(f"more than {self.max_scan_bytes} bytes of the schedd's audit log "
                                     f"{self.path} around one job's QDate")
@@ -190,9 +200,10 @@ class AuditLog:
         return 0
 
     def _identity(self, job_id: str, cid: int, files: Sequence[str], offset: int,
-                  since: Optional[float]) -> Submitter:
+                  since: Optional[float], whole: bool) -> Submitter:
         """Read backwards from the submit line of connection ``cid`` for its identity line: down to
-        the bound an earlier connection gives, or to the schedd's start."""
+        the bound an earlier connection gives, or to the schedd's start. ``whole``: no rotated copy
+        was deleted, so read to its first line the log holds all of the schedd's lifetime."""
         identity: Optional[Tuple[str, str]] = None
         stop: Optional[float] = None
         read = 0
@@ -220,9 +231,10 @@ class AuditLog:
                                         f"as DEBUG_TIME_FORMAT ({self.time_format!r})")
                 stop = line.time - self.deadline_s
         else:
-            if stop is None:
+            if stop is None and not (whole and since is not None):
                 raise AuditLogError(f"cannot settle who submitted job {job_id}: the schedd's audit log {self.path} "
-                                    f"holds no earlier connection to bound its own")
+                                    f"holds no earlier connection to bound its own"
+                                    + ("" if since is not None else ", and the schedd's start is unknown"))
         return Submitter(job_id, cid, None, None)
 
 

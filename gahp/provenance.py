@@ -181,6 +181,8 @@ class ProvenanceSettings:
     """``DEBUG_TIME_FORMAT``: how the schedd writes a line's time."""
     deadline_s: float = auditlog.DEFAULT_DEADLINE_S
     """``SEC_TCP_SESSION_DEADLINE`` of the schedd: the longest handshake before a command is logged."""
+    audit_rotated: int = 1
+    """``MAX_NUM_SCHEDD_AUDIT_LOG``: rotated copies of the audit log the schedd keeps (HTCondor's 1)."""
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> ProvenanceSettings:
@@ -205,6 +207,7 @@ class ProvenanceSettings:
             time_format=knobs.string("SCHEDD.DEBUG_TIME_FORMAT", knobs.string("DEBUG_TIME_FORMAT", auditlog.DEFAULT_TIME_FORMAT)),
             deadline_s=knobs.number("SCHEDD.SEC_TCP_SESSION_DEADLINE", knobs.number(
                 "SEC_TCP_SESSION_DEADLINE", auditlog.DEFAULT_DEADLINE_S, minimum=1), minimum=1),
+            audit_rotated=knobs.integer("MAX_NUM_SCHEDD_AUDIT_LOG", 1, minimum=0),
         )
 
 
@@ -219,8 +222,8 @@ class RouteCheck:
         self._sleep = sleep
         self._start_time = start_time
         self._started: Tuple[float, Optional[float]] = (-START_TTL_S, None)
-        self.audit = (AuditLog(settings.audit_log, settings.time_format, settings.deadline_s)
-                      if settings.audit_log else None)
+        self.audit = (AuditLog(settings.audit_log, settings.time_format, settings.deadline_s,
+                               max_rotated=settings.audit_rotated) if settings.audit_log else None)
         self.routed: Batched[str, List[Dict[str, object]]] = Batched(self._holding, [])
         """Sandbox -> the jobs whose ``GridJobId`` holds it."""
         self.sources: Batched[Tuple[int, int], List[Dict[str, object]]] = Batched(self._jobs, [])

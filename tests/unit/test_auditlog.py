@@ -96,10 +96,17 @@ def test_rotated_logs_are_read_newest_first_across_the_boundary(tmp_path: Path) 
     assert who(path, "8.0", 1) == Submitter("8.0", 31, None, None)
 
 
-def test_a_log_with_no_earlier_connection_cannot_settle_an_unlogged_submitter(tmp_path: Path) -> None:
+def test_a_log_with_no_earlier_connection_settles_an_unlogged_submitter_only_when_it_is_whole(tmp_path: Path) -> None:
+    """A schedd whose only submitter is the router (a site schedd, JOB_ROUTER_SCHEDD2): read to its
+    first line, the log holds the schedd's whole lifetime only if no rotated copy was deleted."""
     path = write(tmp_path / "AuditLog", [f"{at(4)} (cid:15) Submitting new job 3.0"])
-    with pytest.raises(AuditLogError, match="no earlier connection"):
+    with pytest.raises(AuditLogError, match="no earlier connection to bound its own, and the schedd's start is unknown"):
         who(path, "3.0", 4)
+    assert who(path, "3.0", 4, since=T0) == Submitter("3.0", 15, None, None)
+    write(tmp_path / "AuditLog.old", [f"{at(-86400)} (cid:9) Set Attribute for job 1.0, A = 1"])
+    with pytest.raises(AuditLogError, match="no earlier connection"):
+        who(path, "3.0", 4, since=T0 - 86400 * 2)  # the schedd's first copy may be gone
+    assert who(path, "3.0", 4, since=T0 - 86400 * 2, max_rotated=90) == Submitter("3.0", 15, None, None)
 
 
 def test_a_log_too_long_to_settle_is_an_error_not_a_verdict(tmp_path: Path) -> None:
