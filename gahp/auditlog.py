@@ -37,7 +37,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from gahp.errors import GahpError
 
@@ -46,11 +46,16 @@ DEFAULT_TIME_FORMAT = "%m/%d/%y %H:%M:%S"
 #: The schedd's default handshake deadline (``SEC_TCP_SESSION_DEADLINE``).
 DEFAULT_DEADLINE_S = 120
 #: How far from a job's QDate its submit line is looked for (the router sets QDate just after its
-#: NewCluster, which the line records; a busy schedd may take a few seconds in between).
+#: NewCluster, which the line records; a busy schedd may take a few seconds in between): first
+#: within the near window, then within the far one.
+QDATE_NEAR_S = 10
 QDATE_SLACK_S = 300
+#: Line headers whose time is kept read (a log's lines share a header for each second).
+_TIMES_KEPT = 4096
 #: Most bytes read for one job: a log of a busy CE holds a few hundred bytes a connection.
 MAX_SCAN_BYTES = 64 * 1024 * 1024
 _CHUNK = 64 * 1024
+_FIRST_CHUNK = 4 * 1024
 
 _LINE = re.compile(rb"^(?P<head>[^()\n]*?)\s*(?:\((?:pid|tid|fd):\d+\)\s*)*\(cid:(?P<cid>\d+)\) (?P<msg>[^\n]*)$")
 _IDENTITY = re.compile(rb"^AuthMethod=(?P<method>[^,]*), AuthId=(?P<auth>[^,]*), CondorId=(?P<id>\S*)$")
@@ -91,6 +96,7 @@ class AuditLog:
         self.max_scan_bytes = max_scan_bytes
         self.max_rotated = max_rotated
         """``MAX_NUM_SCHEDD_AUDIT_LOG``: rotated copies the schedd keeps; with fewer, none was deleted."""
+        self._times: Dict[bytes, Optional[float]] = {}
 
     # -------------------------------------------------------------------------------- lines
 
@@ -101,6 +107,17 @@ class AuditLog:
         return _Line(self._time(m.group("head")), int(m.group("cid")), m.group("msg"))
 
     def _time(self, head: bytes) -> Optional[float]:
+        """The time a line header says, in seconds since the epoch (kept for the last headers read)."""
+        try:
+            return self._times[head]
+        except KeyError:
+            pass
+        if len(self._times) >= _TIMES_KEPT:
+            self._times.clear()
+        value = self._times[head] = self._read_time(head)
+        return value
+
+    def _read_time(self, head: bytes) -> Optional[float]:
         text = head.decode("ascii", "replace").strip()
         if text.isdigit():  # D_TIMESTAMP: seconds since the epoch
             return float(text)
@@ -137,7 +154,8 @@ class AuditLog:
         for index, path in enumerate(files):
             try:
                 with open(path, "rb") as f:
-                    found = self._find_submit(f, wanted, qdate)
+                    found = (self._find_submit(f, wanted, qdate, QDATE_NEAR_S)
+                             or self._find_submit(f, wanted, qdate, QDATE_SLACK_S))
             except FileNotFoundError:
                 continue  # rotated away meanwhile: the next file holds older lines
             except OSError as e:
@@ -148,13 +166,13 @@ class AuditLog:
                 return self._identity(job_id, line.cid, files[index:], offset, since, len(files) - 1 < self.max_rotated)
         return None
 
-    def _find_submit(self, f: BinaryIO, wanted: bytes, qdate: float) -> Optional[Tuple[int, _Line]]:
+    def _find_submit(self, f: BinaryIO, wanted: bytes, qdate: float, slack: float) -> Optional[Tuple[int, _Line]]:
         """(offset, line) of the line ``wanted`` between qdate - slack and qdate + slack. A line is
         parsed whole only when it holds ``wanted``; else only its time, when its header changed."""
-        start = self._first_at(f, qdate - QDATE_SLACK_S)
+        start = self._first_at(f, qdate - slack)
         f.seek(start)
         read = 0
-        head, end = b"", qdate + QDATE_SLACK_S
+        head, end = b"", qdate + slack
         for raw in f:
             read += len(raw)
             if wanted in raw:
@@ -206,17 +224,25 @@ class AuditLog:
         was deleted, so read to its first line the log holds all of the schedd's lifetime."""
         identity: Optional[Tuple[str, str]] = None
         stop: Optional[float] = None
+        floor = None if since is None else since - 1
         read = 0
+        head, stamp = b"", None
+        mine_tag = b"(cid:%d) " % cid
         for raw in _backwards(files, offset):
             read += len(raw) + 1
             if read > self.max_scan_bytes:
                 raise AuditLogError(
                     f"cannot settle who submitted job {job_id}: its connection's start is more than "
                     f"{self.max_scan_bytes} bytes before its submit in the schedd's audit log {self.path}")
-            line = self.parse(raw)
-            if line.time is not None and ((stop is not None and line.time < stop)
-                                          or (since is not None and line.time < since - 1)):
-                break
+            cut = raw.find(b" (")
+            if cut > 0 and raw[:cut] != head:  # a line's time, read when its header changes
+                head, stamp = raw[:cut], self._time(raw[:cut])
+            if stamp is not None and ((stop is not None and stamp < stop) or (floor is not None and stamp < floor)):
+                return Submitter(job_id, cid, None, None)
+            # Only two kinds of line count: this connection's, and another's command (a bound).
+            if mine_tag not in raw and (stop is not None or b") Command=" not in raw):
+                continue
+            line = self.parse(raw)  # read whole, and anchored, only the lines that count
             if line.cid == cid:
                 m = _IDENTITY.match(line.msg)
                 if m:
@@ -230,13 +256,12 @@ class AuditLog:
                     raise AuditLogError(f"the schedd's audit log {self.path} has a line whose time does not read "
                                         f"as DEBUG_TIME_FORMAT ({self.time_format!r})")
                 stop = line.time - self.deadline_s
-        else:
-            if stop is None and not (whole and since is not None):
-                raise AuditLogError(f"cannot settle who submitted job {job_id}: the schedd's audit log {self.path} "
-                                    f"holds no earlier connection to bound its own"
-                                    + ("" if since is not None else ", and the schedd's start is unknown"))
+        # The log read to its first line
+        if stop is None and not (whole and since is not None):
+            raise AuditLogError(f"cannot settle who submitted job {job_id}: the schedd's audit log {self.path} "
+                                f"holds no earlier connection to bound its own"
+                                + ("" if since is not None else ", and the schedd's start is unknown"))
         return Submitter(job_id, cid, None, None)
-
 
 def _backwards(files: Sequence[str], offset: int) -> Iterator[bytes]:
     """The lines before ``offset`` of ``files[0]``, last first, then those of each older file."""
@@ -256,15 +281,16 @@ def _backwards(files: Sequence[str], offset: int) -> Iterator[bytes]:
 def _lines_before(f: BinaryIO, end: int) -> Iterator[bytes]:
     tail = b""
     position = end
+    size = _FIRST_CHUNK
     while position > 0:
-        size = min(_CHUNK, position)
+        size = min(size, position)
         position -= size
         f.seek(position)
-        block = f.read(size) + tail
-        lines = block.split(b"\n")
+        lines = (f.read(size) + tail).split(b"\n")
         tail = lines[0]
         for raw in reversed(lines[1:]):
             if raw:
                 yield raw
+        size = min(size * 4, _CHUNK)  # the answer is mostly near: read a little first
     if tail:
         yield tail
