@@ -107,6 +107,7 @@ bench: $(VENV)/.installed system-deps
 	$(VENV)/bin/python benchmarks/k8s_tracked.py --pods 20000 50000
 	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 1000
 	$(VENV)/bin/python benchmarks/lancium_faults.py
+	$(VENV)/bin/python benchmarks/audit_log.py
 	$(VENV)/bin/python benchmarks/provision_scenarios.py
 	$(VENV)/bin/python benchmarks/pilot_start.py --rounds 6
 	$(VENV)/bin/python benchmarks/blahp_k8s.py --pilots 200
