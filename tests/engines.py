@@ -1,0 +1,117 @@
+"""The two engines the Kubernetes tests run against: the simulated API server (``podgahp_sim.k8s``)
+and the real control plane (Kubernetes' own kube-apiserver, etcd, scheduler and controller-manager,
+built from Debian's sources by ``harness.controlplane``) with the simulator's kubelets as its nodes.
+
+A test asks for the ``engine`` fixture's parameter through the ``both_engines`` mark (a module's
+``pytestmark`` or a test's own); without it a test runs on the simulator alone, as the tests that
+inject faults (503s, latency, dropped watches, clock skew) or drive the simulator's hand (evictions,
+preemption, phases set by the test) must. The real engine is one control plane per test process
+(session-scoped, started at its first use), each test a namespace of its own.
+
+:class:`RealEngine` offers the reading part of ``KubeSim``'s interface (pods, secrets, waits, logs,
+a kubeconfig) over the real API server, so that a test written against the simulator's reads runs
+on both.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets as random
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from podgahp_sim.kube.client import ApiError
+from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.kube.node import NodeSpec
+from polling import wait_until
+
+ENGINES = ("simulated", "real")
+JsonObj = Dict[str, Any]
+
+#: The nodes of the real engine: as the simulator's default nodes (two of 4 CPUs and 16 GiB), with the
+#: fast clocks of the simulator fixtures.
+NODES = tuple(NodeSpec("sim-node-%d" % i, cpus="4", memory="16Gi", tick_seconds=0.05, run_seconds=0.5,
+                       container_create_seconds=0.05, sigterm_exit_seconds=0.2) for i in (1, 2))
+
+
+def control_plane_binaries() -> Path:
+    """The control plane's binaries: built from Debian's sources the first time (make k8s-control-plane
+    does it before the tests; a failed build fails the test that needs it, it never skips)."""
+    from harness.controlplane import build_control_plane
+
+    return build_control_plane()
+
+
+def start_real_cluster(base: Optional[Path] = None) -> KubeCluster:
+    return KubeCluster(control_plane_binaries(), NODES, base=base).start()
+
+
+def namespace_for(test_name: str) -> str:
+    """A namespace of its own for a test (a DNS label: at most 63 characters)."""
+    stem = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:50].strip("-")
+    return "%s-%s" % (stem or "t", random.token_hex(3))
+
+
+class RealEngine:
+    """One test's view of the real cluster: its namespace, and KubeSim's reads over the real API server."""
+
+    name = "real"
+
+    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.api = cluster.admin
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    def write_kubeconfig(self, path: str, namespace: Optional[str] = None) -> str:
+        return self.cluster.write_kubeconfig(path, namespace=namespace or self.namespace)
+
+    def _get(self, path: str) -> Optional[JsonObj]:
+        try:
+            return self.api.get(path)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def pod(self, namespace: str, name: str) -> Optional[JsonObj]:
+        return self._get("/api/v1/namespaces/%s/pods/%s" % (namespace, name))
+
+    def pods(self, namespace: Optional[str] = None) -> List[JsonObj]:
+        listed = self.api.get("/api/v1/namespaces/%s/pods" % (namespace or self.namespace))
+        return sorted(listed.get("items") or [], key=lambda p: p["metadata"]["name"])
+
+    def secret(self, namespace: str, name: str) -> Optional[JsonObj]:
+        return self._get("/api/v1/namespaces/%s/secrets/%s" % (namespace, name))
+
+    def secrets(self, namespace: Optional[str] = None) -> List[JsonObj]:
+        """The namespace's Secrets but its ServiceAccounts' tokens (which the simulator does not make)."""
+        listed = self.api.get("/api/v1/namespaces/%s/secrets" % (namespace or self.namespace))
+        return sorted((s for s in listed.get("items") or [] if s.get("type") != "kubernetes.io/service-account-token"),
+                      key=lambda s: s["metadata"]["name"])
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+        return wait_until(predicate, what, timeout, 0.05)
+
+    def wait_for_pod(self, namespace: str, name: str, predicate: Callable[[Optional[JsonObj]], bool],
+                     timeout: float = 10.0) -> Optional[JsonObj]:
+        box: Dict[str, Optional[JsonObj]] = {}
+
+        def check() -> bool:
+            box["pod"] = self.pod(namespace, name)
+            return bool(predicate(box["pod"]))
+        self.wait_for(check, timeout, "pod %s/%s condition" % (namespace, name))
+        return box.get("pod")
+
+    def wait_for_phase(self, namespace: str, name: str, *phases: str, timeout: float = 10.0) -> JsonObj:
+        pod = self.wait_for_pod(namespace, name,
+                                lambda p: p is not None and (p.get("status") or {}).get("phase") in phases, timeout)
+        assert pod is not None
+        return pod
+
+    def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
+        query = {"container": container} if container else None
+        return self.api.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
