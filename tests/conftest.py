@@ -80,9 +80,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Optional[Any
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """``engine``: both engines for a test marked ``both_engines``, else the simulator (tests/engines.py)."""
+    """``engine``: both engines for a test marked ``both_engines`` (itself or its module) but not
+    ``simulator_only``, else the simulator (tests/engines.py)."""
     if "engine" in metafunc.fixturenames:
-        both = metafunc.definition.get_closest_marker("both_engines") is not None
+        both = (metafunc.definition.get_closest_marker("both_engines") is not None
+                and metafunc.definition.get_closest_marker("simulator_only") is None)
         metafunc.parametrize("engine", ENGINES if both else ENGINES[:1], scope="function")
 
 
@@ -103,7 +105,11 @@ def real_engine(request: pytest.FixtureRequest) -> Iterator[RealEngine]:
     cluster: KubeCluster = request.getfixturevalue("real_cluster")
     namespace = namespace_for(request.node.name)
     cluster.add_namespace(namespace)
+    engine = None
     try:
-        yield RealEngine(cluster, namespace)
+        engine = RealEngine(cluster, namespace)
+        yield engine
     finally:
+        if engine is not None:
+            engine.close()
         cluster.delete_namespace(namespace)

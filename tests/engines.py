@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import re
 import secrets as random
+import ssl
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from podgahp_sim.kube.client import ApiError
 from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.k8s.store import json_copy
 from podgahp_sim.kube.node import NodeSpec
+from podgahp_sim.kube.pki import write_kubeconfig
 from polling import wait_until
 
 ENGINES = ("simulated", "real")
@@ -52,8 +55,15 @@ def namespace_for(test_name: str) -> str:
     return "%s-%s" % (stem or "t", random.token_hex(3))
 
 
+ACCOUNT = "podgahp"
+"""The ServiceAccount a test's backends are: cluster-admin until the test enforces a Role (the simulator
+allows everything until then too), then that Role's rights alone."""
+
+
 class RealEngine:
-    """One test's view of the real cluster: its namespace, and KubeSim's reads over the real API server."""
+    """One test's view of the real cluster: its namespace, a ServiceAccount and its token, and
+    KubeSim's reads (and ``enforce_role``) over the real API server. :meth:`close` removes what the
+    namespace's deletion does not (the account's ClusterRoleBinding)."""
 
     name = "real"
 
@@ -61,13 +71,73 @@ class RealEngine:
         self.cluster = cluster
         self.namespace = namespace
         self.api = cluster.admin
+        self.user = "system:serviceaccount:%s:%s" % (namespace, ACCOUNT)
+        self._binding = "podgahp-test-" + namespace
+        self.api.call("POST", "/api/v1/namespaces/%s/serviceaccounts" % namespace,
+                      {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT}})
+        self.api.call("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": self._binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}]})
+        answer = self.api.call("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, ACCOUNT), {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})
+        self.token = str(answer["status"]["token"])
+        wait_until(lambda: self._allowed("list", "", "nodes", ""), "the account's cluster-admin binding in effect")
+
+    def close(self) -> None:
+        self._unbind()
+
+    def _unbind(self) -> None:
+        try:
+            self.api.call("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + self._binding)
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
     @property
     def url(self) -> str:
         return self.cluster.url
 
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cadata=self.cluster.plane.ca_pem.decode("ascii"))
+
     def write_kubeconfig(self, path: str, namespace: Optional[str] = None) -> str:
-        return self.cluster.write_kubeconfig(path, namespace=namespace or self.namespace)
+        """A kubeconfig of the test's ServiceAccount (its token), context namespace the test's."""
+        write_kubeconfig(Path(path), self.url, self.cluster.plane.ca_pem, {"token": self.token},
+                         namespace=namespace or self.namespace)
+        return path
+
+    def _allowed(self, verb: str, group: str, resource: str, namespace: str) -> bool:
+        review = self.api.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": self.user, "groups": ["system:serviceaccounts", "system:authenticated"],
+                     "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                            "namespace": namespace}}})
+        return bool((review.get("status") or {}).get("allowed"))
+
+    def enforce_role(self, role: JsonObj) -> None:
+        """The account gets this Role's rights in the test's namespace, and nothing else (as KubeSim's)."""
+        body = json_copy(role)
+        body["metadata"] = {"name": "podgahp-test", "namespace": self.namespace}
+        base = "/apis/rbac.authorization.k8s.io/v1/namespaces/%s" % self.namespace
+        try:
+            self.api.call("DELETE", base + "/roles/podgahp-test")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+        self.api.call("POST", base + "/roles", body)
+        self.api.call("POST", base + "/rolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "podgahp-test"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "podgahp-test"},
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": self.namespace}]}) \
+            if not self._get(base + "/rolebindings/podgahp-test") else None
+        self._unbind()
+        rule = (body.get("rules") or [{}])[0]
+        wait_until(lambda: not self._allowed("list", "", "nodes", "") and self._allowed(
+            rule["verbs"][0], rule["apiGroups"][0], rule["resources"][0], self.namespace),
+            "the Role alone in effect for %s" % self.user)
 
     def _get(self, path: str) -> Optional[JsonObj]:
         try:
