@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 from ..k8s.cluster import Cluster
-from ..k8s.config import SimConfig, SimNode
+from ..k8s.config import SimConfig, SimNode, Taint
 from ..k8s.runc import RuncRuntime
 from ..k8s.store import JsonObj, Store, json_copy, now_rfc3339
 from ..k8s.volumes import Identity
@@ -52,6 +52,10 @@ class NodeSpec:
     """``model`` (containers simulated from their ``PODGAHP_SIM_*`` variables) or ``runc``."""
     images: Mapping[str, str] = field(default_factory=dict)
     runtime_dir: str = "/var/lib/podgahp-sim"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels of the Node besides ``kubernetes.io/hostname``, ``kubernetes.io/os`` and ``kubernetes.io/arch``."""
+    taints: Tuple[Taint, ...] = ()
+    """The Node's taints as it registers (``--register-with-taints``)."""
     heartbeat_seconds: float = 10.0
     """How often the Lease is renewed and the Node's status posted."""
     lease_seconds: int = 40
@@ -104,7 +108,7 @@ class NodeAgent:
         self.api = Client(kubeconfig)
         self.kubeconfig = kubeconfig
         config = SimConfig(nodes=(SimNode(spec.name, cpu=spec.cpus, memory=spec.memory, gpus=spec.gpus,
-                                          pods=spec.pods),),
+                                          pods=spec.pods, labels=dict(spec.labels), taints=spec.taints),),
                            tick_seconds=spec.tick_seconds, runtime=spec.runtime, images=dict(spec.images),
                            runtime_dir=spec.runtime_dir, gc_seconds=3600.0, run_seconds=spec.run_seconds,
                            container_create_seconds=spec.container_create_seconds,
@@ -190,8 +194,9 @@ class NodeAgent:
         self._started = now_rfc3339()
         self._boot = str(uuid.uuid4())
         labels = dict(self.cluster.nodes[self.spec.name].labels)
+        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in self.spec.taints]
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.spec.name, "labels": labels},
-                "spec": {}, "status": self._node_status()}
+                "spec": {"taints": taints} if taints else {}, "status": self._node_status()}
         try:
             self.api.call("POST", "/api/v1/nodes", body)
         except ApiError as e:
