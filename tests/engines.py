@@ -55,7 +55,7 @@ def namespace_for(test_name: str) -> str:
     return "%s-%s" % (stem or "t", random.token_hex(3))
 
 
-ACCOUNT = "podgahp"
+ACCOUNT = "podgahp-test"
 """The ServiceAccount a test's backends are: cluster-admin until the test enforces a Role (the simulator
 allows everything until then too), then that Role's rights alone."""
 
