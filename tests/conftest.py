@@ -113,3 +113,16 @@ def real_engine(request: pytest.FixtureRequest) -> Iterator[RealEngine]:
         if engine is not None:
             engine.close()
         cluster.delete_namespace(namespace)
+
+
+@pytest.fixture
+def real_default_engine(request: pytest.FixtureRequest) -> Iterator[RealEngine]:
+    """The real control plane's ``default`` namespace, emptied for the test (for the tests that name it)."""
+    cluster: KubeCluster = request.getfixturevalue("real_cluster")
+    engine = RealEngine(cluster, "default")
+    try:
+        engine.empty_namespace()
+        yield engine
+    finally:
+        engine.close()
+        engine.empty_namespace()

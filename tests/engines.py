@@ -73,9 +73,9 @@ class RealEngine:
         self.api = cluster.admin
         self.user = "system:serviceaccount:%s:%s" % (namespace, ACCOUNT)
         self._binding = "podgahp-test-" + namespace
-        self.api.call("POST", "/api/v1/namespaces/%s/serviceaccounts" % namespace,
-                      {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT}})
-        self.api.call("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        self._create("/api/v1/namespaces/%s/serviceaccounts" % namespace,
+                     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT}})
+        self._create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": self._binding},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
@@ -87,6 +87,14 @@ class RealEngine:
 
     def close(self) -> None:
         self._unbind()
+
+    def _create(self, path: str, body: JsonObj) -> None:
+        """Create an object, or find it there (a ServiceAccount of an earlier test of the namespace)."""
+        try:
+            self.api.call("POST", path, body)
+        except ApiError as e:
+            if e.status != 409:
+                raise
 
     def _unbind(self) -> None:
         try:
@@ -102,11 +110,35 @@ class RealEngine:
     def client_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cadata=self.cluster.plane.ca_pem.decode("ascii"))
 
-    def write_kubeconfig(self, path: str, namespace: Optional[str] = None) -> str:
-        """A kubeconfig of the test's ServiceAccount (its token), context namespace the test's."""
-        write_kubeconfig(Path(path), self.url, self.cluster.plane.ca_pem, {"token": self.token},
-                         namespace=namespace or self.namespace)
+    def write_kubeconfig(self, path: str, namespace: Optional[str] = None, context_name: str = "podgahp-real",
+                         token: Optional[str] = None) -> str:
+        """A kubeconfig of the test's ServiceAccount (its token, or ``token``), context namespace the test's."""
+        write_kubeconfig(Path(path), self.url, self.cluster.plane.ca_pem, {"token": token or self.token},
+                         namespace=namespace or self.namespace, context=context_name)
         return path
+
+    def empty_namespace(self) -> None:
+        """Remove every pod (at once), Secret, ConfigMap and Event of the namespace but what the
+        controllers keep there (ServiceAccounts' token Secrets, ``kube-root-ca.crt``): for the tests that
+        name the ``default`` namespace, each starts from an empty one as on a fresh simulator."""
+        base = "/api/v1/namespaces/" + self.namespace
+        for pod in self.api.get(base + "/pods").get("items") or []:
+            try:
+                self.api.call("DELETE", "%s/pods/%s" % (base, pod["metadata"]["name"]), {"gracePeriodSeconds": 0})
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+        for resource, keep in (("secrets", lambda o: o.get("type") == "kubernetes.io/service-account-token"),
+                               ("configmaps", lambda o: o["metadata"]["name"] == "kube-root-ca.crt"),
+                               ("events", lambda o: False)):
+            for obj in self.api.get("%s/%s" % (base, resource)).get("items") or []:
+                if not keep(obj):
+                    try:
+                        self.api.call("DELETE", "%s/%s/%s" % (base, resource, obj["metadata"]["name"]))
+                    except ApiError as e:
+                        if e.status != 404:
+                            raise
+        wait_until(lambda: not self.api.get(base + "/pods").get("items"), "namespace %s without pods" % self.namespace)
 
     def _allowed(self, verb: str, group: str, resource: str, namespace: str) -> bool:
         review = self.api.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {

@@ -1075,6 +1075,9 @@ class Api:
                 container = str(names[0])
             if container not in names:
                 raise bad_request("container %s is not valid for pod %s" % (container, name))
+            if not (pod.get("spec") or {}).get("nodeName"):
+                # no node to ask: the API server answers an empty log (LogLocation's empty location)
+                return Reply(200, "", {"Content-Type": "text/plain"})
             uid = pod["metadata"]["uid"]
             waiting = self.cluster.container_waiting(uid, container)
             if waiting:

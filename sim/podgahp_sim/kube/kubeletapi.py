@@ -21,9 +21,10 @@ import trustme
 
 log = logging.getLogger(__name__)
 
-LogSource = Callable[[str, str, str], Optional[Tuple[List[str], bool]]]
-"""(namespace, pod, container) -> (the lines printed so far, whether the container has ended), or
-None when the node has no such container."""
+LogSource = Callable[[str, str, str], "Optional[Tuple[List[str], bool] | str]"]
+"""(namespace, pod, container) -> (the lines printed so far, whether the container has ended); the
+reason a container that never started waits (``ContainerCreating``, ``ImagePullBackOff``...); or None
+when the node has no such container."""
 
 
 class KubeletServer:
@@ -89,6 +90,11 @@ class KubeletServer:
             _reply(request, 404, ("container %s of pod %s/%s not found on this node\n"
                                   % (parts[3], parts[1], parts[2])).encode())
             return
+        if isinstance(found, str):
+            # as the kubelet's validateContainerLogStatus: the API server passes it on as a BadRequest
+            _reply(request, 400, ('container "%s" in pod "%s" is waiting to start: %s'
+                                  % (parts[3], parts[2], found)).encode())
+            return
         lines, ended = found
         tail = _int(query.get("tailLines"))
         limit = _int(query.get("limitBytes"))
@@ -107,10 +113,10 @@ class KubeletServer:
         try:
             _chunk(request, text)
             while not self._stopping.is_set():
-                found = self.logs(parts[1], parts[2], parts[3])
-                if found is None:
+                again = self.logs(parts[1], parts[2], parts[3])
+                if again is None or isinstance(again, str):
                     break
-                more, ended = found
+                more, ended = again
                 if len(more) > sent:
                     _chunk(request, "".join(line + "\n" for line in more[sent:]).encode())
                     sent = len(more)

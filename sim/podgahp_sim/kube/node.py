@@ -427,12 +427,15 @@ class NodeAgent:
             for resource, namespace, name in held - wanted:
                 self.store.delete(resource, namespace, name)
 
-    def _logs(self, namespace: str, pod: str, container: str) -> Optional[Tuple[List[str], bool]]:
+    def _logs(self, namespace: str, pod: str, container: str) -> "Optional[Tuple[List[str], bool] | str]":
         with self.store.lock:
             local = self.store.get("pods", namespace, pod)
             if local is None:
                 return None
             uid = local["metadata"]["uid"]
+            waiting = self.cluster.container_waiting(uid, container)
+            if waiting:
+                return waiting
             lines = self.cluster.logs(uid, container)
             if lines is None:
                 return None
