@@ -107,6 +107,11 @@ class RealEngine:
     def url(self) -> str:
         return self.cluster.url
 
+    @property
+    def resource_version(self) -> str:
+        """The API server's latest resourceVersion (a list's)."""
+        return str(self.api.get("/api/v1/namespaces/%s/pods" % self.namespace)["metadata"]["resourceVersion"])
+
     def client_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cadata=self.cluster.plane.ca_pem.decode("ascii"))
 
@@ -194,6 +199,9 @@ class RealEngine:
         listed = self.api.get("/api/v1/namespaces/%s/secrets" % (namespace or self.namespace))
         return sorted((s for s in listed.get("items") or [] if s.get("type") != "kubernetes.io/service-account-token"),
                       key=lambda s: s["metadata"]["name"])
+
+    def tick(self) -> None:
+        """KubeSim's pass of its loop by hand: the real cluster's controllers run by themselves."""
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
         return wait_until(predicate, what, timeout, 0.05)

@@ -1056,6 +1056,14 @@ class Api:
                         self.store.update(kind, changed)
         if grace > 0:
             return self.cluster.graceful_delete(current, grace, time.time())
+        if resource == "pods":
+            # a pod (graceful strategy) deleted at once is first stored with its deletionTimestamp and a
+            # grace of 0, then removed: watchers see MODIFIED, then DELETED (Store.Delete's
+            # updateForGracefulDeletionAndFinalizers, then the deletion)
+            marked = json_copy(current)
+            marked["metadata"]["deletionTimestamp"] = now_rfc3339()
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            self.store.update(resource, marked)
         deleted = self.store.delete(resource, meta["namespace"], meta["name"])
         return deleted if deleted is not None else current
 

@@ -403,7 +403,8 @@ class NodeAgent:
                 if change.type == "ADDED":
                     body = {k: v for k, v in event.items() if k not in ("metadata", "eventTime")}
                     body["involvedObject"] = {k: v for k, v in event["involvedObject"].items() if k != "resourceVersion"}
-                    body["metadata"] = {"generateName": event["involvedObject"]["name"] + ".", "namespace": namespace}
+                    # named as a kubelet names its Events: <object>.<hex nanoseconds>
+                    body["metadata"] = {"name": name, "namespace": namespace}
                     made = self.api.call("POST", "/api/v1/namespaces/%s/events" % namespace, body)
                     self._remote_events[key] = str(made["metadata"]["name"])
                 elif change.type == "MODIFIED" and key in self._remote_events:
