@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
@@ -61,6 +62,16 @@ def kubectl(engine: RealEngine, tmp_path: Path, *args: str) -> str:
     done = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def log_so_far(engine: RealEngine, name: str = "p1") -> List[str]:
+    """What the container printed so far (nothing while it waits to start)."""
+    try:
+        return engine.logs(engine.namespace, name)
+    except ApiError as e:
+        if e.status == 400 and "waiting to start" in e.message:
+            return []
+        raise
 
 
 def terminated(found: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -120,7 +131,7 @@ def test_a_deletion_is_graceful_and_ends_with_the_final_delete(real_engine: Real
     trap = "trap 'echo got TERM; exit 0' TERM; echo ready; while true; do sleep 0.05; done"
     create(real_engine, pod(runc_node, trap))
     real_engine.wait_for_phase(real_engine.namespace, "p1", "Running", timeout=60)
-    wait_until(lambda: real_engine.logs(real_engine.namespace, "p1")[:1] == ["ready"], "the trap set")
+    wait_until(lambda: log_so_far(real_engine)[:1] == ["ready"], "the trap set")
     started = time.monotonic()
     real_engine.api.call("DELETE", "/api/v1/namespaces/%s/pods/p1" % real_engine.namespace, {"gracePeriodSeconds": 30})
     seen: Dict[str, Any] = {}
@@ -149,11 +160,41 @@ def test_a_node_whose_agent_stops_is_marked_not_ready(real_cluster: KubeCluster)
         agent.stop()
         # the controller-manager's node-monitor-grace-period (40 s by default) after the last heartbeat
         assert wait_until(ready, "the node not ready", timeout=100, interval=1, done=lambda s: s != "True") == "Unknown"
-        taints = real_cluster.admin.get("/api/v1/nodes/" + name)["spec"].get("taints") or []
-        assert any(t["key"] == "node.kubernetes.io/unreachable" for t in taints)
+        wait_until(lambda: any(t["key"] == "node.kubernetes.io/unreachable" for t in
+                               real_cluster.admin.get("/api/v1/nodes/" + name)["spec"].get("taints") or []),
+                   "the node tainted unreachable", timeout=30)
     finally:
         agent.stop()
         try:
             real_cluster.admin.call("DELETE", "/api/v1/nodes/" + name)
         except ApiError:
             pass
+
+
+@pytest.mark.timeout(120)
+def test_a_secret_update_reaches_the_running_container(real_engine: RealEngine, runc_node: NodeAgent) -> None:
+    base = "/api/v1/namespaces/%s/secrets" % real_engine.namespace
+    real_engine.api.call("POST", base, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "proxy"},
+                                        "stringData": {"proxy": "first"}})
+    create(real_engine, pod(runc_node, "while true; do cat /in/proxy; echo; sleep 0.1; done",
+                            container={"volumeMounts": [{"name": "in", "mountPath": "/in"}]},
+                            volumes=[{"name": "in", "secret": {"secretName": "proxy"}}],
+                            terminationGracePeriodSeconds=0))
+    wait_until(lambda: "first" in log_so_far(real_engine), "the first content read", timeout=60)
+    real_engine.api.call("PUT", base + "/proxy", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "proxy"},
+                                                  "stringData": {"proxy": "second"}})
+    # the node reads the pods' Secrets again every sync (5 s), as a kubelet every minute or so
+    wait_until(lambda: "second" in log_so_far(real_engine), "the new content read", timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_memory_over_the_limit_is_killed_by_the_kernel(real_engine: RealEngine, runc_node: NodeAgent) -> None:
+    hog = "%s -c 'x = bytearray(200 * 2 ** 20)'" % sys.executable
+    create(real_engine, pod(runc_node, "echo start; %s; echo survived; sleep 60" % hog,
+                            container={"resources": {"limits": {"memory": "64Mi"}}}))
+    done = real_engine.wait_for_phase(real_engine.namespace, "p1", "Failed", "Succeeded", timeout=60)
+    assert done["status"]["phase"] == "Failed"
+    assert (terminated(done)["exitCode"], terminated(done)["reason"]) == (137, "OOMKilled")
+    # the kernel killed the hog; the kubelet then the rest of the container (cgroup v2's memory.oom.group)
+    lines = real_engine.logs(real_engine.namespace, "p1")
+    assert lines[0] == "start" and set(lines[1:]) <= {"Killed", "survived"}
