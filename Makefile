@@ -56,7 +56,7 @@ system-deps:
 # The real Kubernetes control plane the tests and `podgahp sim k8s --control-plane` run (harness/controlplane.py):
 # kube-apiserver, kube-controller-manager and kube-scheduler built with Debian's Go from Debian bookworm's
 # `kubernetes` source package, etcd from Debian's etcd-server, in /var/cache/podgahp/k8s/<version>/bin.
-# Built once per machine (about 6 minutes on 2 cores, 1.4 GB of memory); a failed build fails the run.
+# Built once per machine (6 to 8 minutes on 2 cores, 1.4 GB of memory); a failed build fails the run.
 k8s-control-plane: system-deps
 	$(PYTHON) -m harness control-plane
 
