@@ -5,6 +5,9 @@
                                             start a CE-like pool and keep it up until Ctrl-C
     python -m harness image [SERIES...]     make the pilot image of each series and print it as
                                             NAME=DIR for `podgahp sim k8s --runtime runc --image`
+    python -m harness control-plane         build (once, cached) kube-apiserver, kube-controller-manager
+                                            and kube-scheduler from Debian's sources, etcd from Debian;
+                                            print the directory for `podgahp sim k8s --control-plane`
 
 SERIES defaults to PODGAHP_CONDOR_SERIES (see harness.rootfs).
 """
@@ -44,6 +47,13 @@ def image(names: List[str]) -> int:
     return 0
 
 
+def control_plane() -> int:
+    from harness.controlplane import build_control_plane
+
+    print(build_control_plane())
+    return 0
+
+
 def pool(series: str, configs: Sequence[str], keep: bool) -> int:
     extra = "".join(open(path).read() + "\n" for path in configs)
     stop = []
@@ -71,6 +81,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p_build.add_argument("series", nargs="*")
     p_image = sub.add_parser("image", help="make the pilot image of each series, print NAME=DIR")
     p_image.add_argument("series", nargs="*")
+    sub.add_parser("control-plane", help="build the Kubernetes control plane once, print its directory")
     p_pool = sub.add_parser("pool", help="run a CE-like pool until Ctrl-C")
     p_pool.add_argument("--series", default=None, help="default: the first of PODGAHP_CONDOR_SERIES")
     p_pool.add_argument("--config", action="append", default=[], help="extra configuration file (repeatable)")
@@ -81,6 +92,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return build(args.series)
         if args.command == "image":
             return image(args.series)
+        if args.command == "control-plane":
+            return control_plane()
         return pool(args.series or series_from_env()[0], args.config, args.keep)
     except HarnessError as e:
         print(f"error: {e}", file=sys.stderr)

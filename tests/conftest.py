@@ -8,7 +8,9 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
+from engines import ENGINES, RealEngine, namespace_for, start_real_cluster
 from gahp_driver import GahpProcess, gahp_env, script
+from podgahp_sim.kube.cluster import KubeCluster
 
 
 @pytest.fixture
@@ -72,3 +74,55 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Optional[Any
             return f"{path}[{found[0]}]" if found else path
 
     return LiveScheduling(config, log)
+
+
+# ------------------------------------------------------------------ the two Kubernetes engines
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``engine``: both engines for a test marked ``both_engines`` (itself or its module) but not
+    ``simulator_only``, else the simulator (tests/engines.py)."""
+    if "engine" in metafunc.fixturenames:
+        both = (metafunc.definition.get_closest_marker("both_engines") is not None
+                and metafunc.definition.get_closest_marker("simulator_only") is None)
+        metafunc.parametrize("engine", ENGINES if both else ENGINES[:1], scope="function")
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[KubeCluster]:
+    """The real control plane with two simulated nodes, once per test process (under the default
+    directory of control planes, where the next start removes what a killed run left)."""
+    cluster = start_real_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def real_engine(request: pytest.FixtureRequest) -> Iterator[RealEngine]:
+    """A namespace of the test's own on the real control plane (deleted afterwards)."""
+    cluster: KubeCluster = request.getfixturevalue("real_cluster")
+    namespace = namespace_for(request.node.name)
+    cluster.add_namespace(namespace)
+    engine = None
+    try:
+        engine = RealEngine(cluster, namespace)
+        yield engine
+    finally:
+        if engine is not None:
+            engine.close()
+        cluster.delete_namespace(namespace)
+
+
+@pytest.fixture
+def real_default_engine(request: pytest.FixtureRequest) -> Iterator[RealEngine]:
+    """The real control plane's ``default`` namespace, emptied for the test (for the tests that name it)."""
+    cluster: KubeCluster = request.getfixturevalue("real_cluster")
+    engine = RealEngine(cluster, "default")
+    try:
+        engine.empty_namespace()
+        yield engine
+    finally:
+        engine.close()
+        engine.empty_namespace()

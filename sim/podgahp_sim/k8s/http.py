@@ -1056,6 +1056,14 @@ class Api:
                         self.store.update(kind, changed)
         if grace > 0:
             return self.cluster.graceful_delete(current, grace, time.time())
+        if resource == "pods":
+            # a pod (graceful strategy) deleted at once is first stored with its deletionTimestamp and a
+            # grace of 0, then removed: watchers see MODIFIED, then DELETED (Store.Delete's
+            # updateForGracefulDeletionAndFinalizers, then the deletion)
+            marked = json_copy(current)
+            marked["metadata"]["deletionTimestamp"] = now_rfc3339()
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            self.store.update(resource, marked)
         deleted = self.store.delete(resource, meta["namespace"], meta["name"])
         return deleted if deleted is not None else current
 
@@ -1075,6 +1083,9 @@ class Api:
                 container = str(names[0])
             if container not in names:
                 raise bad_request("container %s is not valid for pod %s" % (container, name))
+            if not (pod.get("spec") or {}).get("nodeName"):
+                # no node to ask: the API server answers an empty log (LogLocation's empty location)
+                return Reply(200, "", {"Content-Type": "text/plain"})
             uid = pod["metadata"]["uid"]
             waiting = self.cluster.container_waiting(uid, container)
             if waiting:

@@ -82,22 +82,44 @@ def strategic_merge_patch(target: Any, patch: Any, list_key: Optional[str] = Non
 
 
 def _merge_list(current: List[Any], patch: List[Any], key: str) -> List[Any]:
-    result = copy.deepcopy(current)
+    """A list merged by ``key`` in the order apimachinery's strategic merge gives it
+    (``normalizeElementOrder``, ``mergeSortedSlice``): the patch's items in the patch's order and the
+    items only the object has in its order, the two interleaved by the object's order where both have
+    a place in it, a new item of the patch ahead of an item only the object has."""
+    if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
+        return []
+    if any(not isinstance(item, dict) or key not in item for item in patch):
+        return [*copy.deepcopy(current), *(copy.deepcopy(i) for i in patch)]
+    order = [old.get(key) if isinstance(old, dict) else None for old in current]
+    patched = {item[key] for item in patch}
+    merged: List[Any] = []
     for item in patch:
-        if not isinstance(item, dict) or key not in item:
-            if isinstance(item, dict) and item.get("$patch") == "replace":
-                return []
-            result.append(copy.deepcopy(item))
-            continue
-        index = next((i for i, old in enumerate(result) if isinstance(old, dict) and old.get(key) == item[key]),
-                     None)
         if item.get("$patch") == "delete":
-            if index is not None:
-                del result[index]
-        elif index is None:
-            result.append(strategic_merge_patch({}, item))
+            continue
+        index = next((i for i, old in enumerate(current) if isinstance(old, dict) and old.get(key) == item[key]),
+                     None)
+        merged.append(strategic_merge_patch(current[index] if index is not None else {}, item))
+    only = [copy.deepcopy(old) for old in current if not (isinstance(old, dict) and old.get(key) in patched)]
+
+    def place(item: Any) -> int:
+        value = item.get(key) if isinstance(item, dict) else None
+        return order.index(value) if value is not None and value in order else -1
+
+    result: List[Any] = []
+    i = j = 0
+    while i < len(only) or j < len(merged):
+        if j >= len(merged):
+            result.append(only[i])
+            i += 1
+        elif i >= len(only):
+            result.append(merged[j])
+            j += 1
+        elif place(only[i]) >= 0 and place(merged[j]) >= 0 and place(only[i]) < place(merged[j]):
+            result.append(only[i])
+            i += 1
         else:
-            result[index] = strategic_merge_patch(result[index], item)
+            result.append(merged[j])
+            j += 1
     return result
 
 

@@ -3,7 +3,8 @@ resource-version counter, the bounded event log, and watch streams over it.
 
 Every write bumps the counter and appends one event; a watch resumes from any resource version still
 in the log and gets :class:`Expired` for older ones (the real server's 410).  An object that stops
-matching a watch's selectors is delivered as ``DELETED``, one that starts matching as ``ADDED``.
+matching a watch's selectors is delivered as ``DELETED`` (as it last matched), one that starts matching
+as ``ADDED``.
 All access happens under :attr:`Store.lock`; :attr:`Store.changed` is notified on every write.
 Owns no HTTP or scheduling logic.
 """
@@ -284,7 +285,11 @@ def translate(event: Event, matches: Matcher) -> Optional[Tuple[str, JsonObj]]:
     if now_matches:
         return ("ADDED", event.obj)
     if old_matched:
-        return ("DELETED", event.obj)
+        # as the watch cache: the object as it last matched, at the resource version of the change
+        assert event.old is not None
+        last = dict(event.old, metadata=dict(event.old["metadata"],
+                                             resourceVersion=event.obj["metadata"]["resourceVersion"]))
+        return ("DELETED", last)
     return None
 
 

@@ -11,6 +11,8 @@ from kubernetes import client
 from podgahp_sim.k8s import KubeSim, SimNode
 from test_k8s_support import NS, api_client_for, core, make_sim_both_passes, pod_body, sim
 
+pytestmark = pytest.mark.both_engines
+
 __all__ = ["api_client_for", "core", "make_sim_both_passes", "sim"]  # fixtures used by name (make_sim in both passes)
 
 
@@ -18,7 +20,8 @@ def events_of(core: client.CoreV1Api, name: str, namespace: str = NS) -> List[Tu
     """(type, reason, source component, message) of one object's Events, oldest first."""
     found = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     found.sort(key=lambda e: e.metadata.name)
-    return [(e.type, e.reason, e.source.component, e.message) for e in found]
+    # the scheduler of a real server writes events.k8s.io Events: core/v1 shows them with reportingComponent
+    return [(e.type, e.reason, e.source.component or e.reporting_component, e.message) for e in found]
 
 
 def reasons(core: client.CoreV1Api, name: str) -> List[str]:
@@ -37,6 +40,7 @@ def test_a_pilot_that_runs(sim: KubeSim, core: client.CoreV1Api) -> None:
     assert started[0].involved_object.uid == core.read_namespaced_pod("p1", NS).metadata.uid
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_unschedulable(make_sim: Callable[..., KubeSim],
                        api_client_for: Callable[..., client.ApiClient]) -> None:
     small = make_sim(nodes=(SimNode("n1", cpu="1"),))
@@ -68,6 +72,7 @@ def test_repeats_are_counted_not_duplicated(sim: KubeSim, core: client.CoreV1Api
     assert len(core.list_namespaced_event(NS, field_selector="involvedObject.name=p1,reason=BackOff").items) == 1
 
 
+@pytest.mark.simulator_only("drives the simulated cluster's hand (evictions, preemption, phases)")
 def test_delete_evict_and_oom(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body("a", env={"PODGAHP_SIM_RUN_SECONDS": "60"}))
     core.create_namespaced_pod(NS, pod_body("b", env={"PODGAHP_SIM_RUN_SECONDS": "60"}))
@@ -87,6 +92,7 @@ def test_delete_evict_and_oom(sim: KubeSim, core: client.CoreV1Api) -> None:
     assert [e.reason for e in oom.items] == ["SystemOOM"]
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 @pytest.mark.parametrize("keep", [3])
 def test_old_events_expire(make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient],
                            keep: int) -> None:

@@ -3,6 +3,7 @@ container statuses of every failure shape, scheduling constraints, graceful dele
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -13,7 +14,7 @@ from podgahp_sim.k8s import KubeSim, SimNode, Taint
 from polling import wait_until
 from test_k8s_support import NS, api_client_for, core, expect_error, make_sim_both_passes, phase, pod_body, sim, status_of
 
-pytestmark = pytest.mark.filterwarnings("error")
+pytestmark = [pytest.mark.filterwarnings("error"), pytest.mark.both_engines]
 __all__ = ["api_client_for", "core", "make_sim_both_passes", "sim"]  # fixtures used by name (make_sim in both passes)
 
 
@@ -70,6 +71,7 @@ def test_restart_always_crash_loops(sim: KubeSim, core: client.CoreV1Api) -> Non
 
 # ------------------------------------------------------------------ scheduling
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_unschedulable_then_scheduled_when_capacity_frees(make_sim: Callable[..., KubeSim],
                                                          api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim(nodes=(SimNode("n1", cpu="1"), SimNode("n2", cpu="1")))
@@ -88,6 +90,7 @@ def test_unschedulable_then_scheduled_when_capacity_frees(make_sim: Callable[...
     wait_phase(sim, core, "c", "Running", "Succeeded")
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_capacity_freed_while_no_pod_waits_is_seen_by_the_next_pod(
         make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient]) -> None:
     """A node filled, then freed while no pod was waiting for it, takes the next pod (the scheduler's
@@ -121,6 +124,7 @@ def test_capacity_freed_while_no_pod_waits_is_seen_by_the_next_pod(
      "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated "
      "taint {nvidia.com/gpu: true}."),
 ], ids=["selector", "selector-none", "in", "notin", "exists-tolerated", "does-not-exist", "untolerated-taint"])
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_node_constraints(make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient],
                           spec: Dict[str, Any], node: Optional[str], message: Optional[str]) -> None:
     sim = make_sim(nodes=(SimNode("n1", labels={"zone": "z1"}),
@@ -136,6 +140,7 @@ def test_node_constraints(make_sim: Callable[..., KubeSim], api_client_for: Call
     assert condition(core.read_namespaced_pod("p1", NS), "PodScheduled").message == message
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_gpu_capacity(make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim(nodes=(SimNode("n1"), SimNode("n2"), SimNode("n3", gpus=1)))
     core = client.CoreV1Api(api_client_for(sim))
@@ -166,6 +171,7 @@ def test_invalid_image_name(sim: KubeSim, core: client.CoreV1Api) -> None:
                                'reference "HTCondor/Execute:lts": invalid reference format')
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_known_image_set(make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim(pullable_images=("htcondor/execute:lts",))
     core = client.CoreV1Api(api_client_for(sim))
@@ -203,6 +209,7 @@ def test_active_deadline_exceeded(sim: KubeSim, core: client.CoreV1Api) -> None:
     assert pod.status.container_statuses[0].state.terminated.exit_code == 137
 
 
+@pytest.mark.simulator_only("drives the simulated cluster's hand (evictions, preemption, phases)")
 def test_eviction(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "30"}))
     wait_phase(sim, core, "p1", "Running")
@@ -252,6 +259,7 @@ def test_storage_within_the_limit_runs_to_completion(sim: KubeSim, core: client.
     assert pod.status.reason is None
 
 
+@pytest.mark.simulator_only("drives the simulated cluster's hand (evictions, preemption, phases)")
 def test_preemption(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "30"}))
     wait_phase(sim, core, "p1", "Running")
@@ -266,6 +274,7 @@ def test_preemption(sim: KubeSim, core: client.CoreV1Api) -> None:
     sim.wait_for_pod(NS, "p1", lambda p: p is None)
 
 
+@pytest.mark.simulator_only("drives the simulated cluster's hand (evictions, preemption, phases)")
 def test_node_lost(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "1"}))
     wait_phase(sim, core, "p1", "Running")
@@ -279,6 +288,7 @@ def test_node_lost(sim: KubeSim, core: client.CoreV1Api) -> None:
 
 @pytest.mark.parametrize("target,reason", [("Succeeded", ""), ("Failed", "Custom"), ("Unknown", "")],
                          ids=["succeeded", "failed", "unknown"])
+@pytest.mark.simulator_only("drives the simulated cluster's hand (evictions, preemption, phases)")
 def test_set_pod_phase(sim: KubeSim, core: client.CoreV1Api, target: str, reason: str) -> None:
     core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "30"}))
     wait_phase(sim, core, "p1", "Running")
@@ -328,6 +338,7 @@ def test_grace_period_zero_is_immediate(sim: KubeSim, core: client.CoreV1Api) ->
     assert sim.pod(NS, "p1") is None
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_sigkill_after_grace_period(make_sim: Callable[..., KubeSim],
                                    api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim(sigterm_exit_seconds=60)
@@ -379,11 +390,16 @@ def test_pod_log(sim: KubeSim, core: client.CoreV1Api) -> None:
 
 def test_pod_log_errors(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(schedulerName="manual"))
-    error = expect_error(core.read_namespaced_pod_log, "p1", NS)
-    assert (error.status, status_of(error)["message"]) == (
-        400, 'container "pilot" in pod "p1" is waiting to start: ContainerCreating')
+    # no node to ask yet: the API server answers an empty log, once the container name is valid
+    assert not core.read_namespaced_pod_log("p1", NS)
     error = expect_error(core.read_namespaced_pod_log, "p1", NS, container="other")
-    assert status_of(error)["message"] == "container other is not valid for pod p1"
+    assert (error.status, status_of(error)["message"]) == (400, "container other is not valid for pod p1")
+    core.create_namespaced_pod(NS, pod_body("pulling", image="registry.example/does-not-exist:1"))
+    wait_waiting(sim, core, "pulling", "ImagePullBackOff")
+    error = expect_error(core.read_namespaced_pod_log, "pulling", NS)
+    assert error.status == 400 and re.fullmatch(  # the kubelet's answer, passed on by the API server
+        r'container "pilot" in pod "pulling" is waiting to start: (ErrImagePull|ImagePullBackOff)',
+        status_of(error)["message"]), status_of(error)
     body = pod_body("two")
     body["spec"]["containers"].append({"name": "side", "image": "busybox"})
     core.create_namespaced_pod(NS, body)
@@ -400,6 +416,7 @@ def test_logs_follow(sim: KubeSim, core: client.CoreV1Api) -> None:
     assert data.splitlines()[-1] == "podgahp-sim: container pilot exited with code 0 (Completed)"
 
 
+@pytest.mark.simulator_only("drives the simulated cluster's hand (evictions, preemption, phases)")
 def test_exit_pod_driver(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "30"}))
     wait_phase(sim, core, "p1", "Running")
@@ -409,6 +426,7 @@ def test_exit_pod_driver(sim: KubeSim, core: client.CoreV1Api) -> None:
     assert sim.logs(NS, "p1")[-1] == "podgahp-sim: container pilot exited with code 7 (Error)"
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_requests_by_kubelet_do_not_appear_in_the_request_log(sim: KubeSim, core: client.CoreV1Api) -> None:
     sim.clear_requests()
     core.create_namespaced_pod(NS, pod_body())
@@ -417,6 +435,7 @@ def test_requests_by_kubelet_do_not_appear_in_the_request_log(sim: KubeSim, core
     assert methods.count("POST") == 1
 
 
+@pytest.mark.simulator_only("edits the simulator's state directly")
 def test_a_tick_of_a_large_cluster_visits_only_what_changed_or_is_due(
         make_sim: Callable[..., KubeSim], api_client_for: Callable[..., client.ApiClient]) -> None:
     """With pods visited by change (as from ``full_sync_below_pods`` on), a tick in which nothing

@@ -50,7 +50,12 @@ def make_sim_both_passes(request: pytest.FixtureRequest) -> Iterator[Callable[..
 
 
 @pytest.fixture
-def sim(make_sim: Callable[..., KubeSim]) -> KubeSim:
+def sim(engine: str, request: pytest.FixtureRequest, make_sim: Callable[..., KubeSim]) -> KubeSim:
+    """A simulator with the fast clocks, or on the real engine the real control plane's ``default``
+    namespace (emptied for the test), whose reads are KubeSim's (tests/engines.py)."""
+    if engine == "real":
+        real: KubeSim = request.getfixturevalue("real_default_engine")
+        return real
     return make_sim()
 
 

@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 from podgahp_sim.k8s import KubeSim
 from test_k8s_support import CLIENT_MAJOR, NS, api_client_for, core, make_sim, pod_body, sim
 
-pytestmark = pytest.mark.filterwarnings("error")
+pytestmark = [pytest.mark.filterwarnings("error"), pytest.mark.both_engines]
 __all__ = ["api_client_for", "core", "make_sim", "sim"]  # fixtures used by name
 
 
@@ -53,6 +53,7 @@ def raw_events(sim: KubeSim, query: str, count: int) -> List[Dict[str, Any]]:
     return lines
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_initial_replay_without_resource_version(sim: KubeSim, core: client.CoreV1Api) -> None:
     for name in ("a", "b"):
         core.create_namespaced_pod(NS, pod_body(name, schedulerName="manual"))
@@ -70,8 +71,9 @@ def test_resume_from_resource_version(sim: KubeSim, core: client.CoreV1Api) -> N
     core.create_namespaced_pod(NS, pod_body("b", schedulerName="manual"))
     core.patch_namespaced_pod("a", NS, {"metadata": {"labels": {"x": "y"}}})
     core.delete_namespaced_pod("b", NS)
-    seen = events(core, count=3, resource_version=first.metadata.resource_version)
-    assert [(t, n) for t, n, _ in seen] == [("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    seen = events(core, count=4, resource_version=first.metadata.resource_version)
+    # a pod deleted at once (unscheduled: no grace) is first stored with its deletionTimestamp
+    assert [(t, n) for t, n, _ in seen] == [("ADDED", "b"), ("MODIFIED", "a"), ("MODIFIED", "b"), ("DELETED", "b")]
 
 
 def test_live_events_of_a_pod_lifecycle(sim: KubeSim, core: client.CoreV1Api) -> None:
@@ -89,6 +91,7 @@ def test_live_events_of_a_pod_lifecycle(sim: KubeSim, core: client.CoreV1Api) ->
     assert phases[0] == "Pending" and phases[-1] == "Succeeded" and "Running" in phases
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 def test_too_old_resource_version_is_an_in_stream_410(sim: KubeSim, core: client.CoreV1Api) -> None:
     first = core.create_namespaced_pod(NS, pod_body("a", schedulerName="manual"))
     core.create_namespaced_pod(NS, pod_body("b", schedulerName="manual"))
@@ -107,6 +110,7 @@ def test_too_old_resource_version_is_an_in_stream_410(sim: KubeSim, core: client
     assert events(core, count=1, resource_version=start) == [("ADDED", "c", "Pending")]
 
 
+@pytest.mark.simulator_only("edits the simulator's state directly")
 def test_a_bulk_load_is_listed_and_watches_from_before_it_expire(sim: KubeSim, core: client.CoreV1Api) -> None:
     """Store.load: many objects without an event each; a watch cannot resume across it (410), a LIST
     sees every object with its own resource version, and later changes are watched as usual."""
@@ -128,6 +132,7 @@ def test_a_bulk_load_is_listed_and_watches_from_before_it_expire(sim: KubeSim, c
     assert events(core, count=1, resource_version=start)[0][:2] in (("MODIFIED", "bulk-7"), ("DELETED", "bulk-7"))
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_bounded_event_log_expires_old_versions(make_sim: Callable[..., KubeSim],
                                                 api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim(event_log_size=3)
@@ -140,6 +145,7 @@ def test_bounded_event_log_expires_old_versions(make_sim: Callable[..., KubeSim]
     assert info.value.status == 410
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_watch_retries_once_after_410_without_timeout(sim: KubeSim, core: client.CoreV1Api) -> None:
     """Without timeout_seconds the client re-watches from its last version after an in-stream 410."""
     first = core.create_namespaced_pod(NS, pod_body("a", schedulerName="manual"))
@@ -185,9 +191,11 @@ def test_field_selector_on_phase(sim: KubeSim, core: client.CoreV1Api) -> None:
         seen.append((event["type"], event["object"].status.phase))
         if event["type"] == "DELETED":
             w.stop()
-    assert seen[0] == ("ADDED", "Running") and seen[-1] == ("DELETED", "Succeeded")
+    # the pod that stops matching goes as it last matched (the watch cache sends the previous object)
+    assert seen[0] == ("ADDED", "Running") and seen[-1] == ("DELETED", "Running")
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_all_namespaces_watch(make_sim: Callable[..., KubeSim],
                               api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim(namespaces=("default", "pilots"))
@@ -199,6 +207,7 @@ def test_all_namespaces_watch(make_sim: Callable[..., KubeSim],
         w.stop()
 
 
+@pytest.mark.simulator_only("the simulator's bookmark period (0.3 s here; a real server's is about a minute)")
 def test_bookmarks(sim: KubeSim) -> None:
     lines = raw_events(sim, "watch=true&allowWatchBookmarks=true", 2)
     assert [e["type"] for e in lines] == ["BOOKMARK", "BOOKMARK"]
@@ -206,6 +215,7 @@ def test_bookmarks(sim: KubeSim) -> None:
                                   "metadata": {"resourceVersion": sim.resource_version}}
 
 
+@pytest.mark.simulator_only("the simulator's bookmark period (0.3 s here; a real server's is about a minute)")
 def test_bookmarks_through_the_client(sim: KubeSim, core: client.CoreV1Api) -> None:
     w = watch.Watch()
     seen = [e["type"] for e in w.stream(core.list_namespaced_pod, NS, timeout_seconds=1, allow_watch_bookmarks=True)]
@@ -214,6 +224,7 @@ def test_bookmarks_through_the_client(sim: KubeSim, core: client.CoreV1Api) -> N
     assert w.resource_version == (sim.resource_version if CLIENT_MAJOR >= 37 else None)
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 def test_drop_watches_ends_streams(sim: KubeSim, core: client.CoreV1Api) -> None:
     result: List[str] = []
 
@@ -232,6 +243,7 @@ def test_drop_watches_ends_streams(sim: KubeSim, core: client.CoreV1Api) -> None
     assert result == ["ADDED"]
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_stop_ends_open_watch(make_sim: Callable[..., KubeSim],
                               api_client_for: Callable[..., client.ApiClient]) -> None:
     sim = make_sim()

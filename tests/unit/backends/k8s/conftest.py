@@ -1,5 +1,6 @@
-"""Fixtures of the ``test_k8s_*`` files: a simulated cluster with fast clocks, a kubeconfig for it,
-and Kubernetes backends built from knobs (closed after the test)."""
+"""Fixtures of the ``test_k8s_*`` files: a cluster (the simulated one with fast clocks, or for a test
+marked ``both_engines`` also the real control plane, tests/engines.py), a kubeconfig for it, the
+namespace the backends use, and Kubernetes backends built from knobs (closed after the test)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from podgahp_sim.k8s import KubeSim, SimConfig
 
 
 @pytest.fixture
-def sim() -> Iterator[KubeSim]:
+def sim(engine: str, request: pytest.FixtureRequest) -> Iterator[KubeSim]:
+    """The cluster: a ``KubeSim``, or on the real engine a ``RealEngine`` (its reads are KubeSim's)."""
+    if engine == "real":
+        yield request.getfixturevalue("real_engine")
+        return
     config = SimConfig(namespaces=("default", NAMESPACE), tick_seconds=0.05, run_seconds=0.5,
                        container_create_seconds=0.05, image_backoff_seconds=0.1, gc_seconds=0.1,
                        sigterm_exit_seconds=0.2)
@@ -25,8 +30,14 @@ def sim() -> Iterator[KubeSim]:
 
 
 @pytest.fixture
-def kubeconfig(sim: KubeSim, tmp_path: Path) -> str:
-    return sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE)
+def namespace(sim: KubeSim) -> str:
+    """The namespace of the backends' kubeconfig: ``pilots`` on the simulator, the test's own on the real engine."""
+    return str(getattr(sim, "namespace", NAMESPACE))
+
+
+@pytest.fixture
+def kubeconfig(sim: KubeSim, namespace: str, tmp_path: Path) -> str:
+    return sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=namespace)
 
 
 @pytest.fixture

@@ -26,11 +26,12 @@ from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, make_job, pod_of, wait
 DONE = (Phase.COMPLETED, Phase.HELD, Phase.REMOVED)
 
 
+@pytest.mark.both_engines
 def test_full_lifecycle_writes_out_and_err_before_completed(backend: KubernetesBackend, sim: KubeSim,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, namespace: str) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "0.6"), ("PODGAHP_SIM_LOG", "hello from the pilot")])
     job_id = backend.submit(job)
-    assert job_id.startswith(f"k8s/{NAMESPACE}/pilot-")
+    assert job_id.startswith(f"k8s/{namespace}/pilot-")
     pod = pod_of(sim, job_id)
     assert pod is not None
     meta: Dict[str, Any] = pod["metadata"]  # type: ignore[assignment]
@@ -61,6 +62,7 @@ def test_full_lifecycle_writes_out_and_err_before_completed(backend: KubernetesB
     assert backend.status(job_id) == state
 
 
+@pytest.mark.both_engines
 def test_fresh_process_reports_from_the_job_id_alone(make_backend: BackendFactory, sim: KubeSim,
                                                      tmp_path: Path) -> None:
     first = make_backend()
@@ -72,6 +74,7 @@ def test_fresh_process_reports_from_the_job_id_alone(make_backend: BackendFactor
     assert "exited with code 3" in (tmp_path / "pilot.out").read_text()
 
 
+@pytest.mark.both_engines
 def test_status_is_monotonic_and_reports_running(backend: KubernetesBackend, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1.5")]))
     phases = []
@@ -92,18 +95,21 @@ def _held(state: Any, code: int, subcode: int, *words: str) -> None:
         assert word in state.hold_reason, state.hold_reason
 
 
+@pytest.mark.both_engines
 def test_image_pull_error_holds_naming_the_image(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, settings={"k8s_image": "registry.example/does-not-exist:9"})
     state = wait_state(backend, backend.submit(job), *DONE)
     _held(state, HOLD_FATAL, IMAGE_PULL.subcode, "registry.example/does-not-exist:9")
 
 
+@pytest.mark.both_engines
 def test_invalid_image_name_holds(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, settings={"k8s_image": "Not A Valid Image"})
     state = wait_state(backend, backend.submit(job), *DONE)
     _held(state, HOLD_FATAL, INVALID_IMAGE.subcode, "Not A Valid Image")
 
 
+@pytest.mark.both_engines
 def test_unschedulable_past_the_queue_timeout_holds_with_the_scheduler_message(
         make_backend: BackendFactory, tmp_path: Path) -> None:
     backend = make_backend(PODGAHP_K8S_UNSCHEDULABLE_TIMEOUT_SECONDS="1")
@@ -112,15 +118,17 @@ def test_unschedulable_past_the_queue_timeout_holds_with_the_scheduler_message(
     _held(state, HOLD_RETRYABLE, UNSCHEDULABLE.subcode, "Insufficient cpu")
 
 
+@pytest.mark.both_engines
 def test_unschedulable_within_the_timeout_stays_idle(make_backend: BackendFactory, sim: KubeSim,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, namespace: str) -> None:
     backend = make_backend()
     job_id = backend.submit(make_job(tmp_path, cpus=64))
-    sim.wait_for_pod(NAMESPACE, job_id.split("/")[2], lambda p: bool(p and any(
+    sim.wait_for_pod(namespace, job_id.split("/")[2], lambda p: bool(p and any(
         c.get("reason") == "Unschedulable" for c in (p.get("status") or {}).get("conditions") or [])))
     assert backend.status(job_id).phase is Phase.IDLE
 
 
+@pytest.mark.both_engines
 def test_oom_killed_is_held_with_a_readable_reason(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, memory_mb=100, env=[("PODGAHP_SIM_MEMORY_MIB", "500"),
                                                   ("PODGAHP_SIM_RUN_SECONDS", "5")])
@@ -130,6 +138,7 @@ def test_oom_killed_is_held_with_a_readable_reason(backend: KubernetesBackend, t
     assert state.hold_reason and state.hold_reason.startswith("OOMKilled: the pilot exceeded its memory limit")
 
 
+@pytest.mark.both_engines
 def test_deadline_exceeded_completes_with_a_reason(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, wall_time_s=1, env=[("PODGAHP_SIM_RUN_SECONDS", "30")])
     job_id = backend.submit(job)
@@ -163,6 +172,7 @@ def test_preempted_pod_deleted_by_kubernetes_still_reports_its_outcome(backend: 
     assert state.phase is Phase.COMPLETED and state.exit_reason and "Preempt" in state.exit_reason
 
 
+@pytest.mark.both_engines
 def test_container_config_error_holds(make_backend: BackendFactory, tmp_path: Path) -> None:
     template = tmp_path / "pod.yaml"
     template.write_text(f"""
@@ -179,6 +189,7 @@ spec:
     _held(state, HOLD_FATAL, CONTAINER_CONFIG.subcode, "missing-secret")
 
 
+@pytest.mark.both_engines
 def test_unwritable_output_holds_instead_of_losing_it(backend: KubernetesBackend, tmp_path: Path) -> None:
     job = make_job(tmp_path, stdout=str(tmp_path / "no-such-dir" / "pilot.out"))
     state = wait_state(backend, backend.submit(job), *DONE)
@@ -198,17 +209,19 @@ def test_pod_deleted_by_someone_else_is_removed(backend: KubernetesBackend, sim:
 # Submit: idempotency, staging, refusals.
 
 
+@pytest.mark.both_engines
 def test_repeated_submit_of_a_sandbox_makes_one_pod(backend: KubernetesBackend, make_backend: BackendFactory,
-                                                    sim: KubeSim, tmp_path: Path) -> None:
+                                                    sim: KubeSim, tmp_path: Path, namespace: str) -> None:
     job = make_job(tmp_path, cpus=64)
     first = backend.submit(job)
     assert backend.submit(job) == first
     # another GAHP, with records of its own (none of this job): the pod itself tells it
     (tmp_path / "other-state").mkdir()
     assert make_backend(PODGAHP_STATE_DIR=str(tmp_path / "other-state")).submit(job) == first
-    assert len(sim.pods(NAMESPACE)) == 1
+    assert len(sim.pods(namespace)) == 1
 
 
+@pytest.mark.both_engines
 def test_resubmit_after_hold_while_the_old_pod_terminates(backend: KubernetesBackend, sim: KubeSim,
                                                           tmp_path: Path) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "30"), ("PODGAHP_SIM_SIGTERM_SECONDS", "3")])
@@ -223,8 +236,9 @@ def test_resubmit_after_hold_while_the_old_pod_terminates(backend: KubernetesBac
     assert wait_state(backend, new, Phase.RUNNING).phase is Phase.RUNNING
 
 
+@pytest.mark.both_engines
 def test_input_staging_secret_is_owned_by_the_pod(backend: KubernetesBackend, sim: KubeSim,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, namespace: str) -> None:
     (tmp_path / "config.ini").write_text("[pool]\n")
     proxy = tmp_path / "x509up_u1000"
     proxy.write_text("PROXY-1")
@@ -232,7 +246,7 @@ def test_input_staging_secret_is_owned_by_the_pod(backend: KubernetesBackend, si
                    env=[("PODGAHP_SIM_RUN_SECONDS", "30")])
     job_id = backend.submit(job)
     name = job_id.split("/")[2]
-    secret = sim.secret(NAMESPACE, name)
+    secret = sim.secret(namespace, name)
     pod = pod_of(sim, job_id)
     assert secret is not None and pod is not None
     owner = secret["metadata"]["ownerReferences"][0]
@@ -247,11 +261,11 @@ def test_input_staging_secret_is_owned_by_the_pod(backend: KubernetesBackend, si
 
     proxy.write_text("PROXY-2")
     backend.refresh_proxy(job_id, str(proxy))
-    secret = sim.secret(NAMESPACE, name)
+    secret = sim.secret(namespace, name)
     assert secret is not None and base64.b64decode(secret["data"]["x509userproxy"]) == b"PROXY-2"
 
     backend.cancel(job_id)
-    sim.wait_for(lambda: sim.pod(NAMESPACE, name) is None and sim.secret(NAMESPACE, name) is None, 10,
+    sim.wait_for(lambda: sim.pod(namespace, name) is None and sim.secret(namespace, name) is None, 10,
                  "pod and secret deleted")
     backend.refresh_proxy(job_id, str(proxy))  # gone: nothing to do, no error
 
@@ -272,6 +286,7 @@ def test_quota_refusal_carries_the_api_message(backend: KubernetesBackend, sim: 
         backend.submit(make_job(tmp_path))
 
 
+@pytest.mark.both_engines
 def test_invalid_spec_refusal_carries_the_api_message(make_backend: BackendFactory, tmp_path: Path) -> None:
     template = tmp_path / "pod.yaml"
     template.write_text(f"spec:\n  containers:\n  - name: pilot\n    image: {IMAGE}\n"
@@ -282,6 +297,7 @@ def test_invalid_spec_refusal_carries_the_api_message(make_backend: BackendFacto
         backend.submit(make_job(tmp_path))
 
 
+@pytest.mark.both_engines
 def test_unknown_priority_class_is_refused(backend: KubernetesBackend, tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="no PriorityClass"):
         backend.submit(make_job(tmp_path, settings={"k8s_priority_class": "pilot-low"}))
@@ -314,6 +330,7 @@ def test_request_timeouts_are_bounded(make_backend: BackendFactory, sim: KubeSim
         backend.submit(make_job(tmp_path))
 
 
+@pytest.mark.both_engines
 def test_queue_pod_cap(make_backend: BackendFactory, tmp_path: Path) -> None:
     backend = make_backend(PODGAHP_K8S_MAX_PODS="1")
     backend.submit(make_job(tmp_path, sandbox="a_1.0_1", cpus=64))

@@ -13,6 +13,8 @@ import pytest
 from podgahp_sim.k8s import KubeSim, SimConfig
 from gahp_driver import GahpProcess, gahp_env, script
 
+pytestmark = pytest.mark.both_engines
+
 MEMORY_BOUND_KB = 300 * 1024
 NS = "pilots"
 

@@ -16,6 +16,8 @@ from k8s_helpers import BackendFactory, make_job, wait_state
 from podgahp_sim.k8s import KubeSim
 from polling import wait_until
 
+pytestmark = pytest.mark.both_engines
+
 BAD = "registry.example/does-not-exist:9"
 
 
@@ -23,6 +25,7 @@ def creates(sim: KubeSim) -> int:
     return len([r for r in sim.requests("POST", "/pods$") if r.status == 201 and "dryRun" not in r.query])
 
 
+@pytest.mark.simulator_only("drives the simulated cluster's hand (evictions, preemption, phases)")
 def test_queue_closes_after_failures_and_recovers_once_the_image_exists(make_backend: BackendFactory, sim: KubeSim,
                                                                        tmp_path: Path) -> None:
     knobs = dict(PODGAHP_K8S_IMAGE=BAD, PODGAHP_BLACKHOLE_FAILURES="2", PODGAHP_BLACKHOLE_BACKOFF_SECONDS="2",
@@ -77,6 +80,7 @@ def test_fast_failing_pilots_close_the_queue_and_slow_ones_do_not(make_backend: 
         fast.submit(make_job(tmp_path, sandbox="ce.test_host_8.0_1795297304"))
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_health_figures_match_the_servers_request_log(make_backend: BackendFactory, sim: KubeSim,
                                                       tmp_path: Path) -> None:
     """The GAHP's published counters (requests, pods created, outcomes) are what the API server saw

@@ -24,6 +24,8 @@ from podgahp_sim.k8s import KubeSim, SimConfig
 
 from k8s_helpers import NAMESPACE, BackendFactory, knobs_for, make_job, wait_state
 
+pytestmark = pytest.mark.both_engines
+
 
 @contextlib.contextmanager
 def view_of(kubeconfig: str, **extra: str) -> Iterator[KubernetesCeView]:
@@ -72,6 +74,7 @@ def _pods_left(sim: KubeSim, job_ids: List[str]) -> FrozenSet[str]:
     return frozenset(left)
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_pass_deletes_orphans_of_every_user_and_keeps_the_rest(make_backend: BackendFactory, sim: KubeSim,
                                                                  kubeconfig: str, tmp_path: Path) -> None:
     backend = make_backend()
@@ -100,6 +103,7 @@ def slow_clock_sim() -> Iterator[KubeSim]:
         yield running
 
 
+@pytest.mark.simulator_only("skews the API server's clock")
 def test_ages_are_taken_on_the_api_servers_clock(make_backend: BackendFactory, slow_clock_sim: KubeSim,
                                                  tmp_path: Path) -> None:
     """A pilot started a moment ago is not 660 s old because the reaper's clock is ahead of the API
@@ -118,6 +122,7 @@ def test_ages_are_taken_on_the_api_servers_clock(make_backend: BackendFactory, s
     assert result.deleted == 1 and _pods_left(slow_clock_sim, [job]) == frozenset()
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_refused_pass_deletes_nothing_anywhere(make_backend: BackendFactory, sim: KubeSim, kubeconfig: str,
                                                  tmp_path: Path) -> None:
     """Another CE's pod under this CE's name stops the whole pass, loudly: this CE's own orphan stays too."""
@@ -133,6 +138,7 @@ def test_a_refused_pass_deletes_nothing_anywhere(make_backend: BackendFactory, s
     assert any(line.startswith("LastError = ") for line in classad_lines(result))
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_dry_run_deletes_nothing(make_backend: BackendFactory, sim: KubeSim, kubeconfig: str,
                                  tmp_path: Path) -> None:
     make_backend().submit(make_job(tmp_path))
@@ -140,6 +146,7 @@ def test_dry_run_deletes_nothing(make_backend: BackendFactory, sim: KubeSim, kub
     assert (result.orphans, result.deleted) == (1, 0) and not sim.requests("DELETE")
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_nothing_is_deleted_when_the_schedd_cannot_be_asked(make_backend: BackendFactory, sim: KubeSim,
                                                             kubeconfig: str, tmp_path: Path) -> None:
     make_backend().submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "600")]))
@@ -206,6 +213,7 @@ def two_clusters(tmp_path: Path) -> Iterator[List[KubeSim]]:
         yield [east, west]
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_every_cluster_the_queues_name_is_listed_and_reaped(two_clusters: List[KubeSim], tmp_path: Path) -> None:
     """One CE, queues on two clusters (a kubeconfig each): pods land in their queue's cluster, the census
     lists both with one LIST each, a pass deletes the orphans of both and keeps the held pods, and the

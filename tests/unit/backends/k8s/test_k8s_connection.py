@@ -17,6 +17,8 @@ from podgahp_sim.k8s import KubeSim, SimConfig
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, make_job, wait_state
 
+pytestmark = pytest.mark.both_engines
+
 FAST = dict(namespaces=("default", NAMESPACE), tick_seconds=0.05, run_seconds=0.3, container_create_seconds=0.05)
 
 
@@ -36,6 +38,7 @@ def backend_from(knobs: dict) -> KubernetesBackend:
     return KubernetesBackend.from_knobs(Knobs(knobs))
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_pilot_runs_over_https_with_client_certificate(tls_sim: KubeSim, tmp_path: Path) -> None:
     kubeconfig = tls_sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE, client_cert=True)
     backend = backend_from(knobs_for(kubeconfig))
@@ -49,6 +52,7 @@ def test_pilot_runs_over_https_with_client_certificate(tls_sim: KubeSim, tmp_pat
     assert all("authorization" not in r.headers for r in tls_sim.requests())
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_token_over_plain_http_is_refused_without_a_request(plain_sim: KubeSim, tmp_path: Path) -> None:
     kubeconfig = plain_sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE)
     backend = backend_from(knobs_for(kubeconfig))
@@ -62,6 +66,7 @@ def test_token_over_plain_http_is_refused_without_a_request(plain_sim: KubeSim, 
     assert plain_sim.requests() == []
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_plain_http_allowed_by_the_knob(plain_sim: KubeSim, tmp_path: Path) -> None:
     kubeconfig = plain_sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE)
     backend = backend_from(knobs_for(kubeconfig, PODGAHP_K8S_ALLOW_INSECURE_HTTP="True"))
@@ -72,6 +77,7 @@ def test_plain_http_allowed_by_the_knob(plain_sim: KubeSim, tmp_path: Path) -> N
     assert plain_sim.requests()
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_in_cluster_service_account(tls_sim: KubeSim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = tls_sim.write_service_account(str(tmp_path / "sa"), namespace=NAMESPACE)
     for key, value in env.items():
@@ -151,6 +157,7 @@ def test_a_failed_credential_refresh_is_tried_again_at_the_next_request() -> Non
     assert len(attempts) == 2
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_kubeconfig_token_is_sent_with_the_throttle_in_place(tls_sim: KubeSim, tmp_path: Path) -> None:
     """The loader's real hook under the throttle: every request carries the kubeconfig's token."""
     kubeconfig = tls_sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE)

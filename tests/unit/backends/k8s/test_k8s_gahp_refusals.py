@@ -14,6 +14,8 @@ from gahp_driver import GahpProcess, gahp_env, script
 from podgahp_sim.k8s import KubeSim, SimConfig
 from polling import wait_until
 
+pytestmark = pytest.mark.both_engines
+
 NS = "pilots"
 MIB = 1024 * 1024
 
@@ -50,6 +52,7 @@ def pod_of(sim: KubeSim, job_id: str) -> object:
     return sim.pod(NS, job_id.split("/")[2])
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 def test_a_delete_the_api_server_refuses_is_a_failed_cancel(gahp: GahpProcess, sim: KubeSim,
                                                             tmp_path: Path) -> None:
     rc, err, job_id = gahp.request("BLAH_JOB_SUBMIT", submit_ad(tmp_path / "iwd",
@@ -74,6 +77,7 @@ def test_a_delete_the_api_server_refuses_is_a_failed_cancel(gahp: GahpProcess, s
     ({"Arguments": '"' + "x" * (3 * MIB + 100) + '"'}, "the Kubernetes API accepts in one request"),
     ({"Arguments": '"' + "x" * (2 * MIB) + '"'}, "etcd keeps per object"),
 ], ids=["over-the-request-limit", "over-what-etcd-keeps"])
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_pod_too_large_for_the_api_server_is_a_failed_submit_never_sent(
         gahp: GahpProcess, sim: KubeSim, tmp_path: Path, attrs: dict, words: str) -> None:
     sim.clear_requests()

@@ -23,6 +23,8 @@ from gahp.errors import (AuthError, BackendError, ConfigError, Conflict, Expired
 from k8s_helpers import make_job
 from paths import DOCS
 
+pytestmark = pytest.mark.both_engines
+
 TEMPLATE = """
 metadata:
   name: ignored

@@ -17,6 +17,8 @@ from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import BackendFactory, make_job
 
+pytestmark = pytest.mark.both_engines
+
 MIB = 1024 * 1024
 
 
@@ -34,6 +36,7 @@ MIB = 1024 * 1024
      r"the pod's annotations would take \d+ bytes, over the 262144 Kubernetes allows an object in all: they "
      r"record the job's Iwd, Cmd, Out and Err paths"),
 ], ids=["arguments-over-the-body-limit", "arguments-over-etcd", "many-variables-over-etcd", "long-paths"])
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_pod_over_the_api_servers_limits_is_held_before_any_request(
         make_backend: BackendFactory, sim: KubeSim, tmp_path: Path, fields: Dict[str, Any], reason: str) -> None:
     backend = make_backend()
@@ -48,7 +51,7 @@ def test_a_large_pod_within_the_limits_is_created(make_backend: BackendFactory, 
     backend = make_backend()
     job = backend.submit(make_job(tmp_path, arguments=("a" * MIB,),
                                   environment=tuple((f"V{i}", "x" * 20) for i in range(1000))))
-    pod = sim.pod("pilots", job.split("/")[2])
+    pod = sim.pod(job.split("/")[1], job.split("/")[2])
     assert pod is not None and pod["spec"]["containers"][0]["args"] == ["a" * MIB]
 
 
@@ -86,6 +89,7 @@ def test_the_estimate_covers_what_the_api_server_stores(sim: KubeSim, make_backe
     assert server_limits.stored_size(stored) <= estimate
 
 
+@pytest.mark.simulator_only("edits the simulator's state directly")
 def test_inputs_of_a_full_mebibyte_fit_in_the_secret(make_backend: BackendFactory, sim: KubeSim,
                                                      tmp_path: Path) -> None:
     """Staged inputs are checked against the Secret limit (1 MiB of data) when staged; a Secret holding

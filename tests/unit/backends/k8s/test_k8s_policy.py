@@ -15,6 +15,8 @@ from gahp.errors import InvalidJob
 
 from k8s_helpers import make_job
 
+pytestmark = pytest.mark.both_engines
+
 QUEUES = {"PODGAHP_K8S_QUEUES": "cpu gpu", "PODGAHP_K8S_IMAGE": "registry.example/pilot:1"}
 
 

@@ -19,6 +19,8 @@ from podgahp_sim.k8s import KubeSim
 from k8s_helpers import NAMESPACE, BackendFactory, make_job, wait_state
 from paths import DOCS
 
+pytestmark = pytest.mark.both_engines
+
 MANIFEST = DOCS / "podgahp-rbac.yaml"
 
 
@@ -39,6 +41,7 @@ def test_manifest_grants_exactly_the_rights_used() -> None:
     assert role()["metadata"]["namespace"] == NAMESPACE
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_every_operation_goes_through_with_the_role(make_backend: BackendFactory, sim: KubeSim,
                                                     tmp_path: Path) -> None:
     sim.enforce_role(role())
@@ -99,6 +102,7 @@ def test_ping_with_a_token_file_that_cannot_be_read(make_backend: BackendFactory
         make_backend(PODGAHP_K8S_TOKEN_FILE=str(tmp_path / "missing-token")).ping()
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_reaper_and_pings_do_not_need_more(make_backend: BackendFactory, sim: KubeSim) -> None:
     sim.enforce_role(role())
     backend: KubernetesBackend = make_backend()

@@ -16,6 +16,8 @@ from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import NAMESPACE, BackendFactory, make_job, pod_of, wait_state
 
+pytestmark = pytest.mark.both_engines
+
 
 def generation(job_id: str) -> int:
     return int(job_id.rsplit("-", 1)[1])
@@ -34,13 +36,15 @@ def test_every_rule_has_a_case() -> None:
     assert resubmit_case(pod) == "being deleted"
 
 
-def test_live_pod_is_returned(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
+def test_live_pod_is_returned(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path,
+                              namespace: str) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "60")])
     first = backend.submit(job)
     assert backend.submit(job) == first
-    assert len(sim.pods(NAMESPACE)) == 1
+    assert len(sim.pods(namespace)) == 1
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_finished_unreported_pod_is_returned_not_rerun(make_backend: BackendFactory, sim: KubeSim,
                                                        tmp_path: Path) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "0.1")])
@@ -73,6 +77,7 @@ def test_pod_being_deleted_makes_way_for_a_new_generation(backend: KubernetesBac
     assert generation(backend.submit(job)) == generation(first) + 1
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 def test_failed_cancel_is_retried_until_the_pod_is_gone(backend: KubernetesBackend, sim: KubeSim,
                                                         tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "600")]))
@@ -89,6 +94,7 @@ def test_failed_cancel_is_retried_until_the_pod_is_gone(backend: KubernetesBacke
     sim.wait_for(lambda: backend._cancels.pending() == 0, 10, "the retry recorded as done")
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 @pytest.mark.parametrize("seconds", [0])
 def test_cancel_retries_give_up_after_the_knob(make_backend: BackendFactory, sim: KubeSim, tmp_path: Path,
                                                seconds: int) -> None:
@@ -104,6 +110,7 @@ def test_cancel_retries_give_up_after_the_knob(make_backend: BackendFactory, sim
     assert pod_of(sim, job_id) is not None  # left to podgahp reap
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_create_answered_too_late_is_not_made_twice(make_backend: BackendFactory, sim: KubeSim,
                                                       tmp_path: Path) -> None:
     # The API server makes the pod but answers after the client's timeout: the retry's create gets

@@ -13,6 +13,8 @@ from gahp.backends.k8s.schema import schema_errors
 from gahp.errors import ConfigError
 from paths import DOCS
 
+pytestmark = pytest.mark.both_engines
+
 
 
 @pytest.mark.parametrize("container,message", [

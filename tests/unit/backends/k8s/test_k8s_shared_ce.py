@@ -20,6 +20,8 @@ from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, make_job, pod_of, wait_state
 
+pytestmark = pytest.mark.both_engines
+
 VICTIM_SANDBOX = "ce.test_victim_12.0_1795297304"
 
 
@@ -54,6 +56,7 @@ def test_claiming_another_users_sandbox_gets_a_pod_of_ones_own(users: List[Kuber
     assert alice.status(victim).phase is Phase.RUNNING
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_another_users_job_id_is_refused_without_a_write(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
                                                          tmp_path: Path) -> None:
     alice, mallory = users
@@ -78,6 +81,7 @@ def test_another_users_job_id_is_refused_without_a_write(users: List[KubernetesB
     "k8s/pilots/pilot-00000000000000000000-0", "k8s/pilots/pilot-00000000000000000000-1?watch=1",
     "k8s/pilots/pilot-00000000000000000000-1%2F..", "k8s/pilots/pilot-00000000000000000000-1 ",
 ])
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_crafted_job_ids_never_reach_the_api(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
                                              crafted: str) -> None:
     _, mallory = users
@@ -88,6 +92,7 @@ def test_crafted_job_ids_never_reach_the_api(users: List[KubernetesBackend], sim
     assert sim.requests() == []
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_pod_podgahp_did_not_make_is_not_touched(users: List[KubernetesBackend], sim: KubeSim) -> None:  # noqa: F811
     alice, _ = users
     name = "pilot-0123456789abcdef0123-1"
@@ -101,6 +106,7 @@ def test_a_pod_podgahp_did_not_make_is_not_touched(users: List[KubernetesBackend
     assert writes(sim) == [] and sim.pod(NAMESPACE, name) is not None
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_cancel_deletes_exactly_the_jobs_pod(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
                                              tmp_path: Path) -> None:
     alice, _ = users
@@ -123,7 +129,8 @@ def test_pilot_pods_get_no_service_account_token(users: List[KubernetesBackend],
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["same-gahp", "fresh-gahp"])
 def test_a_patched_out_annotation_sends_no_output_elsewhere(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
-                                                            kubeconfig: str, tmp_path: Path, fresh: bool) -> None:
+                                                            kubeconfig: str, tmp_path: Path, fresh: bool,
+                                                            namespace: str) -> None:
     """Someone allowed to patch pods in the namespace points the pod's out/err annotations at a private
     file of the victim, outside the pilot's directory. The victim's GAHP (the same one, or a fresh one
     that only has the job id) writes the pod log to the pilot's own Out, and nothing else."""
@@ -141,7 +148,7 @@ def test_a_patched_out_annotation_sends_no_output_elsewhere(users: List[Kubernet
     name = parse_job_id(jid)[1]
     core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig, persist_config=False))
     try:
-        core.patch_namespaced_pod(name, NAMESPACE, {"metadata": {"annotations": {
+        core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
             "podgahp.htcondor.org/out": str(private), "podgahp.htcondor.org/err": str(private),
             "podgahp.htcondor.org/iwd": str(private.parent)}}})
     finally:

@@ -17,6 +17,8 @@ from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
 from gahp import holds
 from gahp.jobstate import Phase
 
+pytestmark = pytest.mark.both_engines
+
 NOW = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=datetime.timezone.utc)
 JsonObj = Dict[str, Any]
 

@@ -25,6 +25,8 @@ from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
 from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, knobs_for, make_job, wait_state
 from polling import wait_until
 
+pytestmark = pytest.mark.both_engines
+
 
 USER = getpass.getuser()
 
@@ -34,7 +36,8 @@ def name_of(tag: str, generation: int = 1) -> str:
     return pod_name(sandbox_key("ce.test", USER, tag), generation)
 
 
-def _create_pods(sim: KubeSim, names: List[str], labels: dict = {}) -> None:  # noqa: B006 - read only
+def _create_pods(sim: KubeSim, names: List[str], labels: dict = {},  # noqa: B006 - read only
+                 namespace: str = NAMESPACE) -> None:
     """Create pods straight through the REST API, labelled as this user's pilots on this CE (long-running)."""
     for name in names:
         body = {"apiVersion": "v1", "kind": "Pod",
@@ -45,7 +48,7 @@ def _create_pods(sim: KubeSim, names: List[str], labels: dict = {}) -> None:  # 
                          "containers": [{"name": "pilot", "image": IMAGE,
                                          "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}},
                                          "env": [{"name": "PODGAHP_SIM_RUN_SECONDS", "value": "3600"}]}]}}
-        request = urllib.request.Request(f"{sim.url}/api/v1/namespaces/{NAMESPACE}/pods", method="POST",
+        request = urllib.request.Request(f"{sim.url}/api/v1/namespaces/{namespace}/pods", method="POST",
                                          data=json.dumps(body).encode(),
                                          headers={"Authorization": f"Bearer {sim.token}",
                                                   "Content-Type": "application/json"})
@@ -53,9 +56,9 @@ def _create_pods(sim: KubeSim, names: List[str], labels: dict = {}) -> None:  # 
             assert response.status == 201
 
 
-def _poll_all(backend: KubernetesBackend, names: List[str]) -> None:
+def _poll_all(backend: KubernetesBackend, names: List[str], namespace: str = NAMESPACE) -> None:
     for name in names:
-        assert backend.status(f"k8s/{NAMESPACE}/{name}").phase in (Phase.IDLE, Phase.RUNNING)
+        assert backend.status(f"k8s/{namespace}/{name}").phase in (Phase.IDLE, Phase.RUNNING)
 
 
 @pytest.fixture
@@ -76,6 +79,7 @@ def big_backend(big_sim: KubeSim, tmp_path: Path) -> Iterator[KubernetesBackend]
     backend.close()
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: KubernetesBackend, big_sim: KubeSim) -> None:
     """Polls are answered from the watch copy: once the copy is in and its WATCH open, polling 10 pilots
     or 1000 makes no API request at all. The count starts only then, so that it holds the polls'
@@ -103,6 +107,7 @@ def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: Kubernetes
     assert (cache.lists, cache.watches) == sessions  # the same WATCH all along: the copy made no request
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend, sim: KubeSim,
                                                       tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1.5")]))
@@ -122,6 +127,7 @@ def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend
     assert state.phase is Phase.COMPLETED and cache.lists == lists  # resumed, not relisted
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 def test_expired_watch_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
@@ -138,6 +144,7 @@ def test_expired_watch_relists(backend: KubernetesBackend, sim: KubeSim, tmp_pat
     assert wait_state(backend, job_id, Phase.COMPLETED, Phase.HELD).phase is Phase.COMPLETED
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 def test_expired_watch_as_http_410_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
@@ -147,6 +154,7 @@ def test_expired_watch_as_http_410_relists(backend: KubernetesBackend, sim: Kube
     sim.wait_for(lambda: sim.drop_watches() or cache.lists > lists, 5, "a relist after HTTP 410")
 
 
+@pytest.mark.simulator_only("changes the credentials the simulator accepts")
 def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: KubernetesBackend, sim: KubeSim,
                                                          tmp_path: Path) -> None:
     """The answer (and its status ad) is built once per change of the pod, not per poll."""
@@ -168,6 +176,7 @@ def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: KubernetesBac
     assert backend.status_now(job_id) is running
 
 
+@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
 def test_status_keeps_answering_from_the_cache_while_the_api_fails(backend: KubernetesBackend, sim: KubeSim,
                                                                    tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, cpus=64))
@@ -180,23 +189,24 @@ def test_status_keeps_answering_from_the_cache_while_the_api_fails(backend: Kube
 
 
 def test_clean_up_deletes_reported_and_superseded_pods(make_backend: BackendFactory, sim: KubeSim,
-                                                       tmp_path: Path) -> None:
+                                                       tmp_path: Path, namespace: str) -> None:
     backend = make_backend(PODGAHP_K8S_FINISHED_RETENTION_SECONDS="0")
     done = backend.submit(make_job(tmp_path, sandbox="done_1.0_1"))
     assert wait_state(backend, done, Phase.COMPLETED).phase is Phase.COMPLETED
     unreported = backend.submit(make_job(tmp_path, sandbox="quiet_1.0_1", stdout=None, stderr=None))
-    sim.wait_for_phase(NAMESPACE, unreported.split("/")[2], "Succeeded")
+    sim.wait_for_phase(namespace, unreported.split("/")[2], "Succeeded")
     old_gen, new_gen = name_of("shared", 1), name_of("shared", 2)
-    _create_pods(sim, [old_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"})
-    _create_pods(sim, [new_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"})
+    _create_pods(sim, [old_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"}, namespace)
+    _create_pods(sim, [new_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"}, namespace)
     cache = next(iter(backend._caches.values()))
     sim.wait_for(lambda: cache.get(new_gen) and cache.get(done.split("/")[2]) is not None and
                  cache.get(done.split("/")[2]).annotation(ANN_REPORTED), 5, "cache current")  # type: ignore[union-attr]
     deleted = backend.reap(cache)
     assert sorted(deleted) == sorted([done.split("/")[2], old_gen])
-    assert sim.pod(NAMESPACE, unreported.split("/")[2]) is not None  # outcome never reported: kept
+    assert sim.pod(namespace, unreported.split("/")[2]) is not None  # outcome never reported: kept
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_submit_costs_a_pod_and_a_secret_and_no_list(backend: KubernetesBackend, sim: KubeSim,
                                                        tmp_path: Path) -> None:
     """Once the watch copy is in, each submit is two requests (create pod, create Secret): whether the
@@ -212,6 +222,7 @@ def test_a_submit_costs_a_pod_and_a_secret_and_no_list(backend: KubernetesBacken
     assert len(served) == 40
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_status_for_a_pod_the_copy_lacks_reads_that_pod_only(backend: KubernetesBackend, sim: KubeSim,
                                                               tmp_path: Path) -> None:
     """An unknown job id costs one GET of that pod, never a relist of the namespace."""
@@ -224,23 +235,25 @@ def test_a_status_for_a_pod_the_copy_lacks_reads_that_pod_only(backend: Kubernet
     assert served == [("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name_of('never-made')}")], served
 
 
-def test_one_clean_up_pass_deletes_everything_due(make_backend: BackendFactory, sim: KubeSim, tmp_path: Path) -> None:
+def test_one_clean_up_pass_deletes_everything_due(make_backend: BackendFactory, sim: KubeSim, tmp_path: Path,
+                                                  namespace: str) -> None:
     """However many pods are due (here 120 superseded ones, more than a capped pass took), one pass
     deletes them all; nothing else is touched."""
     backend = make_backend()
     old = [name_of(f"many-{i:03d}", 1) for i in range(120)]
     for i, name in enumerate(old):
-        _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "1"})
+        _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "1"}, namespace)
     newer = [name_of(f"many-{i:03d}", 2) for i in range(120)]
     for i, name in enumerate(newer):
-        _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "2"})
-    _poll_all(backend, newer[:1])  # starts the watch copy
+        _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "2"}, namespace)
+    _poll_all(backend, newer[:1], namespace)  # starts the watch copy
     cache = next(iter(backend._caches.values()))
     sim.wait_for(lambda: all(cache.get(n) for n in newer), 20, "the watch copy has every pod")
     assert sorted(backend.reap(cache)) == sorted(old)
-    assert all(sim.pod(NAMESPACE, n) is not None for n in newer)
+    assert all(sim.pod(namespace, n) is not None for n in newer)
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_a_status_does_not_wait_for_the_namespace_list(make_backend: BackendFactory, sim: KubeSim) -> None:
     """A GAHP started on a namespace whose LIST is slow (many pods, a loaded API server) answers a
     status with one GET of that pod instead of waiting for the LIST."""
@@ -306,6 +319,7 @@ def test_a_list_reads_every_page_and_starts_again_when_its_token_expires(
     assert len(ahead) == (2 + 4 if msgspec_there else 0)  # every request but the first of each LIST
 
 
+@pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_close_ends_every_thread_and_refuses_new_work(make_backend: BackendFactory, sim: KubeSim) -> None:
     """close() returns once the watch and warm-up threads have ended, even while a request of the copy
     waits out a long back-off before its next attempt; the backend then starts no copy and makes no

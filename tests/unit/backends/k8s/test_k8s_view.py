@@ -13,6 +13,8 @@ from gahp.backends.k8s.identity import refusal
 from gahp.backends.k8s.state import classify
 from gahp.backends.k8s.view import PodRecord, container_state, decode_event, decode_pod
 
+pytestmark = pytest.mark.both_engines
+
 POD: Dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "1"}, "annotations": {"b": "2"},
                  "deletionTimestamp": "2026-11-25T00:00:00Z", "creationTimestamp": "2026-11-24T00:00:00Z"},

@@ -14,6 +14,8 @@ from gahp.errors import AuthError, ConfigError, InvalidJob
 from k8s_helpers import NAMESPACE, BackendFactory, knobs_for, make_job, pod_of
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
 
+pytestmark = pytest.mark.both_engines
+
 
 def node(name: str, cpu: str, memory: str, labels: Dict[str, str] = {}, taints: List[Dict[str, str]] = [],
          unschedulable: bool = False) -> Dict[str, Any]:
@@ -141,6 +143,7 @@ def test_a_whole_node_pilot_gets_the_largest_node_of_its_queue(make_backend: Bac
     assert (requests(ordinary)["cpu"], requests(ordinary)["memory"]) == ("1", "256Mi")
 
 
+@pytest.mark.simulator_only("starts simulators of its own")
 def test_a_whole_node_pilot_is_held_where_nodes_cannot_be_listed(tmp_path: Path) -> None:
     from podgahp_sim.k8s import RbacRule
 

@@ -1,0 +1,139 @@
+"""A cluster made of a real control plane (:mod:`.controlplane`) and simulated nodes (:mod:`.node`) in
+this process: what ``podgahp sim k8s --control-plane DIR`` runs, and what the tests run the Kubernetes
+backend and the simulator-fidelity tests against besides the simulated API server.
+
+Owns the nodes' lifecycle around the control plane's, namespaces made ready for pods (the
+controller-manager has made their ``default`` ServiceAccount), and :func:`serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from .client import ApiError, Client, read_kubeconfig
+from .controlplane import ControlPlane
+from .node import NodeAgent, NodeSpec
+
+log = logging.getLogger(__name__)
+
+
+class KubeCluster:
+    """A control plane from ``binaries`` with ``nodes``; start with :meth:`start`, stop with :meth:`stop`."""
+
+    def __init__(self, binaries: Path, nodes: Sequence[NodeSpec], base: Optional[Path] = None) -> None:
+        self.plane = ControlPlane(binaries, base)
+        self.node_specs = list(nodes)
+        self.nodes: List[NodeAgent] = []
+        self._admin: Optional[Client] = None
+
+    @property
+    def url(self) -> str:
+        return self.plane.url
+
+    @property
+    def admin(self) -> Client:
+        if self._admin is None:
+            self._admin = Client(read_kubeconfig(str(self.plane.admin_kubeconfig)))
+        return self._admin
+
+    def start(self, timeout: float = 180.0) -> "KubeCluster":
+        deadline = time.monotonic() + timeout
+        self.plane.start(timeout)
+        try:
+            for spec in self.node_specs:
+                kubeconfig = read_kubeconfig(str(self.plane.node_kubeconfig(spec.name)))
+                self.nodes.append(NodeAgent(kubeconfig, spec, client_ca_pem=self.plane.ca_pem).start())
+            self.wait(lambda: self._nodes_ready(), deadline, "every node Ready")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _nodes_ready(self) -> bool:
+        items = self.admin.get("/api/v1/nodes").get("items") or []
+        ready = {n["metadata"]["name"] for n in items
+                 if any(c.get("type") == "Ready" and c.get("status") == "True" for c in n["status"].get("conditions") or [])}
+        return all(spec.name in ready for spec in self.node_specs)
+
+    def wait(self, ready: Callable[[], bool], deadline: float, what: str) -> None:
+        while not ready():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{what}: not within the time given; logs in {self.plane.path('logs')}")
+            time.sleep(0.1)
+
+    def add_namespace(self, name: str, labels: Optional[Mapping[str, str]] = None, timeout: float = 60.0) -> None:
+        """Make namespace ``name`` (if new) and wait until pods can be made in it."""
+        try:
+            self.admin.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                           "metadata": {"name": name, "labels": dict(labels or {})}})
+        except ApiError as e:
+            if e.status != 409:
+                raise
+        self.wait(lambda: self._has_default_account(name), time.monotonic() + timeout,
+                  f"the default ServiceAccount of namespace {name}")
+
+    def _has_default_account(self, namespace: str) -> bool:
+        try:
+            self.admin.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+            return True
+        except ApiError:
+            return False
+
+    def delete_namespace(self, name: str) -> None:
+        try:
+            self.admin.call("DELETE", f"/api/v1/namespaces/{name}", {"propagationPolicy": "Background"})
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    def write_kubeconfig(self, path: str, namespace: str = "default") -> str:
+        self.plane.kubeconfig(Path(path), namespace=namespace)
+        return path
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.nodes.clear()
+        self.plane.stop()
+
+    def __enter__(self) -> "KubeCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def describe(self) -> Dict[str, Any]:
+        return dict(self.plane.describe(), nodes=[n.spec.name for n in self.nodes])
+
+
+def serve(binaries: str, kubeconfig_path: str, namespace: str = "default", namespaces: Sequence[str] = (),
+          nodes: Sequence[NodeSpec] = (), ready: Optional[Callable[[KubeCluster], None]] = None,
+          stop: Optional[threading.Event] = None) -> None:
+    """Run a control plane from ``binaries`` with ``nodes`` until SIGINT/SIGTERM (or ``stop``), the
+    admin kubeconfig (context namespace ``namespace``) at ``kubeconfig_path``."""
+    done = stop or threading.Event()
+    handlers: Dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, lambda *_: done.set())
+    try:
+        with KubeCluster(Path(binaries), nodes) as cluster:
+            for name in dict.fromkeys([namespace, *namespaces]):
+                cluster.add_namespace(name)
+            cluster.write_kubeconfig(kubeconfig_path, namespace=namespace)
+            os.chmod(kubeconfig_path, 0o600)
+            log.info("control plane %s", json.dumps(cluster.describe()))
+            if ready is not None:
+                ready(cluster)
+            while not done.wait(0.5):
+                pass
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,227 @@
+"""The two engines the Kubernetes tests run against: the simulated API server (``podgahp_sim.k8s``)
+and the real control plane (Kubernetes' own kube-apiserver, etcd, scheduler and controller-manager,
+built from Debian's sources by ``harness.controlplane``) with the simulator's kubelets as its nodes.
+
+A test asks for the ``engine`` fixture's parameter through the ``both_engines`` mark (a module's
+``pytestmark`` or a test's own); without it a test runs on the simulator alone, as the tests that
+inject faults (503s, latency, dropped watches, clock skew) or drive the simulator's hand (evictions,
+preemption, phases set by the test) must. The real engine is one control plane per test process
+(session-scoped, started at its first use), each test a namespace of its own.
+
+:class:`RealEngine` offers the reading part of ``KubeSim``'s interface (pods, secrets, waits, logs,
+a kubeconfig) over the real API server, so that a test written against the simulator's reads runs
+on both.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets as random
+import ssl
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from podgahp_sim.kube.client import ApiError
+from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.k8s.store import json_copy
+from podgahp_sim.kube.node import NodeSpec
+from podgahp_sim.kube.pki import write_kubeconfig
+from polling import wait_until
+
+ENGINES = ("simulated", "real")
+JsonObj = Dict[str, Any]
+
+#: The nodes of the real engine: as the simulator's default nodes (two of 4 CPUs and 16 GiB), with the
+#: fast clocks of the simulator fixtures.
+NODES = tuple(NodeSpec("sim-node-%d" % i, cpus="4", memory="16Gi", tick_seconds=0.05, run_seconds=0.5,
+                       container_create_seconds=0.05, sigterm_exit_seconds=0.2) for i in (1, 2))
+
+
+def control_plane_binaries() -> Path:
+    """The control plane's binaries: built from Debian's sources the first time (make k8s-control-plane
+    does it before the tests; a failed build fails the test that needs it, it never skips)."""
+    from harness.controlplane import build_control_plane
+
+    return build_control_plane()
+
+
+def start_real_cluster(base: Optional[Path] = None) -> KubeCluster:
+    return KubeCluster(control_plane_binaries(), NODES, base=base).start()
+
+
+def namespace_for(test_name: str) -> str:
+    """A namespace of its own for a test (a DNS label: at most 63 characters)."""
+    stem = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:50].strip("-")
+    return "%s-%s" % (stem or "t", random.token_hex(3))
+
+
+ACCOUNT = "podgahp-test"
+"""The ServiceAccount a test's backends are: cluster-admin until the test enforces a Role (the simulator
+allows everything until then too), then that Role's rights alone."""
+
+
+class RealEngine:
+    """One test's view of the real cluster: its namespace, a ServiceAccount and its token, and
+    KubeSim's reads (and ``enforce_role``) over the real API server. :meth:`close` removes what the
+    namespace's deletion does not (the account's ClusterRoleBinding)."""
+
+    name = "real"
+
+    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.api = cluster.admin
+        self.user = "system:serviceaccount:%s:%s" % (namespace, ACCOUNT)
+        self._binding = "podgahp-test-" + namespace
+        self._create("/api/v1/namespaces/%s/serviceaccounts" % namespace,
+                     {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT}})
+        self._create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": self._binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}]})
+        answer = self.api.call("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, ACCOUNT), {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})
+        self.token = str(answer["status"]["token"])
+        wait_until(lambda: self._allowed("list", "", "nodes", ""), "the account's cluster-admin binding in effect")
+
+    def close(self) -> None:
+        self._unbind()
+
+    def _create(self, path: str, body: JsonObj) -> None:
+        """Create an object, or find it there (a ServiceAccount of an earlier test of the namespace)."""
+        try:
+            self.api.call("POST", path, body)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+
+    def _unbind(self) -> None:
+        try:
+            self.api.call("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + self._binding)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    @property
+    def resource_version(self) -> str:
+        """The API server's latest resourceVersion (a list's)."""
+        return str(self.api.get("/api/v1/namespaces/%s/pods" % self.namespace)["metadata"]["resourceVersion"])
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cadata=self.cluster.plane.ca_pem.decode("ascii"))
+
+    def write_kubeconfig(self, path: str, namespace: Optional[str] = None, context_name: str = "podgahp-real",
+                         token: Optional[str] = None) -> str:
+        """A kubeconfig of the test's ServiceAccount (its token, or ``token``), context namespace the test's."""
+        write_kubeconfig(Path(path), self.url, self.cluster.plane.ca_pem, {"token": token or self.token},
+                         namespace=namespace or self.namespace, context=context_name)
+        return path
+
+    def empty_namespace(self) -> None:
+        """Remove every pod (at once), Secret, ConfigMap and Event of the namespace but what the
+        controllers keep there (ServiceAccounts' token Secrets, ``kube-root-ca.crt``): for the tests that
+        name the ``default`` namespace, each starts from an empty one as on a fresh simulator."""
+        base = "/api/v1/namespaces/" + self.namespace
+        for pod in self.api.get(base + "/pods").get("items") or []:
+            try:
+                self.api.call("DELETE", "%s/pods/%s" % (base, pod["metadata"]["name"]), {"gracePeriodSeconds": 0})
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+        for resource, keep in (("secrets", lambda o: o.get("type") == "kubernetes.io/service-account-token"),
+                               ("configmaps", lambda o: o["metadata"]["name"] == "kube-root-ca.crt"),
+                               ("events", lambda o: False)):
+            for obj in self.api.get("%s/%s" % (base, resource)).get("items") or []:
+                if not keep(obj):
+                    try:
+                        self.api.call("DELETE", "%s/%s/%s" % (base, resource, obj["metadata"]["name"]))
+                    except ApiError as e:
+                        if e.status != 404:
+                            raise
+        wait_until(lambda: not self.api.get(base + "/pods").get("items"), "namespace %s without pods" % self.namespace)
+
+    def _allowed(self, verb: str, group: str, resource: str, namespace: str) -> bool:
+        review = self.api.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": self.user, "groups": ["system:serviceaccounts", "system:authenticated"],
+                     "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                            "namespace": namespace}}})
+        return bool((review.get("status") or {}).get("allowed"))
+
+    def enforce_role(self, role: JsonObj) -> None:
+        """The account gets this Role's rights in the test's namespace, and nothing else (as KubeSim's)."""
+        body = json_copy(role)
+        body["metadata"] = {"name": "podgahp-test", "namespace": self.namespace}
+        base = "/apis/rbac.authorization.k8s.io/v1/namespaces/%s" % self.namespace
+        try:
+            self.api.call("DELETE", base + "/roles/podgahp-test")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+        self.api.call("POST", base + "/roles", body)
+        self.api.call("POST", base + "/rolebindings", {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "podgahp-test"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "podgahp-test"},
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": self.namespace}]}) \
+            if not self._get(base + "/rolebindings/podgahp-test") else None
+        self._unbind()
+        rule = (body.get("rules") or [{}])[0]
+        wait_until(lambda: not self._allowed("list", "", "nodes", "") and self._allowed(
+            rule["verbs"][0], rule["apiGroups"][0], rule["resources"][0], self.namespace),
+            "the Role alone in effect for %s" % self.user)
+
+    def _get(self, path: str) -> Optional[JsonObj]:
+        try:
+            return self.api.get(path)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def pod(self, namespace: str, name: str) -> Optional[JsonObj]:
+        return self._get("/api/v1/namespaces/%s/pods/%s" % (namespace, name))
+
+    def pods(self, namespace: Optional[str] = None) -> List[JsonObj]:
+        listed = self.api.get("/api/v1/namespaces/%s/pods" % (namespace or self.namespace))
+        return sorted(listed.get("items") or [], key=lambda p: p["metadata"]["name"])
+
+    def secret(self, namespace: str, name: str) -> Optional[JsonObj]:
+        return self._get("/api/v1/namespaces/%s/secrets/%s" % (namespace, name))
+
+    def secrets(self, namespace: Optional[str] = None) -> List[JsonObj]:
+        """The namespace's Secrets but its ServiceAccounts' tokens (which the simulator does not make)."""
+        listed = self.api.get("/api/v1/namespaces/%s/secrets" % (namespace or self.namespace))
+        return sorted((s for s in listed.get("items") or [] if s.get("type") != "kubernetes.io/service-account-token"),
+                      key=lambda s: s["metadata"]["name"])
+
+    def tick(self) -> None:
+        """KubeSim's pass of its loop by hand: the real cluster's controllers run by themselves."""
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+        return wait_until(predicate, what, timeout, 0.05)
+
+    def wait_for_pod(self, namespace: str, name: str, predicate: Callable[[Optional[JsonObj]], bool],
+                     timeout: float = 10.0) -> Optional[JsonObj]:
+        box: Dict[str, Optional[JsonObj]] = {}
+
+        def check() -> bool:
+            box["pod"] = self.pod(namespace, name)
+            return bool(predicate(box["pod"]))
+        self.wait_for(check, timeout, "pod %s/%s condition" % (namespace, name))
+        return box.get("pod")
+
+    def wait_for_phase(self, namespace: str, name: str, *phases: str, timeout: float = 10.0) -> JsonObj:
+        pod = self.wait_for_pod(namespace, name,
+                                lambda p: p is not None and (p.get("status") or {}).get("phase") in phases, timeout)
+        assert pod is not None
+        return pod
+
+    def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
+        query = {"container": container} if container else None
+        return self.api.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
