@@ -18,12 +18,12 @@ pytestmark = [pytest.mark.filterwarnings("error"), pytest.mark.both_engines]
 __all__ = ["api_client_for", "core", "make_sim_both_passes", "sim"]  # fixtures used by name (make_sim in both passes)
 
 
-def wait_phase(sim: KubeSim, core: client.CoreV1Api, name: str, *phases: str, timeout: float = 5) -> client.V1Pod:
+def wait_phase(sim: KubeSim, core: client.CoreV1Api, name: str, *phases: str, timeout: float = 30) -> client.V1Pod:
     sim.wait_for_phase(NS, name, *phases, timeout=timeout)
     return core.read_namespaced_pod(name, NS)
 
 
-def wait_waiting(sim: KubeSim, core: client.CoreV1Api, name: str, reason: str, timeout: float = 5) -> client.V1Pod:
+def wait_waiting(sim: KubeSim, core: client.CoreV1Api, name: str, reason: str, timeout: float = 30) -> client.V1Pod:
     def check(pod: Optional[Dict[str, Any]]) -> bool:
         statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
         return any(((s.get("state") or {}).get("waiting") or {}).get("reason") == reason for s in statuses)
@@ -245,8 +245,10 @@ def test_ephemeral_storage_over_the_limit_is_evicted(sim: KubeSim, core: client.
     assert (pod.status.reason, pod.status.message) == ("Evicted", message)
     assert condition(pod, "DisruptionTarget").reason == "TerminationByKubelet"
     assert pod.status.container_statuses[0].state.terminated.exit_code == 137
-    events = core.list_namespaced_event(NS, field_selector="involvedObject.name=p1").items
-    assert [(e.type, e.message) for e in events if e.reason == "Evicted"] == [("Warning", message)]
+    # The node agent records the Event after the status it reports (on the real engine, a write of its own).
+    evicted = wait_until(lambda: [(e.type, e.message) for e in core.list_namespaced_event(
+        NS, field_selector="involvedObject.name=p1").items if e.reason == "Evicted"], "the Evicted Event", timeout=30)
+    assert evicted == [("Warning", message)]
 
 
 @pytest.mark.parametrize("resources", [{"limits": {"ephemeral-storage": "10Gi"}}, None],

@@ -52,7 +52,7 @@ def make_job(tmp_path: Path, sandbox: str = "ce.test_host_1.0_1795297304",
     return PilotJob(**values)  # type: ignore[arg-type]
 
 
-def wait_state(backend: KubernetesBackend, job_id: str, *phases: Phase, timeout: float = 15.0) -> JobState:
+def wait_state(backend: KubernetesBackend, job_id: str, *phases: Phase, timeout: float = 60.0) -> JobState:
     """Poll status until it is in ``phases``; fails with the last state seen."""
     return wait_until(lambda: backend.status(job_id), f"{job_id} in {phases}", timeout, 0.05,
                       done=lambda state: state.phase in phases)
