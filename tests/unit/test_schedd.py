@@ -187,3 +187,36 @@ def test_the_real_process_says_when_there_is_no_schedd(tmp_path: Path, monkeypat
             queries.query("true", ["ClusterId"])
     finally:
         queries.close()
+
+
+def test_the_process_answers_when_the_schedd_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = []
+
+    def start_time(name: Optional[str], pool: Optional[str]) -> Optional[float]:
+        asked.append((name, pool))
+        if name == "down":
+            raise ScheddUnavailable("schedd down's ad cannot be read from the collector: refused")
+        return 1795297304.0 if name else None
+
+    monkeypatch.setattr(schedd, "start_time", start_time)
+    requests = io.BytesIO(b"".join(json.dumps(r).encode() + b"\n" for r in [
+        {"kind": "start", "name": "s@x", "pool": "x:9618"}, {"kind": "start"}, {"kind": "start", "name": "down"}]))
+    answers = io.BytesIO()
+    schedd.serve(requests, answers)
+    assert [json.loads(line) for line in answers.getvalue().splitlines()] == [
+        {"start": 1795297304.0}, {"start": None}, {"error": "schedd down's ad cannot be read from the collector: refused"}]
+    assert asked == [("s@x", "x:9618"), (None, None), ("down", None)]
+
+
+def test_the_real_process_says_when_the_schedds_start_cannot_be_read(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"CONDOR_CONFIG": "ONLY_ENV", "_CONDOR_LOG": str(tmp_path),
+                        "_CONDOR_SCHEDD_ADDRESS_FILE": str(tmp_path / "none"),
+                        "_CONDOR_COLLECTOR_HOST": "127.0.0.1:1"}.items():
+        monkeypatch.setenv(name, value)
+    queries = QueryProcess(timeout=120)
+    try:
+        with pytest.raises(ScheddUnavailable, match="ad cannot be read from the collector"):
+            queries.start_time()
+    finally:
+        queries.close()
