@@ -122,9 +122,9 @@ class NodeAgent:
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
         self._remote: Dict[str, JsonObj] = {}
-        """uid -> the pod as the API server last sent it."""
+        """uid -> the pod as the API server last sent it (under the store's lock, as the mirror)."""
         self._pushed: Dict[str, JsonObj] = {}
-        """uid -> the status last written through pods/status."""
+        """uid -> the status last written through pods/status (under the store's lock)."""
         self._event_cursor = 0
         self._remote_events: Dict[Tuple[str, str], str] = {}
         """(namespace, local event name) -> the Event's name on the API server."""
@@ -350,8 +350,9 @@ class NodeAgent:
         while not self._stop.wait(self.spec.tick_seconds):
             try:
                 self.cluster.tick()
-                self._push_statuses()
+                # Events first: whoever sees a pod's new status finds the Events that came with it
                 self._push_events()
+                self._push_statuses()
                 if time.monotonic() - self._synced_at >= self.spec.sync_seconds:
                     self._synced_at = time.monotonic()
                     self._sync_objects()
@@ -369,10 +370,12 @@ class NodeAgent:
                 self.api.call("PATCH", "/api/v1/namespaces/%s/pods/%s/status" % (namespace, name),
                               {"metadata": {"uid": uid}, "status": status},
                               content_type="application/merge-patch+json")
-                self._pushed[uid] = status
+                with self.store.lock:
+                    self._pushed[uid] = status
             except ApiError as e:
                 if e.status in (404, 409, 422):  # gone, or another pod of that name: the watch tells
-                    self._pushed[uid] = status
+                    with self.store.lock:
+                        self._pushed[uid] = status
                 else:
                     log.warning("node %s: status of pod %s/%s: %s", self.spec.name, namespace, name, e)
         for uid, pod in gone:
@@ -388,8 +391,9 @@ class NodeAgent:
                         log.warning("node %s: final delete of %s/%s: %s", self.spec.name, meta["namespace"],
                                     meta["name"], e)
                         continue
-            self._remote.pop(uid, None)
-            self._pushed.pop(uid, None)
+            with self.store.lock:
+                self._remote.pop(uid, None)
+                self._pushed.pop(uid, None)
 
     def _push_events(self) -> None:
         with self.store.lock:
@@ -432,7 +436,8 @@ class NodeAgent:
         with self.store.lock:
             local = self.store.get("pods", namespace, pod)
             if local is None:
-                return None
+                # the API server asks for the pods bound here only: one the watch has not brought yet
+                return "ContainerCreating"
             uid = local["metadata"]["uid"]
             waiting = self.cluster.container_waiting(uid, container)
             if waiting:

@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client, config
 
 from engines import control_plane_binaries
+from podgahp_sim.kube.client import ApiError
 from podgahp_sim.kube.cluster import KubeCluster
 from podgahp_sim.kube.controlplane import ControlPlane, clean_dead_instances, processes_of
 from polling import wait_until
@@ -122,3 +123,36 @@ def test_what_a_killed_owner_left_is_removed_by_the_next_start(tmp_path: Path) -
                 pipe.close()
         for pid in processes_of(base):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_custom_resource_is_stored_and_read_back(real_cluster: KubeCluster) -> None:
+    """The vendored reflect2 1.0.1 crashed kube-apiserver (SIGSEGV) under Go >= 1.18 on the first
+    custom-resource create; the build replaces it with Debian's 1.0.2."""
+    api = real_cluster.admin
+    api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.org"},
+        "spec": {"group": "example.org", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    try:
+        wait_until(lambda: any(c["type"] == "Established" and c["status"] == "True" for c in api.get(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.org")["status"].get(
+            "conditions") or []), "the CRD established")
+        path = "/apis/example.org/v1/namespaces/default/widgets"
+        wait_until(lambda: _served(real_cluster, path), "the custom resource served")
+        api.call("POST", path, {"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w1"},
+                                "spec": {"nested": {"a": "b"}, "list": [1, 2]}})
+        assert api.get(path + "/w1")["spec"] == {"nested": {"a": "b"}, "list": [1, 2]}
+        assert real_cluster.plane.procs["kube-apiserver"].poll() is None
+    finally:
+        api.call("DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.org")
+
+
+def _served(cluster: KubeCluster, path: str) -> bool:
+    try:
+        cluster.admin.get(path)
+        return True
+    except ApiError:
+        return False
