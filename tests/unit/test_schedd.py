@@ -176,11 +176,16 @@ def test_the_process_answers_what_the_schedd_answers(monkeypatch: pytest.MonkeyP
     assert asked[0] == ("ClusterId == 7", ["ClusterId"], "s@x", "x:9618")
 
 
-def test_the_real_process_says_when_there_is_no_schedd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HTCondor configuration with no schedd and no collector to ask."""
     for name, value in {"CONDOR_CONFIG": "ONLY_ENV", "_CONDOR_LOG": str(tmp_path),
                         "_CONDOR_SCHEDD_ADDRESS_FILE": str(tmp_path / "none"),
                         "_CONDOR_COLLECTOR_HOST": "127.0.0.1:1"}.items():
         monkeypatch.setenv(name, value)
+
+
+def test_the_real_process_says_when_there_is_no_schedd(nowhere: None) -> None:
     queries = QueryProcess(timeout=120)
     try:
         with pytest.raises(ScheddUnavailable, match="the local schedd cannot be queried"):
@@ -208,12 +213,7 @@ def test_the_process_answers_when_the_schedd_started(monkeypatch: pytest.MonkeyP
     assert asked == [("s@x", "x:9618"), (None, None), ("down", None)]
 
 
-def test_the_real_process_says_when_the_schedds_start_cannot_be_read(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {"CONDOR_CONFIG": "ONLY_ENV", "_CONDOR_LOG": str(tmp_path),
-                        "_CONDOR_SCHEDD_ADDRESS_FILE": str(tmp_path / "none"),
-                        "_CONDOR_COLLECTOR_HOST": "127.0.0.1:1"}.items():
-        monkeypatch.setenv(name, value)
+def test_the_real_process_says_when_the_schedds_start_cannot_be_read(nowhere: None) -> None:
     queries = QueryProcess(timeout=120)
     try:
         with pytest.raises(ScheddUnavailable, match="ad cannot be read from the collector"):
