@@ -133,13 +133,19 @@ class AuditLog:
             entries = os.listdir(directory or ".")
         except OSError as e:
             raise AuditLogError(f"cannot read the schedd's audit log {self.path}: {e.strerror}") from e
+        try:
+            owner = os.stat(self.path).st_uid
+        except OSError as e:
+            raise AuditLogError(f"cannot read the schedd's audit log {self.path}: {e.strerror}") from e
         rotated = [os.path.join(directory, n) for n in entries if n.startswith(name + ".")]
         dated = []
         for path in rotated:
             try:
-                dated.append((os.stat(path).st_mtime, path))
+                info = os.stat(path)
             except OSError:
                 continue
+            if info.st_uid == owner:  # a copy the schedd rotated, not a file someone else put beside it
+                dated.append((info.st_mtime, path))
         dated.sort(reverse=True)
         return [self.path] + [p for _, p in dated]
 

@@ -49,6 +49,7 @@ still unlinked after 30 s.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -348,7 +349,7 @@ class RouteCheck:
                 f"(HTCondor-CE ships SCHEDD_AUDIT_LOG = $(LOG)/AuditLog with SCHEDD_DEBUG = D_AUDIT; set them again "
                 f"for this schedd, or {off}: PODGAHP_ROUTED_ONLY)")
         qdate = ad.get("QDate")
-        if not isinstance(qdate, (int, float)) or isinstance(qdate, bool):
+        if not isinstance(qdate, (int, float)) or isinstance(qdate, bool) or not math.isfinite(qdate):
             raise NotRouted(f"job {job_id} has no QDate; podgahp accepts only jobs a route of this CE made "
                             f"(PODGAHP_ROUTED_ONLY)")
         verdict = self.submitters.ask((job_id, float(qdate)))

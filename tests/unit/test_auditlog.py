@@ -139,3 +139,15 @@ def test_times_in_seconds_since_the_epoch_and_sub_second_times_are_read(tmp_path
     path = write(tmp_path / "Sub", [line.replace(at(0), at(0) + ".123") for line in user(9, 0)] +
                  [f"{at(0)}.456 (cid:9) Submitting new job 1.0"])
     assert who(path, "1.0", 0) == Submitter("1.0", 9, "alice@users.htcondor.org", "FS")
+
+
+def test_a_file_beside_the_log_that_the_schedd_did_not_rotate_is_not_read(tmp_path: Path) -> None:
+    """Only copies owned as the log is are its rotated copies: a file another account put beside it
+    (in a directory others may write) never speaks for a connection."""
+    write(tmp_path / "AuditLog.forged", user(30, -20))
+    os.chown(tmp_path / "AuditLog.forged", 65534, 65534)
+    path = write(tmp_path / "AuditLog", [f"{at(0)} (cid:30) Submitting new job 7.0"])
+    with pytest.raises(AuditLogError, match="no earlier connection"):
+        who(path, "7.0", 0)
+    os.chown(tmp_path / "AuditLog.forged", os.getuid(), os.getgid())
+    assert who(path, "7.0", 0) == Submitter("7.0", 30, "alice@users.htcondor.org", "FS")

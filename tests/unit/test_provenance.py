@@ -257,7 +257,8 @@ def test_a_job_the_router_did_not_submit_is_refused_whatever_its_links() -> None
     (dict(ROUTED, ClusterId=77), "has no record of its submission at its QDate"),
     (dict(ROUTED, QDate=QDATE - 86400), "has no record of its submission at its QDate"),
     (dict(ROUTED, QDate=None), "job 8.0 has no QDate"),
-], ids=["never-submitted", "qdate-made-up", "no-qdate"])
+    (dict(ROUTED, QDate=float("nan")), "job 8.0 has no QDate"),
+], ids=["never-submitted", "qdate-made-up", "no-qdate", "qdate-not-a-number"])
 def test_a_job_the_audit_log_does_not_record_is_refused(ad: Dict[str, object], message: str) -> None:
     with pytest.raises(NotRouted, match=re.escape(message)):
         check(FakeSchedd([ad], [dict(SOURCE, RoutedToJobId=f"{ad['ClusterId']}.0")]))
