@@ -107,17 +107,16 @@ class _Apt:
         return True
 
     def source_version(self, package: str) -> str:
-        text = _run(["apt-cache", *self.options, "showsrc", package])
-        versions = re.findall(r"^Version: (\S+)", text, re.M)
-        if not versions:
-            raise HarnessError(f"no source package {package} in the apt lists of {self.options[1]}")
-        return versions[0]
+        return self._version("showsrc", package, "source package")
 
     def binary_version(self, package: str) -> str:
-        text = _run(["apt-cache", *self.options, "show", package])
-        versions = re.findall(r"^Version: (\S+)", text, re.M)
+        return self._version("show", package, "package")
+
+    def _version(self, command: str, package: str, kind: str) -> str:
+        """The first version ``apt-cache COMMAND`` lists for ``package``."""
+        versions = re.findall(r"^Version: (\S+)", _run(["apt-cache", *self.options, command, package]), re.M)
         if not versions:
-            raise HarnessError(f"no package {package} in the apt lists of {self.options[1]}")
+            raise HarnessError(f"no {kind} {package} in the apt lists of {self.options[1]}")
         return versions[0]
 
     def source(self, package: str, into: Path) -> None:
