@@ -15,6 +15,7 @@ on both.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets as random
 import ssl
@@ -38,11 +39,14 @@ NODES = tuple(NodeSpec("sim-node-%d" % i, cpus="4", memory="16Gi", tick_seconds=
 
 
 def control_plane_binaries() -> Path:
-    """The control plane's binaries: built from Debian's sources the first time (make k8s-control-plane
-    does it before the tests; a failed build fails the test that needs it, it never skips)."""
+    """The control plane's binaries: those of the directory ``PODGAHP_TEST_CONTROL_PLANE`` names (any
+    release, laid out as ``podgahp sim k8s --control-plane`` takes it), else Debian's, built from its
+    sources the first time (make k8s-control-plane does it before the tests; a failed build fails the
+    test that needs it, it never skips)."""
     from harness.controlplane import build_control_plane
 
-    return build_control_plane()
+    chosen = os.environ.get("PODGAHP_TEST_CONTROL_PLANE")
+    return Path(chosen) if chosen else build_control_plane()
 
 
 def start_real_cluster(base: Optional[Path] = None) -> KubeCluster:
