@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from podgahp_sim.kube.client import ApiError
 from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.k8s.sim import PodWaits
 from podgahp_sim.k8s.store import json_copy
 from podgahp_sim.kube.node import NodeSpec
 from podgahp_sim.kube.pki import write_kubeconfig
@@ -64,7 +65,7 @@ ACCOUNT = "podgahp-test"
 allows everything until then too), then that Role's rights alone."""
 
 
-class RealEngine:
+class RealEngine(PodWaits):
     """One test's view of the real cluster: its namespace, a ServiceAccount and its token, and
     KubeSim's reads (and ``enforce_role``) over the real API server. :meth:`close` removes what the
     namespace's deletion does not (the account's ClusterRoleBinding)."""
@@ -209,22 +210,6 @@ class RealEngine:
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
         return wait_until(predicate, what, timeout, 0.05)
-
-    def wait_for_pod(self, namespace: str, name: str, predicate: Callable[[Optional[JsonObj]], bool],
-                     timeout: float = 10.0) -> Optional[JsonObj]:
-        box: Dict[str, Optional[JsonObj]] = {}
-
-        def check() -> bool:
-            box["pod"] = self.pod(namespace, name)
-            return bool(predicate(box["pod"]))
-        self.wait_for(check, timeout, "pod %s/%s condition" % (namespace, name))
-        return box.get("pod")
-
-    def wait_for_phase(self, namespace: str, name: str, *phases: str, timeout: float = 10.0) -> JsonObj:
-        pod = self.wait_for_pod(namespace, name,
-                                lambda p: p is not None and (p.get("status") or {}).get("phase") in phases, timeout)
-        assert pod is not None
-        return pod
 
     def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
         query = {"container": container} if container else None

@@ -78,7 +78,35 @@ __all__ = ["KubeSim", "SimConfig", "SimNode", "Taint", "RbacRule", "PodQuota", "
 log = logging.getLogger(__name__)
 
 
-class KubeSim:
+class PodWaits:
+    """Waits on a pod, for any class with ``pod(namespace, name)`` and ``wait_for(predicate, timeout,
+    what)``: the simulator, and the tests' view of the real control plane."""
+
+    def pod(self, namespace: str, name: str) -> Optional[JsonObj]:
+        raise NotImplementedError
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+        raise NotImplementedError
+
+    def wait_for_pod(self, namespace: str, name: str, predicate: Callable[[Optional[JsonObj]], bool],
+                     timeout: float = 10.0) -> Optional[JsonObj]:
+        """Wait until ``predicate(pod or None)`` holds; returns that pod (``None`` if it is gone)."""
+        box: Dict[str, Optional[JsonObj]] = {}
+
+        def check() -> bool:
+            box["pod"] = self.pod(namespace, name)
+            return bool(predicate(box["pod"]))
+        self.wait_for(check, timeout, "pod %s/%s condition" % (namespace, name))
+        return box.get("pod")
+
+    def wait_for_phase(self, namespace: str, name: str, *phases: str, timeout: float = 10.0) -> JsonObj:
+        pod = self.wait_for_pod(namespace, name,
+                                lambda p: p is not None and (p.get("status") or {}).get("phase") in phases, timeout)
+        assert pod is not None
+        return pod
+
+
+class KubeSim(PodWaits):
     """A simulated API server on ``127.0.0.1`` (port 0 by default) with its cluster loop.
 
     Use as a context manager or call :meth:`start` / :meth:`stop`.  All methods are thread-safe.
@@ -301,23 +329,6 @@ class KubeSim:
             if time.monotonic() >= deadline:
                 raise TimeoutError("%s not reached within %.1f s" % (what, timeout))
             time.sleep(min(0.02, self.config.tick_seconds))
-
-    def wait_for_pod(self, namespace: str, name: str, predicate: Callable[[Optional[JsonObj]], bool],
-                     timeout: float = 10.0) -> Optional[JsonObj]:
-        """Wait until ``predicate(pod or None)`` holds; returns that pod (``None`` if it is gone)."""
-        box: Dict[str, Optional[JsonObj]] = {}
-
-        def check() -> bool:
-            box["pod"] = self.pod(namespace, name)
-            return bool(predicate(box["pod"]))
-        self.wait_for(check, timeout, "pod %s/%s condition" % (namespace, name))
-        return box.get("pod")
-
-    def wait_for_phase(self, namespace: str, name: str, *phases: str, timeout: float = 10.0) -> JsonObj:
-        pod = self.wait_for_pod(namespace, name,
-                                lambda p: p is not None and (p.get("status") or {}).get("phase") in phases, timeout)
-        assert pod is not None
-        return pod
 
     # ------------------------------------------------------------------ runtime settings
 
