@@ -121,9 +121,10 @@ class RealEngine(PodWaits):
         return ssl.create_default_context(cadata=self.cluster.plane.ca_pem.decode("ascii"))
 
     def write_kubeconfig(self, path: str, namespace: Optional[str] = None, context_name: str = "podgahp-real",
-                         token: Optional[str] = None) -> str:
-        """A kubeconfig of the test's ServiceAccount (its token, or ``token``), context namespace the test's."""
-        write_kubeconfig(Path(path), self.url, self.cluster.plane.ca_pem, {"token": token or self.token},
+                         token: Optional[str] = None, server: Optional[str] = None) -> str:
+        """A kubeconfig of the test's ServiceAccount (its token, or ``token``), context namespace the test's,
+        of the API server (or of ``server``, a proxy in front of it)."""
+        write_kubeconfig(Path(path), server or self.url, self.cluster.plane.ca_pem, {"token": token or self.token},
                          namespace=namespace or self.namespace, context=context_name)
         return path
 

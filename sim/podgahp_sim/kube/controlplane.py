@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import re
@@ -32,7 +33,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .pki import ADMIN, CONTROLLER_MANAGER, KUBELET_CLIENT, SCHEDULER, Pki, node_identity
 
@@ -91,6 +92,8 @@ class ControlPlane:
         self.directory = self.base / self.instance
         self.release = release_of(self.binaries)
         self.procs: Dict[str, "subprocess.Popen[bytes]"] = {}
+        self._args: Dict[str, Sequence[str]] = {}
+        self.etcd_url = ""
         self._lock_fd: Optional[int] = None
         self.port = 0
         self.pki: Optional[Pki] = None
@@ -138,6 +141,7 @@ class ControlPlane:
         sa = pki.service_account_keys()
         kubelet_client = pki.client(*KUBELET_CLIENT)
         etcd_client, etcd_peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{etcd_client}"
         self.port = free_port()
         self._spawn("etcd", [
             "--name", "default", "--data-dir", str(self.path("etcd")),
@@ -213,6 +217,7 @@ class ControlPlane:
         return self.pki.kubeconfig(Path(path), self.url, ADMIN[0], ADMIN[1], namespace=namespace)
 
     def _spawn(self, name: str, args: Sequence[str]) -> None:
+        self._args[name] = list(args)
         out = open(self.log_file(name), "ab")
         try:
             self.procs[name] = subprocess.Popen([str(self.binaries / name), *args], stdin=subprocess.DEVNULL,
@@ -221,6 +226,38 @@ class ControlPlane:
         finally:
             out.close()
         log.info("%s started (pid %d), log %s", name, self.procs[name].pid, self.log_file(name))
+
+    # ------------------------------------------------------------------ what a site's cluster goes through
+
+    def restart(self, name: str, kill: bool = False, timeout: float = 180.0) -> None:
+        """Stop process ``name`` (SIGTERM as an upgrade does, or SIGKILL with ``kill``) and start it again
+        with the same flags, ports and data; for etcd and kube-apiserver, wait until the API server's
+        ``/readyz`` says so again."""
+        proc = self.procs[name]
+        if kill:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait(30)
+        else:
+            _stop_process(proc)
+        self._spawn(name, self._args[name])
+        if name in ("etcd", "kube-apiserver"):
+            self._wait_ready(time.monotonic() + timeout)
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as the API server does every five minutes
+        (and keeps the last); returns that revision. A watch from an older ``resourceVersion`` that the
+        API server's watch cache no longer holds is then answered ``410 Gone``."""
+        revision = int(self._etcd("range", {"key": "AA=="})["header"]["revision"])
+        self._etcd("compaction", {"revision": revision, "physical": True})
+        return revision
+
+    def _etcd(self, call: str, body: Dict[str, object]) -> Dict[str, Any]:
+        """One call of etcd's v3 JSON gateway (``/v3/kv/<call>``)."""
+        request = urllib.request.Request(f"{self.etcd_url}/v3/kv/{call}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return dict(json.loads(response.read()))
 
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():
