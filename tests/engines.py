@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from podgahp_sim.kube.client import ApiError
 from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.k8s import PodLimitRange, PodQuota
 from podgahp_sim.k8s.sim import PodWaits
 from podgahp_sim.k8s.store import json_copy
 from podgahp_sim.kube.node import NodeSpec
@@ -181,6 +182,32 @@ class RealEngine(PodWaits):
         wait_until(lambda: not self._allowed("list", "", "nodes", "") and self._allowed(
             rule["verbs"][0], rule["apiGroups"][0], rule["resources"][0], self.namespace),
             "the Role alone in effect for %s" % self.user)
+
+    def set_quota(self, quota: Optional[PodQuota]) -> None:
+        """The namespace's ResourceQuota ``quota.name`` (KubeSim's ``set_quota``): made, with its
+        ``hard``, and waited for until the quota controller has counted what the namespace uses (the
+        admission plugin refuses pods until then); ``None`` removes the namespace's quotas."""
+        base = "/api/v1/namespaces/%s/resourcequotas" % self.namespace
+        for old in self.api.get(base).get("items") or []:
+            self.api.call("DELETE", "%s/%s" % (base, old["metadata"]["name"]))
+        if quota is None:
+            return
+        self.api.call("POST", base, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": quota.name},
+                                     "spec": {"hard": dict(quota.hard)}})
+        wait_until(lambda: ((self._get("%s/%s" % (base, quota.name)) or {}).get("status") or {}).get("used")
+                   is not None, "ResourceQuota %s counted by the quota controller" % quota.name, 60)
+
+    def set_limit_range(self, limit_range: Optional[PodLimitRange]) -> None:
+        """The namespace's LimitRange of ``type: Container`` (KubeSim's ``set_limit_range``); ``None``
+        removes the namespace's LimitRanges."""
+        base = "/api/v1/namespaces/%s/limitranges" % self.namespace
+        for old in self.api.get(base).get("items") or []:
+            self.api.call("DELETE", "%s/%s" % (base, old["metadata"]["name"]))
+        if limit_range is not None:
+            item = {"type": "Container", "max": dict(limit_range.max), "default": dict(limit_range.default),
+                    "defaultRequest": dict(limit_range.default_request)}
+            self.api.call("POST", base, {"apiVersion": "v1", "kind": "LimitRange",
+                                         "metadata": {"name": limit_range.name}, "spec": {"limits": [item]}})
 
     def _get(self, path: str) -> Optional[JsonObj]:
         try:

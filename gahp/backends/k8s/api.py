@@ -23,6 +23,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -178,12 +179,17 @@ def _retry_after(headers: Any) -> Optional[float]:
         return None
 
 
+_DENIED = re.compile(r'is forbidden: User "[^"]*" cannot ')
+"""The words of an authorizer's refusal (RBAC, Node): a 403 that says otherwise ``<what> is forbidden:
+<why>`` is an admission plugin's (a quota, a LimitRange, an unknown priority class, Pod Security)."""
+
+
 def answer_failure(status: int, body: bytes, reason: str = "", headers: Any = None) -> Failure:
     """What an error answer of the API (status, body, HTTP reason phrase, headers) says."""
     message, word = _status_message(status, body, reason)
     lower = message.lower()
     return Failure(status, message, word, _retry_after(headers),
-                   admission=status == 403 and ("quota" in lower or "priorityclass" in lower))
+                   admission=status == 403 and " is forbidden: " in lower and not _DENIED.search(message))
 
 
 def failure_of(e: BaseException) -> Optional[Failure]:

@@ -12,6 +12,6 @@ validation, priority, quota), ``store`` (objects, resource versions, event log, 
 Nothing here imports the product (``gahp``).
 """
 
-from .config import PodQuota as PodQuota, RbacRule as RbacRule, SimConfig as SimConfig, SimNode as SimNode, Taint as Taint
+from .config import PodLimitRange as PodLimitRange, PodQuota as PodQuota, RbacRule as RbacRule, SimConfig as SimConfig, SimNode as SimNode, Taint as Taint
 from .http import Fault as Fault, RequestRecord as RequestRecord
 from .sim import KubeSim as KubeSim, serve as serve

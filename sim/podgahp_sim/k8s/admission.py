@@ -16,7 +16,7 @@ import re
 from fractions import Fraction
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from .config import PodQuota, Taint
+from .config import PodLimitRange, PodQuota, Taint
 from .errors import FieldError, bad_request, forbidden
 from .images import default_pull_policy
 from .limits import annotation_errors
@@ -490,3 +490,51 @@ def check_quota(pod: JsonObj, quota: Optional[PodQuota], others: Iterable[JsonOb
         raise forbidden("pods", admission_name(pod), "exceeded quota: %s, requested: %s, used: %s, limited: %s" % (
             quota.name, _pretty({k: requested[k] for k in exceeded}), _pretty({k: used[k] for k in exceeded}),
             _pretty({k: hard[k] for k in exceeded})))
+
+
+# --------------------------------------------------------------------------- LimitRange (403)
+
+
+def apply_limit_range(pod: JsonObj, limit_range: Optional[PodLimitRange]) -> None:
+    """The LimitRanger's defaults: each container's missing requests and limits, recorded in the
+    ``kubernetes.io/limit-ranger`` annotation as the plugin does (a container that names them all is
+    left as it is)."""
+    if not _applies(pod, limit_range):
+        return
+    assert limit_range is not None
+    notes = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        resources = c.setdefault("resources", {})
+        for part, defaults in (("requests", limit_range.default_request), ("limits", limit_range.default)):
+            values = resources.get(part) or {}
+            added = sorted(k for k in defaults if k not in values)
+            if added:
+                resources[part] = dict(values, **{k: canonical(defaults[k]) for k in added})
+                notes.append("%s %s for container %s" % (", ".join(added), part[:-1] if part == "requests"
+                                                         else "limit", c.get("name")))
+    if notes:
+        meta = pod.setdefault("metadata", {})
+        meta.setdefault("annotations", {})["kubernetes.io/limit-ranger"] = "LimitRanger plugin set: " + "; ".join(notes)
+
+
+def check_limit_range(pod: JsonObj, limit_range: Optional[PodLimitRange]) -> None:
+    """The LimitRanger's refusal of a container over the ``max`` of its LimitRange."""
+    if not _applies(pod, limit_range):
+        return
+    assert limit_range is not None
+    errors = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        limits = (c.get("resources") or {}).get("limits") or {}
+        for key in sorted(limit_range.max):
+            enforced = canonical(limit_range.max[key])
+            if key not in limits:
+                errors.append("maximum %s usage per Container is %s.  No limit is specified" % (key, enforced))
+            elif parse_quantity(limits[key]) > parse_quantity(limit_range.max[key]):
+                errors.append("maximum %s usage per Container is %s, but limit is %s" % (key, enforced,
+                                                                                       canonical(limits[key])))
+    if errors:
+        raise forbidden("pods", admission_name(pod), errors[0] if len(errors) == 1 else "[%s]" % ", ".join(errors))
+
+
+def _applies(pod: JsonObj, limit_range: Optional[PodLimitRange]) -> bool:
+    return limit_range is not None and limit_range.namespace in (None, (pod.get("metadata") or {}).get("namespace"))

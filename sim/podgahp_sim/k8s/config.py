@@ -62,6 +62,19 @@ class PodQuota:
     namespace: Optional[str] = None
 
 
+@dataclass(frozen=True)
+class PodLimitRange:
+    """A LimitRange of ``type: Container`` (``None`` namespace: every namespace): the LimitRanger
+    admission plugin sets a container's missing limits from ``default`` and missing requests from
+    ``default_request``, and refuses a container whose limit is over ``max`` (403)."""
+
+    name: str = "limits"
+    max: Mapping[str, str] = field(default_factory=dict)
+    default: Mapping[str, str] = field(default_factory=dict)
+    default_request: Mapping[str, str] = field(default_factory=dict)
+    namespace: Optional[str] = None
+
+
 def default_nodes() -> Tuple[SimNode, ...]:
     """Two plain worker nodes (4 CPUs, 16 GiB memory each)."""
     return (SimNode("sim-node-1"), SimNode("sim-node-2"))
@@ -86,6 +99,7 @@ class SimConfig:
     """PriorityClass name -> value; unknown ``priorityClassName`` on create is 403."""
     rbac_deny: Tuple[RbacRule, ...] = ()
     quota: Optional[PodQuota] = None
+    limit_range: Optional[PodLimitRange] = None
     tick_seconds: float = 0.1
     """Period of the scheduler/kubelet loop."""
     run_seconds: float = 2.0

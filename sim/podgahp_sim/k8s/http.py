@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 from .. import http as core
 from . import admission, limits, objects, openapi, openapiv2, rbac
 from .cluster import TERMINAL, Cluster
-from .config import PodQuota, RbacRule, SimConfig
+from .config import PodLimitRange, PodQuota, RbacRule, SimConfig
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, \
     method_not_allowed, no_route, not_found, status_body, unauthorized, unsupported_media
 from .patch import PATCH_TYPES, PatchError, apply_patch
@@ -160,6 +160,7 @@ class Api:
         self.priority_classes: Dict[str, int] = dict(config.priority_classes)
         self.rbac_deny: List[RbacRule] = list(config.rbac_deny)
         self.quota: Optional[PodQuota] = config.quota
+        self.limit_range: Optional[PodLimitRange] = config.limit_range
         self.faults: List[Fault] = []
         self.requests: List[RequestRecord] = []
         self.request_lock = threading.Lock()
@@ -838,6 +839,7 @@ class Api:
                 meta.pop(key, None)
             if resource == "pods":
                 admission.admit_priority(obj, self.priority_classes)
+                admission.apply_limit_range(obj, self.limit_range)
             if not meta.get("name") and meta.get("generateName"):
                 for _ in range(8):
                     meta["name"] = admission.generate_name(meta["generateName"])
@@ -852,6 +854,8 @@ class Api:
                 errors = admission.secret_errors(obj)
             if errors:
                 raise invalid(kind, str(meta.get("name") or ""), errors)
+            if resource == "pods":
+                admission.check_limit_range(obj, self.limit_range)
             if resource == "pods" and self.quota is not None:
                 others = [p for p in self.store.items("pods", namespace)
                           if (p.get("status") or {}).get("phase") not in TERMINAL]

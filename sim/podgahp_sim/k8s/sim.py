@@ -65,14 +65,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import yaml
 
 from .cluster import SIM_ENV, Cluster
-from .config import PodQuota, RbacRule, SimConfig, SimNode, Taint
+from .config import PodLimitRange, PodQuota, RbacRule, SimConfig, SimNode, Taint
 from .http import Api, Fault, RequestRecord, Server, make_server
 from .runc import RuncRuntime, RuntimeUnavailable
 from .store import JsonObj, Store
 from .tls import ClientCert, ClusterCa
 from .volumes import Identity
 
-__all__ = ["KubeSim", "SimConfig", "SimNode", "Taint", "RbacRule", "PodQuota", "RequestRecord", "Fault",
+__all__ = ["KubeSim", "SimConfig", "SimNode", "Taint", "RbacRule", "PodQuota", "PodLimitRange", "RequestRecord", "Fault",
            "SIM_ENV", "RuntimeUnavailable", "serve"]
 
 log = logging.getLogger(__name__)
@@ -361,6 +361,9 @@ class KubeSim(PodWaits):
 
     def set_quota(self, quota: Optional[PodQuota]) -> None:
         self.api.quota = quota
+
+    def set_limit_range(self, limit_range: Optional[PodLimitRange]) -> None:
+        self.api.limit_range = limit_range
 
     def add_namespace(self, name: str) -> None:
         with self.store.lock:

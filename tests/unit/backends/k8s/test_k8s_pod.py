@@ -185,6 +185,11 @@ def _api_error(status: int, message: str, reason: str, what: str) -> Exception:
     (403, 'pods "p" is forbidden: User "u" cannot create resource "pods"', "Forbidden", AuthError),
     (403, 'pods "p" is forbidden: exceeded quota: compute, requested: pods=1', "Forbidden", QuotaExceeded),
     (403, 'pods "p" is forbidden: no PriorityClass with name x was found', "Forbidden", QuotaExceeded),
+    (403, 'pods "p" is forbidden: maximum memory usage per Container is 1Gi, but limit is 2Gi', "Forbidden",
+     QuotaExceeded),
+    (403, 'pods "p" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true', "Forbidden",
+     QuotaExceeded),
+    (403, "Forbidden", "Forbidden", AuthError),
     (404, 'pods "p" not found', "NotFound", NotFound),
     (409, 'pods "p" already exists', "AlreadyExists", Conflict),
     (410, "too old resource version", "Expired", Expired),
@@ -194,7 +199,8 @@ def _api_error(status: int, message: str, reason: str, what: str) -> Exception:
     (503, "unavailable", "ServiceUnavailable", TransientError),
     (400, "bad selector", "BadRequest", Invalid),
     (402, "payment required", "PaymentRequired", BackendError),
-], ids=["401", "403-rbac", "403-quota", "403-priority", "404", "409", "410", "422", "429", "500", "503", "400", "402"])
+], ids=["401", "403-rbac", "403-quota", "403-priority", "403-limitrange",
+                                                               "403-podsecurity", "403-bare", "404", "409", "410", "422", "429", "500", "503", "400", "402"])
 def test_api_errors_translate_to_the_error_tree(status: int, message: str, reason: str, kind: type) -> None:
     error = _api_error(status, message, reason, "create pod ns/p")
     assert isinstance(error, kind)
