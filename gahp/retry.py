@@ -40,23 +40,35 @@ class Backoff:
 
 def retried(attempt: Callable[[], T], *, what: str, attempts: int, backoff: Backoff,
             retryable: Callable[[Exception], bool], retry_after: Callable[[Exception], Optional[float]] = lambda e: None,
-            sleep: Callable[[float], None] = time.sleep) -> T:
+            sleep: Callable[[float], None] = time.sleep, slowed: Callable[[Exception], bool] = lambda e: False,
+            patience_s: float = 0.0) -> T:
     """``attempt()`` until it returns, or raises what ``retryable`` refuses, or ``attempts`` are made (the
     last exception is raised as it was); between two attempts a line in the log and the wait of
-    :class:`Backoff` (``retry_after`` gives the service's ``Retry-After`` of an exception, if any). The
-    one retry loop of podgahp: every request (:mod:`gahp.backends.http`) and every operation a backend
-    repeats as a whole goes through it."""
-    for number in range(1, attempts + 1):
+    :class:`Backoff` (``retry_after`` gives the service's ``Retry-After`` of an exception, if any). A
+    failure that ``slowed`` says is the service asking to slow down (a ``429``) is not a failed attempt
+    while the waits after such failures add up to no more than ``patience_s``: a throttling service is
+    waited for at the rate it sets. The one retry loop of podgahp: every request
+    (:mod:`gahp.backends.http`) and every operation a backend repeats as a whole goes through it."""
+    failed = 0
+    waited = 0.0
+    while True:
         try:
             return attempt()
         except Exception as e:  # noqa: BLE001 - handed to ``retryable``, re-raised when it says no
-            if number >= attempts or not retryable(e):
+            patient = waited < patience_s and slowed(e)
+            failed += 0 if patient else 1
+            if not retryable(e) or failed >= attempts:
                 raise
-            wait = backoff.delay(number, retry_after(e))
-            log.warning("%s: attempt #%d/%d failed (%s); retrying in %.1f s", what, number, attempts,
-                        " ".join(str(e).split())[:200], wait)
+            wait = backoff.delay(max(failed, 1), retry_after(e))
+            if patient:
+                wait = min(wait, patience_s - waited)
+                waited += wait
+                log.warning("%s: the service throttles (%s); again in %.1f s (%.0f of %.0f s waited so far)", what,
+                            " ".join(str(e).split())[:200], wait, waited, patience_s)
+            else:
+                log.warning("%s: attempt #%d/%d failed (%s); retrying in %.1f s", what, failed, attempts,
+                            " ".join(str(e).split())[:200], wait)
             sleep(wait)
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def reconnected(session: Callable[[], None], *, what: str, backoff: Backoff, stop: threading.Event,

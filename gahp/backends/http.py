@@ -86,6 +86,9 @@ class Service:
     """Attempts after the first."""
     backoff: Backoff
     hints: Mapping[int, str] = field(default_factory=dict)
+    throttle_wait_s: float = 0.0
+    """How long in all a request waits through ``429`` answers (the service throttles) before they
+    count as failed attempts (:func:`gahp.retry.retried`)."""
 
 
 def retryable(failure: Failure, idempotent: bool) -> bool:
@@ -156,7 +159,9 @@ class Door:
             return retried(counted, what=where, attempts=1 + (self.service.retries if retry else 0),
                            backoff=self.service.backoff, sleep=self._sleep,
                            retryable=lambda e: isinstance(e, Failed) and retryable(e.failure, idempotent),
-                           retry_after=lambda e: e.failure.retry_after if isinstance(e, Failed) else None)
+                           retry_after=lambda e: e.failure.retry_after if isinstance(e, Failed) else None,
+                           slowed=lambda e: isinstance(e, Failed) and e.failure.status == 429,
+                           patience_s=self.service.throttle_wait_s if retry else 0.0)
         except Failed as e:
             log.debug("%s: failed: HTTP %d", where, e.failure.status)
             raise translate(e.failure, what, self.service) from None

@@ -251,7 +251,7 @@ class KubeApi:
         self._closed = threading.Event()
         self._default_namespace = "default"
         self.door = Door(Service(API.name, settings.retries, Backoff(settings.backoff_s, settings.backoff_max_s),
-                                 HINTS), sleep=self._pause)
+                                 HINTS, settings.throttle_wait_s), sleep=self._pause)
         """Every request goes through it: its counters are this cluster's requests, failures, seconds."""
         self.server_time: Optional[datetime.datetime] = None
         """The API server's clock at its last answer (its ``Date`` header), None before any: ages of

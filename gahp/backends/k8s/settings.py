@@ -152,6 +152,9 @@ class KubernetesSettings:
     """``PODGAHP_K8S_BACKOFF_SECONDS``: first back-off between attempts, doubled each time; default 0.5."""
     backoff_max_s: float
     """``PODGAHP_K8S_BACKOFF_MAX_SECONDS``: longest back-off (also caps ``Retry-After``); default 10."""
+    throttle_wait_s: float
+    """``PODGAHP_K8S_THROTTLE_WAIT_SECONDS``: how long in all one request waits through ``429`` answers
+    (API Priority and Fairness) before they count among the retries; default 120."""
     watch_timeout_s: int
     """``PODGAHP_K8S_WATCH_TIMEOUT_SECONDS``: length of one watch request; default 240."""
     sync_timeout_s: float
@@ -215,6 +218,7 @@ class KubernetesSettings:
             retries=knobs.integer(PREFIX + "RETRIES", 3, minimum=0, maximum=20),
             backoff_s=knobs.number(PREFIX + "BACKOFF_SECONDS", 0.5, minimum=0),
             backoff_max_s=knobs.number(PREFIX + "BACKOFF_MAX_SECONDS", 10.0, minimum=0),
+            throttle_wait_s=knobs.number(PREFIX + "THROTTLE_WAIT_SECONDS", 120.0, minimum=0),
             watch_timeout_s=knobs.integer(PREFIX + "WATCH_TIMEOUT_SECONDS", 240, minimum=1),
             sync_timeout_s=knobs.number(PREFIX + "SYNC_TIMEOUT_SECONDS", 20.0, minimum=0.1),
             secret_max_bytes=knobs.integer(PREFIX + "SECRET_MAX_BYTES", 1024 * 1024, minimum=1,

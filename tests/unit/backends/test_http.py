@@ -64,6 +64,33 @@ def test_attempts_are_bounded_and_the_last_failure_is_an_error_of_the_tree() -> 
     assert door.requests == 5
 
 
+def test_a_throttling_service_is_waited_for_within_the_patience_and_then_counts() -> None:
+    """429s do not use up the retries while their waits stay within ``throttle_wait_s`` (10 s here, of
+    Retry-After 3 s each: 3 + 3 + 3 + the 1 s left); after that they are failed attempts like others."""
+    sleeps: List[float] = []
+    door = Door(Service("the Test API", 2, Backoff(1.0, 8.0, jitter=0), throttle_wait_s=10.0), sleep=sleeps.append)
+    answers: List[Optional[Failure]] = [Failure(429, "slow down", retry_after=3.0)] * 6 + [None]
+
+    def attempt() -> str:
+        failure = answers.pop(0)
+        if failure is not None:
+            raise Failed(failure)
+        return "done"
+
+    assert door.call("create pod", attempt, idempotent=False) == "done"
+    assert sleeps == [3.0, 3.0, 3.0, 1.0, 3.0, 3.0] and door.requests == 7
+    sleeps.clear()
+    answers[:] = [Failure(429, "slow down", retry_after=3.0)] * 7
+    with pytest.raises(Unavailable):
+        door.call("create pod", attempt, idempotent=False)
+    assert sleeps == [3.0, 3.0, 3.0, 1.0, 3.0, 3.0] and not answers  # four waited for, then the two retries
+    sleeps.clear()
+    answers[:] = [Failure(429, "slow down", retry_after=3.0)]
+    with pytest.raises(Unavailable):
+        door.call("create pod", attempt, retry=False)
+    assert sleeps == []
+
+
 def test_an_error_the_attempt_raises_itself_passes_at_once() -> None:
     door = _door([])
 
