@@ -16,7 +16,7 @@ from gahp.errors import BackendError
 from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
-from k8s_helpers import NAMESPACE, BackendFactory, make_job, wait_state
+from k8s_helpers import NAMESPACE, BackendFactory, make_job, shipped_role, wait_state
 from paths import DOCS
 
 pytestmark = pytest.mark.both_engines
@@ -24,10 +24,7 @@ pytestmark = pytest.mark.both_engines
 MANIFEST = DOCS / "podgahp-rbac.yaml"
 
 
-def role() -> Dict[str, Any]:
-    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
-    (found,) = [d for d in docs if d["kind"] == "Role"]
-    return dict(found)
+role = shipped_role
 
 
 def granted(doc: Dict[str, Any]) -> Set[Tuple[str, str]]:

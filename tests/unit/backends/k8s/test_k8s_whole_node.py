@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+import yaml
+from kubernetes.utils import parse_quantity
 
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.backends.k8s.wholenode import NODES_CACHE_SECONDS, WholeNodeSizer, allows, largest, quantity
 from gahp.config import Knobs
+from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.errors import AuthError, ConfigError, InvalidJob
-from k8s_helpers import NAMESPACE, BackendFactory, knobs_for, make_job, pod_of
+from engines import ACCOUNT, RealEngine
+from paths import DOCS
+from polling import wait_until
+from k8s_helpers import NAMESPACE, BackendFactory, knobs_for, make_job, pod_of, shipped_role
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
 
 pytestmark = pytest.mark.both_engines
@@ -158,3 +165,50 @@ def test_a_whole_node_pilot_is_held_where_nodes_cannot_be_listed(tmp_path: Path)
             assert not denied.pods(NAMESPACE)
         finally:
             backend.close()
+
+
+def docs_node_reader() -> List[Dict[str, Any]]:
+    """The ClusterRole and ClusterRoleBinding that docs/kubernetes.md gives for whole-node pilots."""
+    text = (DOCS / "kubernetes.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "podgahp-node-reader" in b]
+    return [d for d in yaml.safe_load_all(block) if d]
+
+
+def test_the_node_reader_cluster_role_of_the_docs_works_as_written(real_engine: RealEngine, tmp_path: Path) -> None:
+    """On the real control plane, as the shipped Role's account: a whole-node pilot is held saying
+    which right it lacks, and with the docs' ClusterRole bound (to the test's account: the docs name
+    ``podgahp`` in ``pilots``) it gets the largest node's whole cores and 95% of its memory."""
+    engine = real_engine
+    engine.enforce_role(shipped_role())
+    kubeconfig = engine.write_kubeconfig(str(tmp_path / "kubeconfig"))
+
+    def backend_submit(sandbox: str) -> str:
+        backend = KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig)))
+        try:
+            return backend.submit(make_job(tmp_path, sandbox=sandbox, whole_node=True))
+        finally:
+            backend.close()
+
+    with pytest.raises(InvalidJob, match="listing the cluster's nodes is not allowed"):
+        backend_submit("ce_wn_1.0_1")
+    cluster_role, binding = docs_node_reader()
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "podgahp", "namespace": NAMESPACE}]
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": engine.namespace}]
+    made = []
+    try:
+        for doc, path in ((cluster_role, "clusterroles"), (binding, "clusterrolebindings")):
+            engine.api.call("POST", "/apis/rbac.authorization.k8s.io/v1/" + path, doc)
+            made.append("/apis/rbac.authorization.k8s.io/v1/%s/%s" % (path, doc["metadata"]["name"]))
+        wait_until(lambda: engine._allowed("list", "", "nodes", ""), "the docs' ClusterRole in effect")
+        job_id = backend_submit("ce_wn_2.0_1")
+        nodes = engine.api.get("/api/v1/nodes")["items"]
+        cpus = max(int(quantity(n["status"]["allocatable"]["cpu"]) or 0) for n in nodes)
+        memory_mib = max(int(quantity(n["status"]["allocatable"]["memory"]) or 0) for n in nodes) // 2 ** 20
+        pod = engine.pod(engine.namespace, job_id.split("/")[2])
+        assert pod is not None
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert (requests["cpu"], parse_quantity(requests["memory"])) == (
+            str(cpus), parse_quantity(f"{memory_mib * 95 // 100}Mi"))
+    finally:
+        for path in reversed(made):
+            engine.api.call("DELETE", path)
