@@ -117,6 +117,11 @@ def shipped_role() -> Dict[str, Any]:
     return dict(role)
 
 
+def with_right(role: Dict[str, Any], verb: str, resource: str) -> Dict[str, Any]:
+    """``role`` and one right more (``list events``, say)."""
+    return dict(role, rules=list(role["rules"]) + [{"apiGroups": [""], "resources": [resource], "verbs": [verb]}])
+
+
 def without_right(role: Dict[str, Any], verb: str, resource: str) -> Dict[str, Any]:
     """``role`` less one right (``create pods``, say)."""
     rules = [dict(r, verbs=[v for v in r["verbs"] if not (v == verb and resource in r["resources"])])

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict
 
 import pytest
 
-from e2e import iwd, kube_sim, pilot_submit, shipped_role, start_k8s_ce, without_right
+from e2e import iwd, kube_sim, pilot_submit, shipped_role, start_k8s_ce, with_right, without_right
 from harness import Installation, Pool
 from podgahp_sim.k8s import KubeSim
 
@@ -47,6 +47,9 @@ def test_a_test_pilot_goes_through_every_hop(make_pool: Callable[..., Pool], ins
 def test_an_unschedulable_pilot_stalls_at_scheduled_with_the_reason(make_pool: Callable[..., Pool],
                                                                      installation: Installation,
                                                                      kube_sim: KubeSim) -> None:
+    """The CE's identity may list Events besides the shipped Role's rights (which do not grant it: the
+    trace then shows the pod's PodScheduled condition alone), so the trace shows the scheduler's."""
+    kube_sim.enforce_role(with_right(shipped_role(), "list", "events"))
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config="PODGAHP_K8S_MAX_CPUS = 64\n")
     home = iwd(pool)
     cluster = pool.submit(pilot_submit(home, "big", run_seconds=60, extra=["+xcount = 32"]), cwd=home)
