@@ -451,9 +451,9 @@ def test_pods_get_what_a_real_ce_gives(make_pool: Callable[..., Pool], installat
         assert env["CONDORCE_COLLECTOR_HOST"] == pool.config_val("COLLECTOR_HOST"), env
         assert env["PODGAHP_SIM_RUN_SECONDS"] in ("1", "2")
         # no request_disk: HTCondor's default RequestDisk (DiskUsage, a few KiB on 23.x) is a request,
-        # never the limit
+        # never the limit (the GAHP's 10485760Ki, which the API server stores as it writes it: 10Gi)
         limit = container(pod)["resources"]["limits"]["ephemeral-storage"]
-        assert limit == "10485760Ki", limit
+        assert limit == "10Gi", limit
 
     def held() -> List[Dict[str, Any]]:
         return [ad for ad in routed_jobs(pool, short) if ad.get("JobStatus") == HELD]

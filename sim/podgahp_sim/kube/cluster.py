@@ -129,9 +129,15 @@ class KubeCluster:
         return sorted(listed.get("items") or [], key=lambda p: str(p["metadata"]["name"]))
 
     def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
-        """What the container printed so far (through the API server's log proxy to its node)."""
+        """What the container printed so far (through the API server's log proxy to its node); nothing
+        for a pod the server no longer has, as ``KubeSim.logs``."""
         query = {"container": container} if container else None
-        return self.admin.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
+        try:
+            return self.admin.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
+        except ApiError as e:
+            if e.status == 404 and self.pod(namespace, name) is None:
+                return []
+            raise
 
     def requests(self, method: Optional[str] = None, path: Optional[str] = None, since: int = 0) -> List[Request]:
         """The pod and Secret creations and deletions served so far (:meth:`ControlPlane.requests`)."""
