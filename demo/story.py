@@ -235,7 +235,8 @@ def run(installation: Installation, routes: str, admin: Path, timeout: float, ke
             if keep:
                 keep_running(story, admin)
             else:
-                print("\nto look around, run it again with --keep (make demo DEMO_ARGS=--keep): the pools and the "
+                again = '"--control-plane --keep"' if control_plane is not None else "--keep"
+                print(f"\nto look around, run it again with --keep (make demo DEMO_ARGS={again}): the pools and the "
                       "cluster then stay up, and it prints commands ready to paste, among them:\n"
                       f"  KUBECONFIG={admin} kubectl get pods -o wide     the pilots' pods\n"
                       f"  KUBECONFIG={admin} kubectl logs <pod>           a pilot's startd\n"
