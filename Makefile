@@ -82,7 +82,9 @@ stress-unit: $(VENV)/.installed system-deps k8s-control-plane
 live: $(VENV)/.installed system-deps k8s-control-plane
 	$(VENV)/bin/python -m pytest $(LIVE_PYTEST) $(PYTEST_ARGS)
 
-demo: $(VENV)/.installed system-deps
+# DEMO_ARGS=--control-plane: the story on the real control plane, built first (once per machine);
+# --control-plane=DIR runs the binaries in DIR, and builds nothing.
+demo: $(VENV)/.installed system-deps $(if $(filter --control-plane,$(DEMO_ARGS)),k8s-control-plane)
 	$(VENV)/bin/python -m demo $(DEMO_ARGS)
 
 # The RPMs (podgahp, -ce, -k8s, -lancium, -standalone, -sim) from the checkout's tracked files, in

@@ -1,5 +1,6 @@
 """podgahp's demo: by default, users' jobs run on pilots that a local CE started as pods whose
-containers really run (``demo/story.py``).
+containers really run (``demo/story.py``); ``--control-plane`` tells that story on the real
+Kubernetes control plane (its API server, scheduler and controllers, the simulator's kubelets as nodes).
 
 With ``--factory``, a local CE-like pool routes a batch of a factory's pilots to podgahp, which runs
 them as pods of the simulated cluster whose containers are modelled (every failure shape, fast);
@@ -195,6 +196,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "on real pilots; the pods' containers are modelled")
     parser.add_argument("--kubeconfig", default=None,
                         help="with --factory: run the pods on this real cluster instead of the simulated one")
+    parser.add_argument("--control-plane", nargs="?", const="", default=None, metavar="DIR",
+                        help="tell the story on the real Kubernetes control plane: the binaries of make "
+                             "k8s-control-plane (make demo builds them first when DEMO_ARGS has --control-plane), or "
+                             "those in DIR (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; "
+                             "--control-plane=DIR)")
     parser.add_argument("--timeout", type=float, default=300, help="give up after this many seconds")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--keep", action="store_true",
@@ -203,6 +209,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     series = args.series or ("native" if native_condor_version() else "trixie")
     rng = random.Random(args.seed)
+    control_plane = None
+    if args.control_plane is not None:
+        if args.factory or args.kubeconfig:
+            parser.error("--control-plane tells the real-pilot story: not with --factory or --kubeconfig")
+        from harness.controlplane import find_cached
+
+        control_plane = Path(args.control_plane) if args.control_plane else find_cached()
+        if control_plane is None:
+            parser.error("no control plane built yet: make demo DEMO_ARGS=--control-plane builds it "
+                         "(make k8s-control-plane), or name a directory of its binaries: --control-plane=DIR")
 
     print(f"podgahp demo: HTCondor '{series}' ...", flush=True)
     try:
@@ -219,7 +235,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from demo import story
         try:
             return story.run(installation, routes_file().name, Path("demo-run").resolve() / "kubeconfig",
-                             args.timeout, args.keep)
+                             args.timeout, args.keep, control_plane)
         except HarnessError as e:
             print(f"the demo could not run: {e}", file=sys.stderr)
             return 1

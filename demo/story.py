@@ -5,7 +5,8 @@ them wait and submits pilots of those shapes to a local CE-like pool (shipped ro
 ``k8s_gahp``), which turns them into pods of the simulated cluster. The cluster runs its pods through
 runc from the pilot image (the HTCondor root with podgahp's pilot start script): each pod's startd
 joins the user pool with the token staged in its Secret and runs the users' jobs, whose output goes
-back to the user. Idle pilots leave; their pods end Succeeded and the pilots complete at the CE. A
+back to the user. With a control plane's binaries the cluster is the real Kubernetes control plane
+(API server, scheduler, controllers) whose nodes are the simulator's kubelets, running the same pods. Idle pilots leave; their pods end Succeeded and the pilots complete at the CE. A
 live table shows the users' jobs, the pilots and the pods.
 """
 
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from harness.image import pilot_image
 from harness.pool import Pool
@@ -176,18 +177,44 @@ def start_pools(installation: Installation, routes: str, image: str, kubeconfig:
     return users, ce
 
 
-def run(installation: Installation, routes: str, admin: Path, timeout: float, keep: bool) -> int:
-    from podgahp_sim.k8s import KubeSim, SimConfig, SimNode
+def start_cluster(admin: Path, reference: str, image: Path, control_plane: Optional[Path]) -> Tuple[Any, str]:
+    """The story's cluster, two nodes whose pods run through runc from the pilot image: the simulated
+    API server, or with ``control_plane`` (a directory of its binaries) the real Kubernetes control
+    plane with the simulator's kubelets as the nodes. Its admin kubeconfig at ``admin`` (context
+    namespace pilots); the cluster (``pods``, ``pod``, ``logs``, ``stop``) and what it is."""
+    admin.parent.mkdir(exist_ok=True)
+    if control_plane is None:
+        from podgahp_sim.k8s import KubeSim, SimConfig, SimNode
 
-    reference, image = pilot_image(installation)
-    nodes = (SimNode("node-1", cpu="8", memory="16Gi"), SimNode("node-2", cpu="8", memory="16Gi"))
-    sim = KubeSim(SimConfig(nodes=nodes, namespaces=("default", NAMESPACE)), runtime="runc",
-                  images={reference: str(image)}).start()
-    try:
-        admin.parent.mkdir(exist_ok=True)
+        nodes = (SimNode("node-1", cpu="8", memory="16Gi"), SimNode("node-2", cpu="8", memory="16Gi"))
+        sim = KubeSim(SimConfig(nodes=nodes, namespaces=("default", NAMESPACE)), runtime="runc",
+                      images={reference: str(image)}).start()
         sim.write_kubeconfig(str(admin), namespace=NAMESPACE)
         admin.chmod(0o600)
-        print(f"simulated Kubernetes cluster at {sim.url}: 2 nodes whose pods really run (runc), image "
+        return sim, f"simulated Kubernetes cluster at {sim.url}"
+    from podgahp_sim.kube.cluster import KubeCluster
+    from podgahp_sim.kube.node import NodeSpec
+
+    print(f"starting the real Kubernetes control plane from {control_plane} ...", flush=True)
+    specs = [NodeSpec(name, cpus="8", memory="16Gi", runtime="runc", images={reference: str(image)})
+             for name in ("node-1", "node-2")]
+    cluster = KubeCluster(control_plane, specs).start()
+    try:
+        cluster.add_namespace(NAMESPACE)
+        cluster.write_kubeconfig(str(admin), namespace=NAMESPACE)
+        admin.chmod(0o600)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster, f"real Kubernetes control plane ({cluster.plane.release.text}) at {cluster.url}"
+
+
+def run(installation: Installation, routes: str, admin: Path, timeout: float, keep: bool,
+        control_plane: Optional[Path] = None) -> int:
+    reference, image = pilot_image(installation)
+    sim, what = start_cluster(admin, reference, image, control_plane)
+    try:
+        print(f"{what}: 2 nodes whose pods really run (runc), image "
               f"{reference}\nwatch the pods from another shell:  KUBECONFIG={admin} kubectl get pods -w", flush=True)
         users, ce = start_pools(installation, routes, reference, admin.read_text(), keep)
         try:
@@ -208,7 +235,8 @@ def run(installation: Installation, routes: str, admin: Path, timeout: float, ke
             if keep:
                 keep_running(story, admin)
             else:
-                print("\nto look around, run it again with --keep (make demo DEMO_ARGS=--keep): the pools and the "
+                again = '"--control-plane --keep"' if control_plane is not None else "--keep"
+                print(f"\nto look around, run it again with --keep (make demo DEMO_ARGS={again}): the pools and the "
                       "cluster then stay up, and it prints commands ready to paste, among them:\n"
                       f"  KUBECONFIG={admin} kubectl get pods -o wide     the pilots' pods\n"
                       f"  KUBECONFIG={admin} kubectl logs <pod>           a pilot's startd\n"

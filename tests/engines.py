@@ -20,10 +20,11 @@ import re
 import secrets as random
 import ssl
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from podgahp_sim.kube.client import ApiError
 from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.kube.controlplane import Request
 from podgahp_sim.k8s import PodLimitRange, PodQuota
 from podgahp_sim.k8s.sim import PodWaits
 from podgahp_sim.k8s.store import json_copy
@@ -51,8 +52,8 @@ def control_plane_binaries() -> Path:
     return Path(chosen) if chosen else build_control_plane()
 
 
-def start_real_cluster(base: Optional[Path] = None) -> KubeCluster:
-    return KubeCluster(control_plane_binaries(), NODES, base=base).start()
+def start_real_cluster(base: Optional[Path] = None, nodes: Sequence[NodeSpec] = NODES) -> KubeCluster:
+    return KubeCluster(control_plane_binaries(), nodes, base=base).start()
 
 
 def namespace_for(test_name: str) -> str:
@@ -90,6 +91,7 @@ class RealEngine(PodWaits):
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})
         self.token = str(answer["status"]["token"])
         wait_until(lambda: self._allowed("list", "", "nodes", ""), "the account's cluster-admin binding in effect")
+        self._requests_before = len(cluster.requests())
 
     def close(self) -> None:
         self._unbind()
@@ -218,11 +220,10 @@ class RealEngine(PodWaits):
             raise
 
     def pod(self, namespace: str, name: str) -> Optional[JsonObj]:
-        return self._get("/api/v1/namespaces/%s/pods/%s" % (namespace, name))
+        return self.cluster.pod(namespace, name)
 
     def pods(self, namespace: Optional[str] = None) -> List[JsonObj]:
-        listed = self.api.get("/api/v1/namespaces/%s/pods" % (namespace or self.namespace))
-        return sorted(listed.get("items") or [], key=lambda p: p["metadata"]["name"])
+        return self.cluster.pods(namespace or self.namespace)
 
     def secret(self, namespace: str, name: str) -> Optional[JsonObj]:
         return self._get("/api/v1/namespaces/%s/secrets/%s" % (namespace, name))
@@ -240,5 +241,18 @@ class RealEngine(PodWaits):
         return wait_until(predicate, what, timeout, 0.05)
 
     def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
-        query = {"container": container} if container else None
-        return self.api.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
+        return self.cluster.logs(namespace, name, container)
+
+    def requests(self, method: Optional[str] = None, path: Optional[str] = None) -> List[Request]:
+        """The pod and Secret creations and deletions the API server served since this view was made
+        (its audit log), as KubeSim's request log."""
+        return self.cluster.requests(method, path, since=self._requests_before)
+
+    def clear_requests(self) -> None:
+        self._requests_before = len(self.cluster.requests())
+
+    def exit_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:
+        self.cluster.exit_pod(namespace, name, exit_code)
+
+    def publish_image(self, image: str) -> None:
+        self.cluster.publish_image(image)

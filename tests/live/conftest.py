@@ -15,7 +15,9 @@ from typing import Any, Callable, Dict, Generator, Iterator, List, Optional
 
 import pytest
 
+from engines import start_real_cluster
 from harness import Installation, Pool, get_installation, series_from_env
+from podgahp_sim.kube.cluster import KubeCluster
 
 #: Route used by most live tests: every vanilla job goes to podgahp's k8s GAHP. The CE router
 #: defaults of ce-config/standalone supply the source-job constraint, so no REQUIREMENTS.
@@ -138,3 +140,20 @@ def make_k8s_pool(make_pool: Callable[..., Pool], installation: Installation) ->
 def k8s_pool(make_k8s_pool: Callable[..., Pool]) -> Pool:
     """A started pool from `make_k8s_pool` with the memory backend's default timings."""
     return make_k8s_pool()
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[KubeCluster]:
+    """The real engine of the live tests: the real control plane with the simulator's kubelets as the
+    nodes of the simulated cluster of e2e.py (two CPU nodes and a tainted GPU node) and the
+    opportunistic queue's PriorityClass, once per test process."""
+    from e2e import OPPORTUNISTIC_PRIORITY, real_nodes
+
+    cluster = start_real_cluster(nodes=real_nodes())
+    try:
+        name, value = OPPORTUNISTIC_PRIORITY
+        cluster.admin.call("POST", "/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value})
+        yield cluster
+    finally:
+        cluster.stop()

@@ -3,7 +3,9 @@ starts the installed ``k8s_gahp`` / ``lancium_gahp``, wired to a simulated Kuber
 Lancium service running in the test process.
 
 The simulators listen on 127.0.0.1 (port 0); the chroot shares the host's network namespace, so the
-GAHP inside the root reaches them. Their credentials are written into the pool's per-run directory,
+GAHP inside the root reaches them. On the real engine (tests/engines.py) the cluster is the real
+control plane with the simulator's kubelets as the same three nodes, its ``pilots`` namespace emptied
+for each test, and the CE's kubeconfig a ServiceAccount bound to the shipped Role alone. Their credentials are written into the pool's per-run directory,
 where the GAHP (running as the job owner ``pilot``) can read them.
 
 Test modules import the fixtures they use from here (``from e2e import kube_sim``); the pool
@@ -17,11 +19,16 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
+import yaml
 
+from engines import RealEngine
+from paths import DOCS
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
+from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.kube.node import NodeSpec
 from podgahp_sim.lancium import LanciumSim
 from harness import Installation, Pool
 
@@ -94,11 +101,55 @@ def sim_nodes() -> Sequence[SimNode]:
     )
 
 
+def real_nodes() -> Tuple[NodeSpec, ...]:
+    """The nodes of :func:`sim_nodes` as the real engine's (the simulator's kubelet, modelled containers)."""
+    return tuple(NodeSpec(n.name, cpus=n.cpu, memory=n.memory, gpus=n.gpus, labels=dict(n.labels), taints=n.taints)
+                 for n in sim_nodes())
+
+
+#: The PriorityClass of the opportunistic queue (PODGAHP_K8S_OPPORTUNISTIC_ALLOWED_PRIORITY_CLASSES).
+OPPORTUNISTIC_PRIORITY = ("podgahp-opportunistic", -100)
+
+
+def shipped_role() -> Dict[str, Any]:
+    """The Role of docs/podgahp-rbac.yaml (namespace pilots)."""
+    (role,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
+    return dict(role)
+
+
+def with_right(role: Dict[str, Any], verb: str, resource: str) -> Dict[str, Any]:
+    """``role`` and one right more (``list events``, say)."""
+    return dict(role, rules=list(role["rules"]) + [{"apiGroups": [""], "resources": [resource], "verbs": [verb]}])
+
+
+def without_right(role: Dict[str, Any], verb: str, resource: str) -> Dict[str, Any]:
+    """``role`` less one right (``create pods``, say)."""
+    rules = [dict(r, verbs=[v for v in r["verbs"] if not (v == verb and resource in r["resources"])])
+             for r in role["rules"]]
+    return dict(role, rules=[r for r in rules if r["verbs"]])
+
+
+@contextlib.contextmanager
+def real_namespace(cluster: KubeCluster, namespace: str = NAMESPACE) -> Iterator[RealEngine]:
+    """A namespace of the real control plane as a test's cluster: emptied before and after, its
+    ServiceAccount bound to the shipped Role alone, the request log from here on."""
+    cluster.add_namespace(namespace)
+    engine = RealEngine(cluster, namespace)
+    try:
+        engine.empty_namespace()
+        engine.enforce_role(shipped_role())
+        engine.clear_requests()
+        yield engine
+    finally:
+        engine.close()
+        engine.empty_namespace()
+
+
 @contextlib.contextmanager
 def running_cluster() -> Iterator[KubeSim]:
     """A simulated Kubernetes cluster with the namespace of the pilots, stopped when the block ends."""
     sim = KubeSim(SimConfig(nodes=tuple(sim_nodes()), namespaces=("default", NAMESPACE))).start()
-    sim.add_priority_class("podgahp-opportunistic", -100)
+    sim.add_priority_class(*OPPORTUNISTIC_PRIORITY)
     try:
         yield sim
     finally:
@@ -106,8 +157,14 @@ def running_cluster() -> Iterator[KubeSim]:
 
 
 @pytest.fixture
-def kube_sim() -> Iterator[KubeSim]:
-    """A simulated Kubernetes cluster with the namespace of the pilots, stopped after the test."""
+def kube_sim(engine: str, request: pytest.FixtureRequest) -> Iterator[KubeSim]:
+    """The pilots' cluster: a simulated one with the namespace of the pilots, stopped after the test;
+    on the real engine (a test marked both_engines) the real control plane's (:func:`real_namespace`),
+    whose reads and request log are KubeSim's."""
+    if engine == "real":
+        with real_namespace(request.getfixturevalue("real_cluster")) as real:
+            yield real  # type: ignore[misc]
+        return
     with running_cluster() as sim:
         yield sim
 
@@ -122,10 +179,10 @@ def lancium_sim() -> Iterator[LanciumSim]:
         sim.stop()
 
 
-def kubeconfig_text(sim: KubeSim) -> str:
+def kubeconfig_text(sim: KubeSim, namespace: str = NAMESPACE) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kubeconfig")
-        sim.write_kubeconfig(path, namespace=NAMESPACE)
+        sim.write_kubeconfig(path, namespace=namespace)
         return Path(path).read_text()
 
 
@@ -267,19 +324,21 @@ def grid_parts(ad: Dict[str, Any]) -> List[str]:
     return str(ad.get("GridJobId") or "").split()
 
 
-def pod_of(ad: Dict[str, Any]) -> Optional[str]:
+def pod_of(ad: Dict[str, Any], namespace: str = NAMESPACE) -> Optional[str]:
     """Pod name in a routed job's GridJobId (`batch k8s <sandbox> k8s/<ns>/<pod>`), else None."""
     parts = grid_parts(ad)
-    if len(parts) == 4 and parts[3].startswith(f"k8s/{NAMESPACE}/"):
+    if len(parts) == 4 and parts[3].startswith(f"k8s/{namespace}/"):
         return parts[3].split("/", 2)[2]
     return None
 
 
-def wait_for_pods(pool: Pool, cluster: int, count: int, timeout: float = 90) -> Dict[str, str]:
-    """Wait until `count` routed jobs of `cluster` name a pod; source job id -> pod name. A short
-    pilot's grid job may leave the queue between two looks (on a busy machine): the history counts too."""
+def wait_for_pods(pool: Pool, cluster: int, count: int, namespace: str = NAMESPACE,
+                  timeout: float = 90) -> Dict[str, str]:
+    """Wait until `count` routed jobs of `cluster` name a pod (in `namespace`); source job id -> pod
+    name. A short pilot's grid job may leave the queue between two looks (on a busy machine): the
+    history counts too."""
     def named() -> Optional[Dict[str, str]]:
-        pods = {ad["RoutedFromJobId"]: pod_of(ad) for ad in routed_jobs(pool, cluster)}
+        pods = {ad["RoutedFromJobId"]: pod_of(ad, namespace) for ad in routed_jobs(pool, cluster)}
         found = {k: v for k, v in pods.items() if v}
         return found if len(found) >= count else None
     return pool.wait_for(named, timeout=timeout, interval=0.5, what=f"{count} routed jobs with a pod")

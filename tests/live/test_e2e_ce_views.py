@@ -2,38 +2,57 @@
 queue on the other, each with its own kubeconfig) and Lancium. ``podgahp q``, ``podgahp health`` and
 ``podgahp reap``, run on the CE with its configuration, cover all three: q shows each pilot where it
 runs, health counts each queue's remote jobs, and reap deletes an orphan in each place while every
-pilot keeps running."""
+pilot keeps running.
+
+On the real engine the two clusters are two namespaces of the one real control plane, each queue's
+kubeconfig a ServiceAccount of its namespace bound to the shipped Role there: both queues then meet
+the real API server (its RBAC, lists, deletions), and the two queues share one server as two
+namespaces of a site's cluster do, where neither identity sees the other's pods."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import time
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional
 
 import pytest
 
 from e2e import (ANN_SANDBOX_ID, CE_NAME, E2E_FAST, GPU_TEMPLATE, IMAGE, K8S_KNOBS, KEY_FILE, NAMESPACE, grid_parts,
-                 iwd, kube_sim, kubeconfig_text, lancium_sim, pilot_submit, routed_jobs, routes_config, running_cluster,
-                 wait_for_pods)
+                 iwd, kube_sim, kubeconfig_text, lancium_sim, pilot_submit, real_namespace, routed_jobs, routes_config,
+                 running_cluster, wait_for_pods)
 from gahp.backends.lancium.api import LanciumClient
 from gahp.backends.lancium.settings import ClientSettings
 from gahp.identity import sandbox_key
 from harness import Installation, Pool
 from podgahp_sim.k8s import KubeSim
+from podgahp_sim.kube.client import Client, read_kubeconfig
 from podgahp_sim.lancium import LanciumSim
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.both_engines]
 
 __all__ = ["kube_sim", "lancium_sim"]  # the fixtures, imported for pytest
 
+#: The opportunistic queue's namespace on the real engine.
+SECOND_NAMESPACE = "pilots-opportunistic"
+
 
 @pytest.fixture
-def second_sim() -> Iterator[KubeSim]:
-    """A second simulated cluster, for the opportunistic queue."""
+def second_sim(engine: str, request: pytest.FixtureRequest) -> Iterator[KubeSim]:
+    """A second simulated cluster, for the opportunistic queue; on the real engine a second namespace
+    of the real control plane."""
+    if engine == "real":
+        with real_namespace(request.getfixturevalue("real_cluster"), SECOND_NAMESPACE) as real:
+            yield real  # type: ignore[misc]
+        return
     with running_cluster() as sim:
         yield sim
+
+
+def namespace_of(sim: KubeSim) -> str:
+    """The pilots' namespace of a cluster (a real engine's own, else the simulator's ``pilots``)."""
+    return str(getattr(sim, "namespace", NAMESPACE))
 
 
 def start_ce(make_pool: Callable[..., Pool], installation: Installation, first: KubeSim, second: KubeSim,
@@ -44,6 +63,7 @@ def start_ce(make_pool: Callable[..., Pool], installation: Installation, first: 
               + K8S_KNOBS
               + "PODGAHP_K8S_GPU_POD_TEMPLATE = $(LOCAL_DIR)/gpu-template.yaml\n"
               + "PODGAHP_K8S_OPPORTUNISTIC_KUBECONFIG = $(LOCAL_DIR)/kubeconfig-2\n"
+              + f"PODGAHP_K8S_OPPORTUNISTIC_NAMESPACE = {namespace_of(second)}\n"
               + f"PODGAHP_LANCIUM_BASE_URL = {lancium.url}\n"
               + f"PODGAHP_LANCIUM_API_KEY_FILE = $(LOCAL_DIR)/{KEY_FILE}\n"
               + f"PODGAHP_LANCIUM_CE_NAME = {CE_NAME}\n"
@@ -51,7 +71,7 @@ def start_ce(make_pool: Callable[..., Pool], installation: Installation, first: 
               + "PODGAHP_REAP_GRACE_SECONDS = 0\n"
               + E2E_FAST)
     pool = make_pool(extra_config=config, files={"kubeconfig": kubeconfig_text(first),
-                                                 "kubeconfig-2": kubeconfig_text(second),
+                                                 "kubeconfig-2": kubeconfig_text(second, namespace_of(second)),
                                                  "gpu-template.yaml": GPU_TEMPLATE, KEY_FILE: lancium.api_key + "\n"})
     owner = installation.user("pilot")
     key = pool.path(f"{pool.local_dir}/{KEY_FILE}")
@@ -60,20 +80,22 @@ def start_ce(make_pool: Callable[..., Pool], installation: Installation, first: 
     return pool
 
 
-def _orphan_pod(sim: KubeSim, name: str, sandbox: str, queue: str) -> None:
-    """A pod of this CE whose job the schedd no longer holds (made 60 s ago, running)."""
-    with sim.store.lock:
-        sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": NAMESPACE, "uid": f"{name}-uid",
-            "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60)),
-            "labels": {"app.kubernetes.io/managed-by": "podgahp", "podgahp.htcondor.org/ce": CE_NAME,
-                       "podgahp.htcondor.org/queue": queue},
-            "annotations": {ANN_SANDBOX_ID: sandbox}},
-            "spec": {"containers": [{"name": "pilot", "image": IMAGE}]}, "status": {"phase": "Running"}})
+def _orphan_pod(sim: KubeSim, name: str, sandbox: str, queue: str, tmp_path: Path) -> None:
+    """A running pod of this CE whose job the schedd no longer holds, made as the CE's identity."""
+    namespace = namespace_of(sim)
+    client = Client(read_kubeconfig(sim.write_kubeconfig(str(tmp_path / f"kubeconfig-{queue}"), namespace=namespace)))
+    client.call("POST", f"/api/v1/namespaces/{namespace}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name,
+        "labels": {"app.kubernetes.io/managed-by": "podgahp", "podgahp.htcondor.org/ce": CE_NAME,
+                   "podgahp.htcondor.org/queue": queue},
+        "annotations": {ANN_SANDBOX_ID: sandbox}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "pilot", "image": IMAGE, "env": [{"name": "PODGAHP_SIM_RUN_SECONDS", "value": "3600"}]}]}})
+    sim.wait_for_phase(namespace, name, "Running", timeout=60)
 
 
 def _gone(sim: KubeSim, name: str) -> bool:
-    pod = sim.pod(NAMESPACE, name)
+    pod = sim.pod(namespace_of(sim), name)
     return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
 
@@ -86,7 +108,7 @@ def _lancium_job(pool: Pool, cluster: int) -> str:
 
 def test_q_health_and_reap_cover_two_clusters_and_lancium(make_pool: Callable[..., Pool], installation: Installation,
                                                           kube_sim: KubeSim, second_sim: KubeSim,
-                                                          lancium_sim: LanciumSim) -> None:
+                                                          lancium_sim: LanciumSim, tmp_path: Path) -> None:
     pool = start_ce(make_pool, installation, kube_sim, second_sim, lancium_sim)
     home = iwd(pool)
     cpu = pool.submit(pilot_submit(home, "cpu", run_seconds=300), cwd=home)
@@ -94,17 +116,18 @@ def test_q_health_and_reap_cover_two_clusters_and_lancium(make_pool: Callable[..
                                 cwd=home)
     lancium = pool.submit(pilot_submit(home, "lan", run_seconds=300, extra=['+queue = "lancium"']), cwd=home)
     cpu_pod = wait_for_pods(pool, cpu, 1)[f"{cpu}.0"]
-    opp_pod = wait_for_pods(pool, opportunistic, 1)[f"{opportunistic}.0"]
+    opp_pod = wait_for_pods(pool, opportunistic, 1, namespace_of(second_sim))[f"{opportunistic}.0"]
+    second = namespace_of(second_sim)
     lancium_job = _lancium_job(pool, lancium)
     # each queue's pods in its own cluster
-    assert kube_sim.pod(NAMESPACE, cpu_pod) is not None and second_sim.pod(NAMESPACE, cpu_pod) is None
-    assert second_sim.pod(NAMESPACE, opp_pod) is not None and kube_sim.pod(NAMESPACE, opp_pod) is None
+    assert kube_sim.pod(NAMESPACE, cpu_pod) is not None and second_sim.pod(second, cpu_pod) is None
+    assert second_sim.pod(second, opp_pod) is not None and kube_sim.pod(NAMESPACE, opp_pod) is None
 
     # An orphan in each place: the sandbox of a job of this schedd that no longer exists.
     sandbox = kube_sim.pod(NAMESPACE, cpu_pod)["metadata"]["annotations"][ANN_SANDBOX_ID]  # type: ignore[index]
     orphan_sandbox = re.sub(r"_[0-9]+\.0_([0-9]+)$", r"_99999.0_\1", sandbox)
-    _orphan_pod(kube_sim, "pilot-0123456789abcdef0123-1", orphan_sandbox, "cpu")
-    _orphan_pod(second_sim, "pilot-0123456789abcdef0456-1", orphan_sandbox, "opportunistic")
+    _orphan_pod(kube_sim, "pilot-0123456789abcdef0123-1", orphan_sandbox, "cpu", tmp_path)
+    _orphan_pod(second_sim, "pilot-0123456789abcdef0456-1", orphan_sandbox, "opportunistic", tmp_path)
     client = LanciumClient(ClientSettings(base_url=lancium_sim.url,
                                           api_key_file=str(pool.path(f"{pool.local_dir}/{KEY_FILE}"))))
     try:
@@ -124,6 +147,7 @@ def test_q_health_and_reap_cover_two_clusters_and_lancium(make_pool: Callable[..
     assert (rows[f"{cpu}.0"]["backend"], rows[f"{cpu}.0"]["remote"], rows[f"{cpu}.0"]["queue"]) == ("k8s", cpu_pod, "cpu")
     assert rows[f"{cpu}.0"]["where"].startswith(f"{NAMESPACE} (cluster ")
     assert (rows[f"{opportunistic}.0"]["remote"], rows[f"{opportunistic}.0"]["queue"]) == (opp_pod, "opportunistic")
+    assert rows[f"{opportunistic}.0"]["where"].startswith(f"{second} (cluster ")
     assert rows[f"{opportunistic}.0"]["where"] != rows[f"{cpu}.0"]["where"]
     assert (rows[f"{lancium}.0"]["backend"], rows[f"{lancium}.0"]["remote"]) == ("lancium", lancium_job.split("/")[1])
 

@@ -1,6 +1,7 @@
 """End to end on Kubernetes: pilots submitted to a CE-like pool are routed by the real JobRouter
 with the shipped routes, the real gridmanager starts the installed ``k8s_gahp``, and the GAHP runs
-each pilot as a pod on the simulated cluster. Runs on every HTCondor series of the harness.
+each pilot as a pod on the simulated cluster. Runs on every HTCondor series of the harness; the tests
+of the Kubernetes side (marked both_engines) also on the real control plane (tests/engines.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.live
 __all__ = ["kube_sim"]  # the fixture, imported for pytest
 
 
+@pytest.mark.both_engines
 def test_pilot_becomes_pod_and_completes(make_pool: Callable[..., Pool], installation: Installation,
                                          kube_sim: KubeSim) -> None:
     """condor_submit to the CE schedd -> routed (K8s_Cpu) -> one pod -> completes with the pod's
@@ -99,6 +101,7 @@ def _wait_running(pool: Pool, sim: KubeSim, name: str) -> None:
     pool.wait_for(running, timeout=60, interval=0.5, what=f"pod {name} to run")
 
 
+@pytest.mark.both_engines
 def test_condor_rm_deletes_the_pod(make_pool: Callable[..., Pool], installation: Installation,
                                    kube_sim: KubeSim) -> None:
     """condor_rm of the pilot (the CE's source job) removes the routed job, whose pod is deleted."""
@@ -117,6 +120,7 @@ def test_condor_rm_deletes_the_pod(make_pool: Callable[..., Pool], installation:
     assert len(pod_creations(kube_sim)) == 1
 
 
+@pytest.mark.both_engines
 def test_hold_deletes_the_pod_and_release_makes_a_new_one(make_pool: Callable[..., Pool],
                                                           installation: Installation,
                                                           kube_sim: KubeSim) -> None:
@@ -180,6 +184,7 @@ JOB_ROUTER_ROUTE_BadImage @=jrt
 """
 
 
+@pytest.mark.both_engines
 def test_bad_image_is_held_naming_it(make_pool: Callable[..., Pool], installation: Installation,
                                      kube_sim: KubeSim) -> None:
     """A pod whose image cannot be pulled holds the pilot's grid job with a reason naming the image
@@ -203,6 +208,7 @@ def test_bad_image_is_held_naming_it(make_pool: Callable[..., Pool], installatio
     assert not pool.path(f"{home}/broken.out").exists()
 
 
+@pytest.mark.both_engines
 def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[..., Pool],
                                                            installation: Installation, kube_sim: KubeSim) -> None:
     """Pilots of a queue whose image cannot be pulled: after PODGAHP_BLACKHOLE_FAILURES of them the
@@ -397,6 +403,7 @@ def test_route_max_jobs_and_max_idle_jobs(make_pool: Callable[..., Pool], instal
     assert len(pod_creations(kube_sim)) == pilots
 
 
+@pytest.mark.both_engines
 def test_pilot_resources_become_the_pod_spec(make_pool: Callable[..., Pool], installation: Installation,
                                             kube_sim: KubeSim) -> None:
     """A pilot asking 8 cores (xcount), 16000 MB (maxMemory), 1 GPU (RequestGPUs) and 20 GB of disk
@@ -421,6 +428,7 @@ def test_pilot_resources_become_the_pod_spec(make_pool: Callable[..., Pool], ins
     assert final is not None and final["spec"]["nodeName"] == "gpu-1", final
 
 
+@pytest.mark.both_engines
 def test_pods_get_what_a_real_ce_gives(make_pool: Callable[..., Pool], installation: Installation,
                                       kube_sim: KubeSim) -> None:
     """As on a real HTCondor-CE: the opportunistic route's default_maxWallTime macro (720 min) is the
@@ -443,9 +451,9 @@ def test_pods_get_what_a_real_ce_gives(make_pool: Callable[..., Pool], installat
         assert env["CONDORCE_COLLECTOR_HOST"] == pool.config_val("COLLECTOR_HOST"), env
         assert env["PODGAHP_SIM_RUN_SECONDS"] in ("1", "2")
         # no request_disk: HTCondor's default RequestDisk (DiskUsage, a few KiB on 23.x) is a request,
-        # never the limit
+        # never the limit (the GAHP's 10485760Ki, which the API server stores as it writes it: 10Gi)
         limit = container(pod)["resources"]["limits"]["ephemeral-storage"]
-        assert limit == "10485760Ki", limit
+        assert limit == "10Gi", limit
 
     def held() -> List[Dict[str, Any]]:
         return [ad for ad in routed_jobs(pool, short) if ad.get("JobStatus") == HELD]
@@ -455,6 +463,7 @@ def test_pods_get_what_a_real_ce_gives(make_pool: Callable[..., Pool], installat
     assert wait_done(pool, opportunistic, 1)[0]["ExitCode"] == 0
 
 
+@pytest.mark.both_engines
 def test_gahp_killed_mid_run(make_pool: Callable[..., Pool], installation: Installation,
                              kube_sim: KubeSim) -> None:
     """kill -9 of k8s_gahp while pilots run: the gridmanager gets a new GAHP, which finds the pods

@@ -11,19 +11,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import pytest
-import yaml
 
-from e2e import iwd, pilot_submit, routes_config, wait_done, E2E_FAST, K8S_KNOBS, NAMESPACE, GPU_TEMPLATE
+from e2e import iwd, pilot_submit, routes_config, shipped_role, wait_done, E2E_FAST, K8S_KNOBS, NAMESPACE, GPU_TEMPLATE
 from engines import RealEngine
 from harness import Installation, Pool
-from paths import DOCS
 
 pytestmark = pytest.mark.live
-
-
-def shipped_role() -> Dict[str, Any]:
-    (role,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
-    return dict(role)
 
 
 def start_ce(make_pool: Callable[..., Pool], installation: Installation, engine: RealEngine, tmp_path: Path) -> Pool:
@@ -53,7 +46,7 @@ def test_pilots_run_on_the_real_control_plane_and_condor_rm_deletes_the_pod(
     def running() -> List[Dict[str, Any]]:
         return [p for p in engine.pods() if p["metadata"]["name"].startswith("pilot-")
                 and (p.get("status") or {}).get("phase") == "Running"
-                and (p.get("spec") or {}).get("nodeName", "").startswith("sim-node-")]
+                and (p.get("spec") or {}).get("nodeName") in {n.spec.name for n in engine.cluster.nodes}]
     pods = pool.wait_for(running, timeout=180, what="the long pilot's pod running on a node the real scheduler chose")
     name = pods[0]["metadata"]["name"]
     secret_names = [v["secret"]["secretName"] for v in pods[0]["spec"].get("volumes") or [] if v.get("secret")]

@@ -1,7 +1,8 @@
 """``podgahp trace`` on a CE with the real schedd, JobRouter and gridmanager: a test pilot followed
 through every hop; a factory's pilot whose pod cannot be placed, stalled at "scheduled" with the
 scheduler's reason; a CE whose identity may not create pods, stalled before any pod with the missing
-right named. The tool finds the CE's configuration without CONDOR_CONFIG, as condor_ce_trace does."""
+right named. The tool finds the CE's configuration without CONDOR_CONFIG, as condor_ce_trace does.
+On both engines: on the real one the reason is the real scheduler's, the rights the real RBAC's."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Any, Callable, Dict
 
 import pytest
 
-from e2e import iwd, kube_sim, pilot_submit, start_k8s_ce
+from e2e import iwd, kube_sim, pilot_submit, shipped_role, start_k8s_ce, with_right, without_right
 from harness import Installation, Pool
 from podgahp_sim.k8s import KubeSim
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.both_engines]
 
 __all__ = ["kube_sim"]  # the fixture, imported for pytest
 
@@ -46,6 +47,9 @@ def test_a_test_pilot_goes_through_every_hop(make_pool: Callable[..., Pool], ins
 def test_an_unschedulable_pilot_stalls_at_scheduled_with_the_reason(make_pool: Callable[..., Pool],
                                                                      installation: Installation,
                                                                      kube_sim: KubeSim) -> None:
+    """The CE's identity may list Events besides the shipped Role's rights (which do not grant it: the
+    trace then shows the pod's PodScheduled condition alone), so the trace shows the scheduler's."""
+    kube_sim.enforce_role(with_right(shipped_role(), "list", "events"))
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config="PODGAHP_K8S_MAX_CPUS = 64\n")
     home = iwd(pool)
     cluster = pool.submit(pilot_submit(home, "big", run_seconds=60, extra=["+xcount = 32"]), cwd=home)
@@ -60,7 +64,7 @@ def test_an_unschedulable_pilot_stalls_at_scheduled_with_the_reason(make_pool: C
 
 def test_a_missing_right_is_named_where_the_pilot_stops(make_pool: Callable[..., Pool], installation: Installation,
                                                        kube_sim: KubeSim) -> None:
-    kube_sim.deny("create", "pods", "pilots")
+    kube_sim.enforce_role(without_right(shipped_role(), "create", "pods"))
     pool = start_k8s_ce(make_pool, installation, kube_sim)
     status, report = trace(pool, installation, "--timeout", "60")
     assert status == 1 and report["stalled_at"] == "GAHP request", report

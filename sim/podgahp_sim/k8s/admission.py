@@ -20,7 +20,7 @@ from .config import PodLimitRange, PodQuota, Taint
 from .errors import FieldError, bad_request, forbidden
 from .images import default_pull_policy
 from .limits import annotation_errors
-from .quantity import QuantityError, format_quantity, is_binary_resource, parse_quantity
+from .quantity import QuantityError, canonical, format_quantity, is_binary_resource, parse_quantity
 from .selectors import label_key_error, label_value_error
 
 JsonObj = Dict[str, Any]
@@ -64,15 +64,11 @@ def is_extended(resource: str) -> bool:
         "requests.")
 
 
-def canonical(text: Any) -> str:
-    value = parse_quantity(text)
-    return format_quantity(value, isinstance(text, str) and text.endswith("i"))
-
-
 # --------------------------------------------------------------------------- decoding (400)
 
 def check_decodable(kind: str, obj: Any) -> None:
-    """Structural checks the JSON decoder of the server makes; violations are 400, not 422."""
+    """Structural checks the JSON decoder of the server makes; violations are 400, not 422. A pod's
+    resource quantities are left as the server writes them back (canonical)."""
     prefix = '%s in version "v1" cannot be handled as a %s: ' % (kind, kind)
     if not isinstance(obj, dict):
         raise bad_request(prefix + "json: cannot unmarshal into Go value of type struct")
@@ -98,9 +94,11 @@ def check_decodable(kind: str, obj: Any) -> None:
             for container in value or []:
                 resources = container.get("resources") or {}
                 for part in ("requests", "limits"):
-                    for quantity in (resources.get(part) or {}).values():
+                    quantities = resources.get(part) or {}
+                    for name, quantity in list(quantities.items()):
                         try:
-                            parse_quantity(quantity)
+                            # decoded and written back as the server stores it: 10485760Ki is 10Gi
+                            quantities[name] = canonical(quantity)
                         except QuantityError as e:
                             raise bad_request(prefix + str(e)) from None
         for key in ("activeDeadlineSeconds", "terminationGracePeriodSeconds", "priority"):

@@ -76,6 +76,27 @@ def format_quantity(value: Fraction, binary: bool = False) -> str:
     return "%s%dn" % (sign, -(-scaled.numerator // scaled.denominator))
 
 
+def canonical(text: Any) -> str:
+    """A quantity as the API server writes it back (``Quantity.MarshalJSON``): ``10485760Ki`` is
+    ``10Gi``, ``1000m`` is ``1``, ``12e2`` is ``1200``. The format is the one it was written in: binary
+    (``Ki`` ... ``Ei``) unless below 1024 or not a whole number, then decimal; exponent (``1e3``) with
+    an exponent that is a multiple of 3; decimal (``m``, ``k``, ``M`` ...) otherwise."""
+    value = parse_quantity(text)
+    match = _NUMBER.match(text) if isinstance(text, str) else None
+    suffix = match.group(2) if match else ""
+    if suffix in _BINARY:
+        return format_quantity(value, binary=abs(value) >= 1024)
+    if _EXPONENT.match(suffix) and value != 0:
+        sign = "-" if value < 0 else ""
+        for exponent in range(18, -10, -3):
+            scaled = abs(value) / Fraction(10) ** exponent
+            if scaled.denominator == 1:
+                return "%s%d%s" % (sign, scaled.numerator, "e%d" % exponent if exponent else "")
+        scaled = abs(value) * 10 ** 9
+        return "%s%de-9" % (sign, -(-scaled.numerator // scaled.denominator))
+    return format_quantity(value)
+
+
 def is_binary_resource(resource: str) -> bool:
     """Memory-like resources are printed with binary suffixes."""
     return resource.split(".")[-1] in ("memory", "ephemeral-storage", "storage")

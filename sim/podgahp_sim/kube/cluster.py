@@ -3,7 +3,9 @@ this process: what ``podgahp sim k8s --control-plane DIR`` runs, and what the te
 backend and the simulator-fidelity tests against besides the simulated API server.
 
 Owns the nodes' lifecycle around the control plane's, namespaces made ready for pods (the
-controller-manager has made their ``default`` ServiceAccount), and :func:`serve`.
+controller-manager has made their ``default`` ServiceAccount), and :func:`serve`. Offers the reads of
+``KubeSim`` (pods, logs, the request log of pod and Secret creations and deletions) over the real API
+server, and the hand of the nodes' kubelet (a container exits, an image is pushed to its registry).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .client import ApiError, Client, read_kubeconfig
-from .controlplane import ControlPlane
+from .controlplane import ControlPlane, Request
 from .node import NodeAgent, NodeSpec
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,53 @@ class KubeCluster:
 
     def describe(self) -> Dict[str, Any]:
         return dict(self.plane.describe(), nodes=[n.spec.name for n in self.nodes])
+
+    # ------------------------------------------------------------------ KubeSim's reads and hand
+
+    def pod(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
+        try:
+            return self.admin.get("/api/v1/namespaces/%s/pods/%s" % (namespace, name))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def pods(self, namespace: str) -> List[Dict[str, Any]]:
+        listed = self.admin.get("/api/v1/namespaces/%s/pods" % namespace)
+        return sorted(listed.get("items") or [], key=lambda p: str(p["metadata"]["name"]))
+
+    def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
+        """What the container printed so far (through the API server's log proxy to its node); nothing
+        for a pod the server no longer has, as ``KubeSim.logs``."""
+        query = {"container": container} if container else None
+        try:
+            return self.admin.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
+        except ApiError as e:
+            if e.status == 404 and self.pod(namespace, name) is None:
+                return []
+            raise
+
+    def requests(self, method: Optional[str] = None, path: Optional[str] = None, since: int = 0) -> List[Request]:
+        """The pod and Secret creations and deletions served so far (:meth:`ControlPlane.requests`)."""
+        return self.plane.requests(method, path, since)
+
+    def exit_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:
+        """Make the pod's containers exit now (or as soon as they start) with ``exit_code``: on the node
+        it is bound to (modelled containers)."""
+        pod = self.pod(namespace, name)
+        node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+        agents = [a for a in self.nodes if a.spec.name == node]
+        if not agents:
+            raise KeyError("pod %s/%s is on no node of this cluster (%r)" % (namespace, name, node))
+        agent = agents[0]
+        self.wait(lambda: agent.has_pod(namespace, name), time.monotonic() + 30,
+                  "pod %s/%s on node %s" % (namespace, name, node))
+        agent.cluster.exit_now(namespace, name, exit_code)
+
+    def publish_image(self, image: str) -> None:
+        """Push ``image`` to its registry: every node pulls it from now on (modelled containers)."""
+        for agent in self.nodes:
+            agent.cluster.publish_image(image)
 
 
 def serve(binaries: str, kubeconfig_path: str, namespace: str = "default", namespaces: Sequence[str] = (),

@@ -5,7 +5,9 @@ builds one from Debian's sources, any release a site brings works too).
 
 Owns its processes and their state, under one directory per control plane
 (``<base>/<pid>-<hex>``, held by an ``flock`` while its owner lives): etcd's data, the certificates
-(:mod:`.pki`), the kubeconfigs, each process's log. Every process listens on 127.0.0.1 only, on free
+(:mod:`.pki`), the kubeconfigs, each process's log, and the API server's audit log of the requests
+that create or delete pods and Secrets (:meth:`ControlPlane.requests`, as the simulated API server's
+request log). Every process listens on 127.0.0.1 only, on free
 ports; the ports of 1.23 and older releases that serve without authentication are closed. Ready when
 the API server's ``/readyz`` says so and the ``default`` ServiceAccount exists (pods can be made).
 :meth:`ControlPlane.stop` leaves nothing (processes, ports, files); when a control plane's owner was
@@ -29,11 +31,12 @@ import ssl
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .pki import ADMIN, CONTROLLER_MANAGER, KUBELET_CLIENT, SCHEDULER, Pki, node_identity
 
@@ -45,9 +48,29 @@ SERVICE_CIDR = "10.96.0.0/16"
 """The Services' cluster IPs: a range only the API server uses (nothing is ever sent there)."""
 _INSTANCE = re.compile(r"\d+-[0-9a-f]{8}")
 
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "verbs": ["create", "delete", "deletecollection"],
+               "resources": [{"group": "", "resources": ["pods", "secrets"]}]},
+              {"level": "None"}]}
+"""What the API server's audit log records: who created or deleted which pod or Secret and how it was
+answered (no bodies; not the subresources, such as the nodes' status writes)."""
+METHOD_OF_VERB = {"create": "POST", "delete": "DELETE", "deletecollection": "DELETE"}
+
 
 class ControlPlaneError(RuntimeError):
     """The control plane could not be started: a binary is missing or a process failed (its log named)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of the audit log, shaped as the simulated API server's request record: its method,
+    path, query (the last value of each name) and answer's status."""
+
+    method: str
+    path: str
+    query: Mapping[str, str]
+    status: int
 
 
 @dataclass(frozen=True)
@@ -115,6 +138,39 @@ class ControlPlane:
     def log_file(self, name: str) -> Path:
         return self.path("logs", name + ".log")
 
+    @property
+    def audit_log(self) -> Path:
+        return self.path("logs", "audit.log")
+
+    def requests(self, method: Optional[str] = None, path: Optional[str] = None, since: int = 0) -> List[Request]:
+        """The pod and Secret creations and deletions served so far, from the audit log, optionally
+        filtered by method and path regex (searched), as ``KubeSim.requests``; with ``since``, those
+        after the first ``since`` of the log (``len(requests())`` then: what was served since)."""
+        pattern = re.compile(path) if path is not None else None
+        found = []
+        try:
+            lines = self.audit_log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        served = 0
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line being written
+            if event.get("stage") != "ResponseComplete":
+                continue
+            served += 1
+            if served <= since:
+                continue
+            url = urllib.parse.urlsplit(str(event.get("requestURI") or ""))
+            record = Request(METHOD_OF_VERB.get(str(event.get("verb")), str(event.get("verb")).upper()), url.path,
+                             {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()},
+                             int((event.get("responseStatus") or {}).get("code") or 0))
+            if (method is None or record.method == method) and (pattern is None or pattern.search(record.path)):
+                found.append(record)
+        return found
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, timeout: float = 180.0) -> "ControlPlane":
@@ -153,6 +209,7 @@ class ControlPlane:
             "--unsafe-no-fsync" if self._etcd_has("--unsafe-no-fsync") else "--snapshot-count=10000",
         ])
         insecure = ["--insecure-port=0"] if self.release.has_insecure_ports else []
+        self.path("audit-policy.json").write_text(json.dumps(AUDIT_POLICY))
         self._spawn("kube-apiserver", [
             "--etcd-servers", f"http://127.0.0.1:{etcd_client}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}", *insecure,
@@ -171,6 +228,8 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             "--allow-privileged=true",
+            f"--audit-policy-file={self.path('audit-policy.json')}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
         ])
         for user, group in (ADMIN, CONTROLLER_MANAGER, SCHEDULER):
             pki.kubeconfig(self._kubeconfig_path(user), self.url, user, group)

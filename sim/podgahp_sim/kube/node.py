@@ -432,6 +432,11 @@ class NodeAgent:
             for resource, namespace, name in held - wanted:
                 self.store.delete(resource, namespace, name)
 
+    def has_pod(self, namespace: str, name: str) -> bool:
+        """Whether the pod has reached this node (its mirror)."""
+        with self.store.lock:
+            return self.store.get("pods", namespace, name) is not None
+
     def _logs(self, namespace: str, pod: str, container: str) -> "Optional[Tuple[List[str], bool] | str]":
         with self.store.lock:
             local = self.store.get("pods", namespace, pod)

@@ -123,6 +123,21 @@ def test_qos_class(core: client.CoreV1Api, resources: Any, qos: str) -> None:
     assert core.create_namespaced_pod(NS, pod_body(resources=resources)).status.qos_class == qos
 
 
+def test_resource_quantities_are_stored_as_the_server_writes_them(core: client.CoreV1Api) -> None:
+    """Decoded and written back canonical, in the format they came in: binary unless below 1024 or
+    not whole, decimal, exponent."""
+    resources = {"requests": {"cpu": "1000m", "memory": "3000M", "ephemeral-storage": "0.5Gi", "example.com/a": "2000",
+                              "example.com/b": "12e2", "example.com/c": "0.5Ki"},
+                 "limits": {"cpu": "1500m", "memory": "3000Mi", "ephemeral-storage": "10485760Ki",
+                            "example.com/a": "2000", "example.com/b": "12e2", "example.com/c": "0.5Ki"}}
+    made = core.api_client.sanitize_for_serialization(core.create_namespaced_pod(NS, pod_body(resources=resources)))
+    assert made["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "1", "memory": "3G", "ephemeral-storage": "512Mi", "example.com/a": "2k",
+                     "example.com/b": "1200", "example.com/c": "512"},
+        "limits": {"cpu": "1500m", "memory": "3000Mi", "ephemeral-storage": "10Gi", "example.com/a": "2k",
+                   "example.com/b": "1200", "example.com/c": "512"}}
+
+
 @pytest.mark.parametrize("prefix", ["pilot-", "x" * 70], ids=["short", "truncated"])
 def test_generate_name(core: client.CoreV1Api, prefix: str) -> None:
     names = set()
