@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import random
 import re
 from fractions import Fraction
@@ -20,7 +21,7 @@ from .config import PodQuota, Taint
 from .errors import FieldError, bad_request, forbidden
 from .images import default_pull_policy
 from .limits import annotation_errors
-from .quantity import QuantityError, format_quantity, is_binary_resource, parse_quantity
+from .quantity import QuantityError, canonical_quantity, format_quantity, is_binary_resource, parse_quantity
 from .selectors import label_key_error, label_value_error
 
 JsonObj = Dict[str, Any]
@@ -64,9 +65,6 @@ def is_extended(resource: str) -> bool:
         "requests.")
 
 
-def canonical(text: Any) -> str:
-    value = parse_quantity(text)
-    return format_quantity(value, isinstance(text, str) and text.endswith("i"))
 
 
 # --------------------------------------------------------------------------- decoding (400)
@@ -108,6 +106,7 @@ def check_decodable(kind: str, obj: Any) -> None:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise bad_request(prefix + "json: cannot unmarshal %s into Go struct field PodSpec.spec.%s of "
                                   "type int64" % (type(value).__name__, key))
+        canonicalize_quantities(obj)
     if kind == "Secret":
         data = obj.get("data") or {}
         if not isinstance(data, dict):
@@ -119,6 +118,28 @@ def check_decodable(kind: str, obj: Any) -> None:
                 base64.b64decode(value.encode("ascii"), validate=True)
             except (binascii.Error, UnicodeEncodeError, ValueError):
                 raise bad_request(prefix + "illegal base64 data at input byte 0") from None
+
+
+def canonicalize_quantities(pod: JsonObj) -> None:
+    """A decoded pod's quantities (resources, overhead, emptyDir sizes) in the canonical form the API
+    server stores and writes back (``1024Mi`` reads ``1Gi``, ``0.5`` reads ``500m``), in place; one that
+    does not parse is left to validation."""
+    def rewrite(values: Any, names: Optional[Iterable[str]] = None) -> None:
+        if isinstance(values, dict):
+            for name in list(values) if names is None else [n for n in names if n in values]:
+                with contextlib.suppress(QuantityError):
+                    values[name] = canonical_quantity(values[name])
+    spec = pod.get("spec") or {}
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(key) or []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if isinstance(resources, dict):
+                rewrite(resources.get("requests"))
+                rewrite(resources.get("limits"))
+    rewrite(spec.get("overhead"))
+    for volume in spec.get("volumes") or []:
+        if isinstance(volume, dict):
+            rewrite(volume.get("emptyDir"), ["sizeLimit"])
 
 
 # --------------------------------------------------------------------------- defaulting
@@ -328,19 +349,19 @@ def _resource_errors(path: str, resources: JsonObj) -> List[FieldError]:
                 continue
             quantity = parse_quantity(value)
             if quantity < 0:
-                errors.append(FieldError("invalid", key_path, "must be greater than or equal to 0", canonical(value)))
+                errors.append(FieldError("invalid", key_path, "must be greater than or equal to 0", canonical_quantity(value)))
             elif is_extended(name) and quantity.denominator != 1:
-                errors.append(FieldError("invalid", key_path, "must be an integer", canonical(value)))
+                errors.append(FieldError("invalid", key_path, "must be an integer", canonical_quantity(value)))
     for name, value in requests.items():
         quantity = parse_quantity(value)
         if name in limits:
             limit = parse_quantity(limits[name])
             if is_extended(name) and quantity != limit:
                 errors.append(FieldError("invalid", path + ".requests", "must be equal to %s limit of %s"
-                                         % (name, canonical(limits[name])), canonical(value)))
+                                         % (name, canonical_quantity(limits[name])), canonical_quantity(value)))
             elif quantity > limit:
                 errors.append(FieldError("invalid", path + ".requests", "must be less than or equal to %s limit of %s"
-                                         % (name, canonical(limits[name])), canonical(value)))
+                                         % (name, canonical_quantity(limits[name])), canonical_quantity(value)))
         elif is_extended(name):
             errors.append(FieldError("required", path + ".limits", "Limit must be set for non overcommitable resources"))
     return errors

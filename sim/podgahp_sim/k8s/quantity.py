@@ -76,6 +76,27 @@ def format_quantity(value: Fraction, binary: bool = False) -> str:
     return "%s%dn" % (sign, -(-scaled.numerator // scaled.denominator))
 
 
+def canonical_quantity(text: Any) -> str:
+    """A quantity as the API server writes it back once decoded (``Quantity.CanonicalizeBytes`` in the
+    format its text had): a binary suffix stays binary (``1024Mi`` -> ``1Gi``) unless the value is
+    under 1024 or not whole, an exponent stays an exponent (``1e3``), anything else is decimal
+    (``0.5`` -> ``500m``, ``1000`` -> ``1k``)."""
+    value = parse_quantity(text)
+    match = _NUMBER.match(text) if isinstance(text, str) else None
+    suffix = match.group(2) if match else ""
+    if suffix in _BINARY and abs(value) >= 1024 and value.denominator == 1:
+        return format_quantity(value, True)
+    if not _EXPONENT.match(suffix) or value == 0:
+        return format_quantity(value)
+    sign = "-" if value < 0 else ""
+    for exponent in range(18, -12, -3):
+        scaled = abs(value) / Fraction(10) ** exponent
+        if scaled.denominator == 1:
+            return "%s%d%s" % (sign, scaled.numerator, "e%d" % exponent if exponent else "")
+    scaled = abs(value) * 10 ** 9
+    return "%s%de-9" % (sign, -(-scaled.numerator // scaled.denominator))
+
+
 def is_binary_resource(resource: str) -> bool:
     """Memory-like resources are printed with binary suffixes."""
     return resource.split(".")[-1] in ("memory", "ephemeral-storage", "storage")

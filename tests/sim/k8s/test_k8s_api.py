@@ -123,6 +123,24 @@ def test_qos_class(core: client.CoreV1Api, resources: Any, qos: str) -> None:
     assert core.create_namespaced_pod(NS, pod_body(resources=resources)).status.qos_class == qos
 
 
+#: A quantity as sent -> as the API server stores and writes it back: the canonical form of the
+#: format it was written in (binary, decimal, exponent).
+QUANTITIES = [("1024Mi", "1Gi"), ("1536Mi", "1536Mi"), ("2048Ki", "2Mi"), ("0.5Gi", "512Mi"), ("0.5Ki", "512"),
+              ("1000", "1k"), ("1000m", "1"), ("0.5", "500m"), ("1500m", "1500m"), ("1e3", "1e3"), ("1.5e3", "1500")]
+
+
+@pytest.mark.parametrize("sent,stored", QUANTITIES, ids=[sent for sent, _ in QUANTITIES])
+def test_quantities_are_stored_canonical(core: client.CoreV1Api, sent: str, stored: str) -> None:
+    """As the real server's decoder leaves them: podgahp writes ``<RequestMemory>Mi`` and reads back ``1Gi``."""
+    body = pod_body(resources={"limits": {"memory": sent, "cpu": sent}},
+                    volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": sent}}])
+    made = core.create_namespaced_pod(NS, body)
+    for pod in (made, core.read_namespaced_pod("p1", NS)):
+        resources = pod.spec.containers[0].resources
+        assert resources.limits == resources.requests == {"memory": stored, "cpu": stored}
+        assert pod.spec.volumes[0].empty_dir.size_limit == stored
+
+
 @pytest.mark.parametrize("prefix", ["pilot-", "x" * 70], ids=["short", "truncated"])
 def test_generate_name(core: client.CoreV1Api, prefix: str) -> None:
     names = set()
