@@ -20,7 +20,7 @@ import re
 import secrets as random
 import ssl
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from podgahp_sim.kube.client import ApiError
 from podgahp_sim.kube.cluster import KubeCluster
@@ -49,8 +49,8 @@ def control_plane_binaries() -> Path:
     return Path(chosen) if chosen else build_control_plane()
 
 
-def start_real_cluster(base: Optional[Path] = None) -> KubeCluster:
-    return KubeCluster(control_plane_binaries(), NODES, base=base).start()
+def start_real_cluster(base: Optional[Path] = None, nodes: Sequence[NodeSpec] = NODES) -> KubeCluster:
+    return KubeCluster(control_plane_binaries(), nodes, base=base).start()
 
 
 def namespace_for(test_name: str) -> str:
@@ -195,6 +195,11 @@ class RealEngine:
         listed = self.api.get("/api/v1/namespaces/%s/pods" % (namespace or self.namespace))
         return sorted(listed.get("items") or [], key=lambda p: p["metadata"]["name"])
 
+    def add_priority_class(self, name: str, value: int) -> None:
+        """A PriorityClass of the cluster (kept if there: it is cluster-wide, as KubeSim's)."""
+        self._create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value})
+
     def secret(self, namespace: str, name: str) -> Optional[JsonObj]:
         return self._get("/api/v1/namespaces/%s/secrets/%s" % (namespace, name))
 
@@ -227,5 +232,11 @@ class RealEngine:
         return pod
 
     def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
+        """What the container printed so far; none once the pod is gone (as KubeSim's)."""
         query = {"container": container} if container else None
-        return self.api.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
+        try:
+            return self.api.text("/api/v1/namespaces/%s/pods/%s/log" % (namespace, name), query).splitlines()
+        except ApiError as e:
+            if e.status == 404 and self.pod(namespace, name) is None:
+                return []
+            raise

@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
+import yaml
 
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
+from podgahp_sim.kube.node import NodeSpec
 from podgahp_sim.lancium import LanciumSim
 from harness import Installation, Pool
+from paths import DOCS
 
 #: Namespace of the pilot pods.
 NAMESPACE = "pilots"
@@ -92,6 +95,19 @@ def sim_nodes() -> Sequence[SimNode]:
         SimNode("gpu-1", cpu="16", memory="64Gi", gpus=2, labels={"e2e/gpu": "true"},
                 taints=(Taint("nvidia.com/gpu", "", "NoSchedule"),)),
     )
+
+
+def node_specs(nodes: Sequence[SimNode], **options: Any) -> List[NodeSpec]:
+    """The simulator's nodes as nodes of the real control plane (``podgahp sim node``), each with
+    ``options`` (``runtime``, ``images``...)."""
+    return [NodeSpec(n.name, cpus=n.cpu, memory=n.memory, gpus=n.gpus, pods=n.pods, labels=dict(n.labels),
+                     taints=n.taints, **options) for n in nodes]
+
+
+def shipped_role() -> Dict[str, Any]:
+    """The Role of docs/podgahp-rbac.yaml: the rights podgahp's identity needs in the pilots' namespace."""
+    (role,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
+    return dict(role)
 
 
 @contextlib.contextmanager

@@ -11,19 +11,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import pytest
-import yaml
 
-from e2e import iwd, pilot_submit, routes_config, wait_done, E2E_FAST, K8S_KNOBS, NAMESPACE, GPU_TEMPLATE
+from e2e import iwd, pilot_submit, routes_config, shipped_role, wait_done, E2E_FAST, K8S_KNOBS, NAMESPACE, GPU_TEMPLATE
 from engines import RealEngine
 from harness import Installation, Pool
-from paths import DOCS
 
 pytestmark = pytest.mark.live
-
-
-def shipped_role() -> Dict[str, Any]:
-    (role,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
-    return dict(role)
 
 
 def start_ce(make_pool: Callable[..., Pool], installation: Installation, engine: RealEngine, tmp_path: Path) -> Pool:
