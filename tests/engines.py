@@ -225,6 +225,11 @@ class RealEngine(PodWaits):
     def pods(self, namespace: Optional[str] = None) -> List[JsonObj]:
         return self.cluster.pods(namespace or self.namespace)
 
+    def add_priority_class(self, name: str, value: int) -> None:
+        """A PriorityClass of the cluster (kept if there: it is cluster-wide, as KubeSim's)."""
+        self._create("/apis/scheduling.k8s.io/v1/priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}, "value": value})
+
     def secret(self, namespace: str, name: str) -> Optional[JsonObj]:
         return self._get("/api/v1/namespaces/%s/secrets/%s" % (namespace, name))
 

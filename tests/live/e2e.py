@@ -31,6 +31,7 @@ from podgahp_sim.kube.cluster import KubeCluster
 from podgahp_sim.kube.node import NodeSpec
 from podgahp_sim.lancium import LanciumSim
 from harness import Installation, Pool
+from paths import DOCS
 
 #: Namespace of the pilot pods.
 NAMESPACE = "pilots"
@@ -101,10 +102,16 @@ def sim_nodes() -> Sequence[SimNode]:
     )
 
 
+def node_specs(nodes: Sequence[SimNode], **options: Any) -> List[NodeSpec]:
+    """The simulator's nodes as nodes of the real control plane (``podgahp sim node``), each with
+    ``options`` (``runtime``, ``images``...)."""
+    return [NodeSpec(n.name, cpus=n.cpu, memory=n.memory, gpus=n.gpus, pods=n.pods, labels=dict(n.labels),
+                     taints=n.taints, **options) for n in nodes]
+
+
 def real_nodes() -> Tuple[NodeSpec, ...]:
     """The nodes of :func:`sim_nodes` as the real engine's (the simulator's kubelet, modelled containers)."""
-    return tuple(NodeSpec(n.name, cpus=n.cpu, memory=n.memory, gpus=n.gpus, labels=dict(n.labels), taints=n.taints)
-                 for n in sim_nodes())
+    return tuple(node_specs(sim_nodes()))
 
 
 #: The PriorityClass of the opportunistic queue (PODGAHP_K8S_OPPORTUNISTIC_ALLOWED_PRIORITY_CLASSES).
@@ -112,7 +119,7 @@ OPPORTUNISTIC_PRIORITY = ("podgahp-opportunistic", -100)
 
 
 def shipped_role() -> Dict[str, Any]:
-    """The Role of docs/podgahp-rbac.yaml (namespace pilots)."""
+    """The Role of docs/podgahp-rbac.yaml: the rights podgahp's identity needs in the pilots' namespace."""
     (role,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
     return dict(role)
 

@@ -4,37 +4,44 @@ A user pool (collector, negotiator, schedd) whose jobs wait; ``podgahp provision
 a CE-like pool (shipped routes, gridmanager, ``k8s_gahp``); the simulated cluster runs their pods
 through runc from the pilot image (the installation's root with HTCondor and the pilot start
 script): each pod's ``condor_startd`` joins the user pool with the token staged in its Secret and
-runs the users' jobs. One set of pools and one cluster per HTCondor series serve every test here;
-each test has jobs and pilots of its own.
+runs the users' jobs. The cluster is either engine (tests/engines.py): the simulated API server, or
+the real control plane whose scheduler binds the pods to the simulator's kubelets (``podgahp sim
+node``) running them through runc, the CE's kubeconfig a ServiceAccount with the shipped Role alone.
+One set of pools and one cluster per HTCondor series and engine serve every test here; each test has
+jobs and pilots of its own.
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import dataclasses
 import hashlib
 import os
 import re
 import subprocess
+import threading
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Set
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import pytest
 from kubernetes import client, config
 
 from e2e import (ANN_SANDBOX_ID, E2E_FAST, GPU_TEMPLATE, HELD, K8S_KNOBS, NAMESPACE, RUNNING, container, grid_parts,
-                 kubeconfig_text, pod_of, routed_jobs, routes_config, sim_nodes,
+                 node_specs, pod_of, routed_jobs, routes_config, shipped_role, sim_nodes,
                  write_user_file, x509_proxy)
+from engines import ENGINES, RealEngine, control_plane_binaries, start_real_cluster
 from harness import Installation, Pool
 from harness.image import IMAGE_START_SCRIPT, pilot_image
 from harness.userpool import CONFIG as USER_POOL_CONFIG
 from harness.userpool import LOOPBACK_PILOT_ENVIRONMENT, collector_address, pilot_token
-from leftovers import instance_of, machine_leftovers, start_runc_sim, stop_sim
+from leftovers import harness_leftovers, harness_of, start_runc_sim, stop_sim
 from podgahp_sim.k8s import KubeSim, SimConfig
-from podgahp_sim.k8s.store import Expired
+from podgahp_sim.k8s.quantity import parse_quantity
+from podgahp_sim.kube.controlplane import BINARIES
+from podgahp_sim.kube.client import ApiError, Client, read_kubeconfig
 from polling import wait_until
 
 pytestmark = pytest.mark.live
@@ -56,11 +63,80 @@ GRIDMANAGER_CHECKPROXY_INTERVAL = 2
 """
 
 
+class PodWatch:
+    """Every state each pod of the pilots' namespace went through since the site started, from a watch
+    of the API server (either engine's) in a thread of its own, and the pods as a list finds them at
+    each look: a pod the GAHP deletes a moment after it ended is not missed between two looks (on a
+    busy machine a look can come seconds after the last)."""
+
+    def __init__(self, api: Client, namespace: str) -> None:
+        self.api = api
+        self.path = f"/api/v1/namespaces/{namespace}/pods"
+        self.seen: Dict[str, Dict[str, Any]] = {}
+        """The last state seen of each pod (kept once it is deleted)."""
+        self.ended: Dict[str, Dict[str, Any]] = {}
+        """The container's ``terminated`` state of each pod that ended."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pod-watch", daemon=True)
+        self._thread.start()
+        wait_until(self._listed.is_set, "the pod watch's first list", timeout=60)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _record(self, pod: Dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        with self._lock:
+            last = self.seen.get(name)
+            if last is not None and last["metadata"]["uid"] == pod["metadata"]["uid"] and int(
+                    last["metadata"]["resourceVersion"]) > int(pod["metadata"]["resourceVersion"]):
+                return  # a list older than what the watch brought meanwhile
+            self.seen[name] = pod
+            statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+            ended = (statuses[0].get("state") or {}).get("terminated")
+            if ended:
+                self.ended[name] = ended
+
+    def _watch(self) -> None:
+        version = ""
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    listed = self.api.get(self.path)
+                    for pod in listed.get("items") or []:
+                        self._record(pod)
+                    version = str(listed["metadata"]["resourceVersion"])
+                    self._listed.set()
+                for event in self.api.watch(self.path, {"resourceVersion": version}, timeout=5):
+                    if event.get("type") == "ERROR":  # the log moved past ours: every pod as it is
+                        version = ""
+                        break
+                    version = str(event["object"]["metadata"]["resourceVersion"])
+                    self._record(event["object"])
+            except (ApiError, OSError, ValueError):
+                version = ""
+                self._stop.wait(1)
+
+    def look(self) -> Dict[str, Dict[str, Any]]:
+        for pod in self.api.get(self.path).get("items") or []:
+            self._record(pod)
+        return self.seen
+
+    def terminated(self, name: str) -> Optional[Dict[str, Any]]:
+        self.look()
+        return self.ended.get(name)
+
+
 @dataclasses.dataclass
 class Site:
     users: Pool
     ce: Pool
-    sim: KubeSim
+    engine: Union[KubeSim, RealEngine]
+    """The cluster's reads (pods, logs, kubeconfigs), KubeSim's or the real API server's."""
+    pods: PodWatch
     image: str
     home: str
     """The provisioner's home at the CE, this site's own: pilots are submitted from (and write their
@@ -126,75 +202,77 @@ def job_ads(site: Site, cluster: int) -> List[Dict[str, Any]]:
                                                        "NumJobStarts", "Iwd", "ExitCode", "HoldReason"])
 
 
-class PodWatch:
-    """Every state each pod of the cluster went through since the watch began, from the simulator's
-    change log as a Kubernetes watch sees it: a pod the GAHP deletes a moment after it ended is not
-    missed between two looks (on a busy machine a look can come seconds after the last)."""
-
-    def __init__(self, sim: KubeSim) -> None:
-        self.sim = sim
-        self.seen: Dict[str, Dict[str, Any]] = {}
-        """The last state seen of each pod (kept once it is deleted)."""
-        self.ended: Dict[str, Dict[str, Any]] = {}
-        """The container's ``terminated`` state of each pod that ended."""
-        self.rv = -1
-        self.look()
-
-    def look(self) -> Dict[str, Dict[str, Any]]:
-        store = self.sim.store
-        with store.lock:
-            try:
-                events = [e.obj for e in store.events_after("pods", self.rv)] if self.rv >= 0 else None
-            except Expired:
-                events = None
-            # the first look, or the log moved past ours: every pod as it is
-            changed = copy.deepcopy(store.items("pods", NAMESPACE) if events is None else events)
-            self.rv = store.rv
-        for pod in changed:
-            if pod["metadata"].get("namespace") != NAMESPACE:
-                continue
-            name = pod["metadata"]["name"]
-            self.seen[name] = pod
-            statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
-            ended = (statuses[0].get("state") or {}).get("terminated")
-            if ended:
-                self.ended[name] = ended
-        return self.seen
-
-    def terminated(self, name: str) -> Optional[Dict[str, Any]]:
-        self.look()
-        return self.ended.get(name)
+Engine = Union[KubeSim, RealEngine]
 
 
-@pytest.fixture(scope="module")
-def site(installation: Installation, request: pytest.FixtureRequest) -> Iterator[Site]:
-    reference, image = pilot_image(installation)
+def simulated_engine(stack: ExitStack, images: Dict[str, str], kubeconfig: Path) -> Tuple[Engine, Client]:
+    """The simulated API server running its pods through runc; the CE's kubeconfig its token's, as is
+    the test's own client."""
     sim = KubeSim(SimConfig(nodes=tuple(sim_nodes()), namespaces=("default", NAMESPACE)), runtime="runc",
-                  images={reference: str(image)}).start()
+                  images=images).start()
+    stack.callback(sim.stop)
     sim.add_priority_class("podgahp-opportunistic", -100)
-    pools: List[Pool] = []
+    sim.write_kubeconfig(str(kubeconfig), namespace=NAMESPACE)
+    return sim, Client(read_kubeconfig(str(kubeconfig)))
+
+
+def real_engine(stack: ExitStack, images: Dict[str, str], kubeconfig: Path) -> Tuple[Engine, Client]:
+    """The real control plane with the simulator's nodes (their kubelets running the pods through
+    runc); the CE's kubeconfig a ServiceAccount of the pilots' namespace with the shipped Role alone,
+    the test's own client the cluster's admin."""
+    cluster = start_real_cluster(nodes=node_specs(sim_nodes(), runtime="runc", images=images))
+    stack.callback(cluster.stop)
+    cluster.add_namespace(NAMESPACE)
+    engine = RealEngine(cluster, NAMESPACE)
+    stack.callback(engine.close)
+    engine.add_priority_class("podgahp-opportunistic", -100)
+    engine.enforce_role(shipped_role())
+    engine.write_kubeconfig(str(kubeconfig))
+    return engine, cluster.admin
+
+
+def print_control_plane_logs(engine: Engine) -> None:
+    """The end of each control plane process's log (they go when it stops)."""
+    if isinstance(engine, RealEngine):
+        for path in sorted(engine.cluster.plane.path("logs").glob("*.log")):
+            print(f"===== {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-40:]))
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def site(installation: Installation, request: pytest.FixtureRequest,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    reference, image = pilot_image(installation)
+    kubeconfig = tmp_path_factory.mktemp("real-pilots") / "kubeconfig"
     failed_before = request.session.testsfailed
-    try:
+    with ExitStack() as stack:
+        start = simulated_engine if request.param == "simulated" else real_engine
+        engine, api = start(stack, {reference: str(image)}, kubeconfig)
+        pods = PodWatch(api, NAMESPACE)
+        stack.callback(pods.close)
+        pools: List[Pool] = []
+
+        def stop_pools() -> None:
+            failed = request.session.testsfailed > failed_before
+            for pool in reversed(pools):
+                if failed:
+                    pool.dump_logs()
+                pool.stop(failed=failed)
+            if failed:
+                print_control_plane_logs(engine)
+        stack.callback(stop_pools)
         users = Pool(installation, extra_config=USER_POOL_CONFIG, name="real-pilots-users")
         pools.append(users)
         users.start()
         config = (routes_config(installation) + f"K8S_GAHP = {installation.bin('k8s_gahp')}\n" + K8S_KNOBS
                   + E2E_FAST + CE_CONFIG.format(image=reference))
         ce = Pool(installation, extra_config=config, name="real-pilots-ce",
-                  files={"kubeconfig": kubeconfig_text(sim), "gpu-template.yaml": GPU_TEMPLATE})
+                  files={"kubeconfig": kubeconfig.read_text(), "gpu-template.yaml": GPU_TEMPLATE})
         pools.append(ce)
         ce.start()
         home = ce.user_dir()
         token_file = f"{home}/pool.token"
         write_user_file(ce, token_file, pilot_token(users), mode=0o600)
-        yield Site(users, ce, sim, reference, home, token_file)
-    finally:
-        failed = request.session.testsfailed > failed_before
-        for pool in reversed(pools):
-            if failed:
-                pool.dump_logs()
-            pool.stop(failed=failed)
-        sim.stop()
+        yield Site(users, ce, engine, pods, reference, home, token_file)
 
 
 def unique(prefix: str) -> str:
@@ -218,7 +296,7 @@ def test_user_jobs_run_on_pilots_the_ce_started_as_pods(site: Site) -> None:
     large = user_jobs(site, name, 1, 2, 1024, 'echo "big job on $(hostname)"; nproc\n')
     lines = site.provision(name, RAMP_START="2", MAX_PILOTS="4")
     assert len(lines) == 2, lines
-    pods = PodWatch(site.sim)
+    pods = site.pods
 
     def finished() -> Optional[List[Dict[str, Any]]]:
         pods.look()
@@ -274,13 +352,15 @@ def test_the_startd_advertises_the_pods_limits(site: Site) -> None:
     ads = site.users.wait_for(slots, timeout=150, interval=2, what="the pilots' startds in the pool")
     seen = set()
     for ad in ads:
-        pod = site.sim.pod(NAMESPACE, str(ad["Machine"]))
+        pod = site.engine.pod(NAMESPACE, str(ad["Machine"]))
         assert pod is not None, ad
         limits = container(pod)["resources"]["limits"]
-        seen.add((limits["cpu"], limits["memory"], limits.get("nvidia.com/gpu", "0")))
-        assert (str(ad["Cpus"]), f"{ad['Memory']}Mi", str(ad.get("GPUs", 0))) == (
-            limits["cpu"], limits["memory"], limits.get("nvidia.com/gpu", "0")), (ad, limits)
-    assert seen == {("3", "1536Mi", "0"), ("1", "1024Mi", "1")}
+        # (quantities as the API server writes them back: podgahp's 1024Mi reads 1Gi)
+        shape = (parse_quantity(limits["cpu"]), parse_quantity(limits["memory"]) / 2 ** 20,
+                 parse_quantity(limits.get("nvidia.com/gpu", "0")))
+        seen.add(shape)
+        assert (ad["Cpus"], ad["Memory"], ad.get("GPUs", 0)) == shape, (ad, limits)
+    assert seen == {(3, 1536, 0), (1, 1024, 1)}
     for cluster in clusters:
         site.users.run(["condor_rm", str(cluster)], user="pilot")
 
@@ -295,7 +375,7 @@ def test_condor_rm_of_a_pilot_running_a_job_gives_the_job_back(site: Site) -> No
                               timeout=150, interval=1, what="the user job running on a pilot")[0]
     first_pod = slot_of(site, job).split("@", 1)[1]
     pilot = site.pods_of(name)[first_pod]["RoutedFromJobId"]
-    pods = PodWatch(site.sim)
+    pods = site.pods
     removed = time.monotonic()
     site.ce.run(["condor_rm", str(pilot)], user="pilot")
 
@@ -305,11 +385,11 @@ def test_condor_rm_of_a_pilot_running_a_job_gives_the_job_back(site: Site) -> No
     assert time.monotonic() - removed < 30  # within the pod's grace period: vacated, not lost
     assert "Job was evicted" in site.users.path(f"{back['Iwd']}/job.log").read_text()
     site.users.wait_for(lambda: pods.terminated(first_pod) or first_pod not in [
-        p["metadata"]["name"] for p in site.sim.pods(NAMESPACE)], timeout=60, interval=0.5,
+        p["metadata"]["name"] for p in site.engine.pods(NAMESPACE)], timeout=60, interval=0.5,
         what="the first pilot's pod gone")
     ended = pods.terminated(first_pod)
     assert ended is None or ended["exitCode"] == 0, ended  # ended in its grace period, not killed
-    log = "\n".join(site.sim.logs(NAMESPACE, first_pod)) if site.sim.pod(NAMESPACE, first_pod) else ""
+    log = "\n".join(site.engine.logs(NAMESPACE, first_pod)) if site.engine.pod(NAMESPACE, first_pod) else ""
     assert not log or "Got SIGTERM" in log
 
     # (another provisioner: this one counts a pilot removed before it saw it in the pool as a failure)
@@ -328,8 +408,8 @@ def test_a_payload_over_the_memory_limit_is_oomkilled_and_the_pilot_held(site: S
                         "echo hogging; python3 -c 'x = bytearray(1500 * 2 ** 20); import time; time.sleep(60)'\n")
     site.provision(name, RAMP_START="1", MAX_PILOTS="1")
     kubeconfig = tmp_path / "kubeconfig"
-    site.sim.write_kubeconfig(str(kubeconfig), namespace=NAMESPACE)
-    pods = PodWatch(site.sim)
+    site.engine.write_kubeconfig(str(kubeconfig), namespace=NAMESPACE)
+    pods = site.pods
 
     def oom_killed() -> Optional[str]:
         killed = [pod_name for pod_name, pod in pods.look().items()
@@ -408,7 +488,7 @@ def test_kubectl_logs_of_a_pilot_pod_are_its_startds(site: Site, tmp_path: Path)
                               timeout=150, interval=1, what="the user job running on a pilot")[0]
     pod = slot_of(site, job).split("@", 1)[1]
     kubeconfig = tmp_path / "kubeconfig"
-    site.sim.write_kubeconfig(str(kubeconfig), namespace=NAMESPACE)
+    site.engine.write_kubeconfig(str(kubeconfig), namespace=NAMESPACE)
 
     def logs() -> str:
         done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "logs", pod], capture_output=True,
@@ -441,13 +521,17 @@ def _pilot_pod(name: str, image: str, collector: str, provisioner: str) -> Dict[
 
 
 def test_a_simulator_killed_while_pilots_run_leaves_nothing_after_the_next_start(site: Site, tmp_path: Path) -> None:
-    """``podgahp sim k8s --runtime runc`` killed with -9 while two real pilots (condor_master,
-    condor_startd and their children, in the pool) run: the next simulator started on the machine
-    removes every process, mount, cgroup and file of theirs before it serves."""
+    """``podgahp sim k8s --runtime runc`` (with the site's engine: ``--control-plane`` for the real one)
+    killed with -9 while two real pilots (condor_master, condor_startd and their children, in the
+    pool) run: the next one started on the machine removes every process (the containers', and
+    etcd, kube-apiserver, kube-controller-manager and kube-scheduler), port, mount, cgroup and file of
+    the first before it serves."""
     provisioner = unique("killed")
     reference, image = pilot_image(site.users.installation)
-    runtime_dir = tmp_path / "runtime"
-    first = start_runc_sim(tmp_path, runtime_dir, "1", {reference: str(image)})
+    runtime_dir, control_planes = tmp_path / "runtime", tmp_path / "control-planes"
+    real = isinstance(site.engine, RealEngine)
+    args = ["--control-plane", str(control_plane_binaries())] if real else []
+    first = start_runc_sim(tmp_path, runtime_dir, "1", {reference: str(image)}, *args, control_planes=control_planes)
     second: Optional["subprocess.Popen[str]"] = None
     try:
         api = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig-1"), persist_config=False)
@@ -457,21 +541,26 @@ def test_a_simulator_killed_while_pilots_run_leaves_nothing_after_the_next_start
         for n in range(2):
             core.create_namespaced_pod("default", _pilot_pod(f"pilot-{n}", reference, collector_address(site.users),
                                                              provisioner))
-        site.users.wait_for(lambda: len(site.slots(f'PodgahpProvisioner =?= "{provisioner}"')) == 2, timeout=120,
+        site.users.wait_for(lambda: len(site.slots(f'PodgahpProvisioner =?= "{provisioner}"')) == 2, timeout=180,
                             interval=1, what="both pilots' startds in the pool")
         api.close()
-        instance = instance_of(runtime_dir, first)
+        harness = harness_of(first, runtime_dir, control_planes)
+        assert len(harness.runtimes) == (2 if real else 1) and (harness.control_plane is not None) == real, harness
         first.kill()
         first.wait(10)
-        left = machine_leftovers(str(runtime_dir), instance)
+        left = harness_leftovers(harness)
         assert len([item for item in left if item.startswith("process") and "condor_startd" in item]) == 2, left
         assert any(item.startswith("mount") for item in left) and any(item.startswith("cgroup") for item in left), left
-        second = start_runc_sim(tmp_path, runtime_dir, "2", {reference: str(image)})
+        assert any(item.startswith("port") for item in left), left  # the startds' and the control plane's
+        for binary in BINARIES if real else ():
+            assert any(item.startswith("process") and f"/{binary} " in item for item in left), (binary, left)
+        second = start_runc_sim(tmp_path, runtime_dir, "2", {reference: str(image)}, *args,
+                                control_planes=control_planes)
         # (a killed process's entry stays until its parent, here the machine's init, reaps it)
-        wait_until(lambda: machine_leftovers(str(runtime_dir), instance), "nothing left", timeout=30,
-                   done=lambda left: left == [])
+        wait_until(lambda: harness_leftovers(harness), "nothing left", timeout=30, done=lambda left: left == [])
     finally:
         for proc in (first, second):
             if proc is not None:
                 stop_sim(proc)
     assert os.listdir(runtime_dir) == []
+    assert not control_planes.exists() or os.listdir(control_planes) == []
