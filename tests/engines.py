@@ -20,7 +20,7 @@ import re
 import secrets as random
 import ssl
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from podgahp_sim.kube.client import ApiError
 from podgahp_sim.kube.cluster import KubeCluster
@@ -210,6 +210,11 @@ class RealEngine(PodWaits):
                     "defaultRequest": dict(limit_range.default_request)}
             self.api.call("POST", base, {"apiVersion": "v1", "kind": "LimitRange",
                                          "metadata": {"name": limit_range.name}, "spec": {"limits": [item]}})
+
+    def label_namespace(self, name: str, labels: Mapping[str, Optional[str]]) -> None:
+        """KubeSim's ``label_namespace``, as ``kubectl label namespace`` does it (a merge patch)."""
+        self.api.call("PATCH", "/api/v1/namespaces/" + name, {"metadata": {"labels": dict(labels)}},
+                      content_type="application/merge-patch+json")
 
     def _get(self, path: str) -> Optional[JsonObj]:
         try:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Opti
 from urllib.parse import parse_qs, urlsplit
 
 from .. import http as core
-from . import admission, limits, objects, openapi, openapiv2, rbac
+from . import admission, limits, objects, openapi, openapiv2, podsecurity, rbac
 from .cluster import TERMINAL, Cluster
 from .config import PodLimitRange, PodQuota, RbacRule, SimConfig
 from .errors import ApiError, FieldError, already_exists, bad_request, conflict, forbidden, invalid, \
@@ -166,11 +166,12 @@ class Api:
         self.request_lock = threading.Lock()
         self.server_address = "127.0.0.1:0"
 
-    def add_namespace(self, name: str) -> None:
+    def add_namespace(self, name: str, labels: Optional[Mapping[str, str]] = None) -> None:
         self.namespaces[name] = {
             "kind": "Namespace", "apiVersion": "v1",
             "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1",
-                         "creationTimestamp": now_rfc3339(), "labels": {"kubernetes.io/metadata.name": name}},
+                         "creationTimestamp": now_rfc3339(),
+                         "labels": dict(labels or {}, **{"kubernetes.io/metadata.name": name})},
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
 
     # ------------------------------------------------------------------ entry point
@@ -613,7 +614,8 @@ class Api:
         with self.store.lock:
             if name in self.namespaces:
                 raise already_exists("namespaces", name)
-            self.add_namespace(name)
+            labels = (obj.get("metadata") or {}).get("labels")
+            self.add_namespace(name, {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else None)
             return Reply(201, json_copy(self.namespaces[name]))
 
     def whoami(self) -> Reply:
@@ -856,6 +858,7 @@ class Api:
                 raise invalid(kind, str(meta.get("name") or ""), errors)
             if resource == "pods":
                 admission.check_limit_range(obj, self.limit_range)
+                podsecurity.admit(obj, (self.namespaces.get(namespace) or {}).get("metadata", {}).get("labels") or {})
             if resource == "pods" and self.quota is not None:
                 others = [p for p in self.store.items("pods", namespace)
                           if (p.get("status") or {}).get("phase") not in TERMINAL]

@@ -365,6 +365,17 @@ class KubeSim(PodWaits):
     def set_limit_range(self, limit_range: Optional[PodLimitRange]) -> None:
         self.api.limit_range = limit_range
 
+    def label_namespace(self, name: str, labels: Mapping[str, Optional[str]]) -> None:
+        """Set (or with ``None`` remove) labels of namespace ``name``: Pod Security's
+        ``pod-security.kubernetes.io/enforce``, say."""
+        with self.store.lock:
+            current = self.api.namespaces[name]["metadata"].setdefault("labels", {})
+            for key, value in labels.items():
+                if value is None:
+                    current.pop(key, None)
+                else:
+                    current[key] = value
+
     def add_namespace(self, name: str) -> None:
         with self.store.lock:
             self.api.add_namespace(name)
