@@ -114,8 +114,9 @@ clean:
 # pilot pod, hop by hop, with real pilots (runc); last, the blahp's kubernetes_*.sh scripts (trixie
 # root, kubectl) and podgahp on the same pilots (its 50 kubectl at once load the machine for a minute
 # after: the others do not start in its wake). About 24 minutes on the 2-core machine.
-bench: $(VENV)/.installed system-deps
+bench: $(VENV)/.installed system-deps k8s-control-plane
 	$(VENV)/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000 --rounds 3
+	$(VENV)/bin/python benchmarks/k8s_gahp.py --engine real --pilots 1000 5000 --rounds 3 --repeat 1
 	$(VENV)/bin/python benchmarks/k8s_tracked.py --pods 20000 50000
 	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 1000
 	$(VENV)/bin/python benchmarks/lancium_faults.py

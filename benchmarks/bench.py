@@ -135,6 +135,9 @@ class SimProcess:
         assert self.process.pid is not None
         return self.process.pid
 
+    def cpu_s(self) -> float:
+        return cpu_s(self.pid)
+
     def write_kubeconfig(self, path: str, namespace: str = "default") -> str:
         return str(self.call("write_kubeconfig", path, namespace))
 
@@ -174,6 +177,65 @@ class SimProcess:
         self._conn.close()
 
     def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ControlPlaneCluster:
+    """:class:`SimProcess`'s counterpart on the real control plane (tests/engines.py: Kubernetes' own
+    kube-apiserver, etcd, scheduler and controller-manager, as ``make k8s-control-plane`` builds them)
+    with the simulator's kubelet as its nodes, in this process. Its request counts are the API
+    server's own (``apiserver_request_total``), of the pilots' pods and Secrets (the nodes' status
+    writes, leases and the controllers' objects are not podgahp's); its CPU is kube-apiserver's and
+    etcd's."""
+
+    def __init__(self, nodes: Sequence[Any], namespaces: Sequence[str]) -> None:
+        from engines import control_plane_binaries
+        from podgahp_sim.kube.cluster import KubeCluster
+
+        self.cluster = KubeCluster(control_plane_binaries(), list(nodes)).start(timeout=300)
+        for namespace in namespaces:
+            self.cluster.add_namespace(namespace)
+        self._baseline: Dict[Tuple[str, str], int] = {}
+
+    def cpu_s(self) -> float:
+        return sum(cpu_s(self.cluster.plane.procs[name].pid) for name in ("kube-apiserver", "etcd"))
+
+    def write_kubeconfig(self, path: str, namespace: str = "default") -> str:
+        return self.cluster.write_kubeconfig(path, namespace=namespace)
+
+    def _counts(self) -> Dict[Tuple[str, str], int]:
+        """(verb, resource) -> requests served, for the pods and Secrets themselves (no subresource)."""
+        import re
+
+        counts: Dict[Tuple[str, str], int] = {}
+        for line in self.cluster.admin.text("/metrics").splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.rindex("}")]))
+            if labels.get("resource") in ("pods", "secrets") and not labels.get("subresource"):
+                key = (labels.get("verb", ""), labels["resource"])
+                counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
+
+    def clear_requests(self) -> None:
+        self._baseline = self._counts()
+
+    def count(self, method: Optional[str] = None) -> int:
+        """Requests since :meth:`clear_requests`: ``method`` POST, PUT, PATCH or DELETE, or every one
+        (reads of pods only: the nodes read the Secrets of their pods again and again)."""
+        total = 0
+        for (verb, resource), n in self._counts().items():
+            if method is None and (resource == "pods" or verb not in ("GET", "LIST", "WATCH")) or verb == method:
+                total += n - self._baseline.get((verb, resource), 0)
+        return total
+
+    def close(self) -> None:
+        self.cluster.stop()
+
+    def __enter__(self) -> "ControlPlaneCluster":
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,10 +6,13 @@ the status of every pilot several rounds, and reports: how long the GAHP takes t
 (every line must be answered within the gridmanager's 20 s response timeout), submit and status
 throughput and CPU, and how many Kubernetes API requests the status rounds cost (they come from one
 watch per namespace, so the count must not grow with N). The simulated cluster runs in a process of
-its own (its CPU per submit is reported apart). Each figure is the median of ``--repeat`` runs, the
+its own (its CPU per submit is reported apart). With ``--engine real`` the cluster is the real control
+plane (Kubernetes' own kube-apiserver and etcd, whose CPU per submit is reported, and whose own
+``apiserver_request_total`` counts the requests). Each figure is the median of ``--repeat`` runs, the
 two backends taking turns, with the median ratio of the pairs.
 
     .venv/bin/python benchmarks/k8s_gahp.py --pilots 1000 5000
+    .venv/bin/python benchmarks/k8s_gahp.py --engine real --pilots 1000   # the real control plane
 """
 
 from __future__ import annotations
@@ -20,14 +23,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Union
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench import SimProcess, alternate, cpu_s, load, medians, memory_mb, ratio, threads_cpu_s  # noqa: E402
+from bench import ControlPlaneCluster, SimProcess, alternate, cpu_s, load, medians, memory_mb, ratio, threads_cpu_s  # noqa: E402
 from podgahp_sim.k8s import SimConfig, SimNode  # noqa: E402
+from podgahp_sim.kube.node import NodeSpec  # noqa: E402
 from gahp_driver import GahpProcess, gahp_env, script  # noqa: E402
 
 
@@ -41,10 +45,17 @@ def submit_ad(iwd: str, i: int) -> str:
             "Environment = \"PODGAHP_SIM_RUN_SECONDS=3600\" ]" % (iwd, i, i, i))
 
 
-def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
+def cluster(engine: str) -> Union[SimProcess, ControlPlaneCluster]:
+    """One node large enough for every pilot: of the simulated API server, or of the real control plane."""
+    if engine == "real":
+        return ControlPlaneCluster([NodeSpec("big", cpus="100000", memory="100000Gi", pods=100000, tick_seconds=0.5)],
+                                   ("bench",))
     node = SimNode("big", cpu="100000", memory="100000Gi", pods=100000)
-    with SimProcess(SimConfig(nodes=(node,), namespaces=("default", "bench"))) as sim, \
-            tempfile.TemporaryDirectory() as tmp:
+    return SimProcess(SimConfig(nodes=(node,), namespaces=("default", "bench")))
+
+
+def run(pilots: int, rounds: int, backend: str = "k8s", engine: str = "simulated") -> Dict[str, float]:
+    with cluster(engine if backend == "k8s" else "simulated") as sim, tempfile.TemporaryDirectory() as tmp:
         kubeconfig = os.path.join(tmp, "kubeconfig")
         sim.write_kubeconfig(kubeconfig, namespace="bench")
         env = gahp_env(tmp, PODGAHP_K8S_KUBECONFIG=kubeconfig, PODGAHP_K8S_IMAGE="pilot:1",
@@ -55,7 +66,7 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
             gahp.start()
             gahp.command("ASYNC_MODE_ON")
             sim.clear_requests()
-            cpu, sim_cpu = cpu_s(gahp.proc.pid), cpu_s(sim.pid)
+            cpu, sim_cpu = cpu_s(gahp.proc.pid), sim.cpu_s()
             started = time.monotonic()
             slowest_ack = 0.0
             results: Dict[str, List[str]] = {}
@@ -68,7 +79,7 @@ def run(pilots: int, rounds: int, backend: str = "k8s") -> Dict[str, float]:
                 results.update(gahp.wait_results([str(i + 2) for i in batch], timeout=600))
             submit_s = time.monotonic() - started
             cpu_ms = (cpu_s(gahp.proc.pid) - cpu) * 1000 / pilots
-            sim_ms = (cpu_s(sim.pid) - sim_cpu) * 1000 / pilots
+            sim_ms = (sim.cpu_s() - sim_cpu) * 1000 / pilots
             writes = sum(sim.count(method) for method in ("POST", "PUT", "PATCH", "DELETE")) / pilots
             job_ids: List[str] = [r[2] for r in results.values() if r[0] == "0"]
             assert len(job_ids) == pilots, [r for r in results.values() if r[0] != "0"][:3]
@@ -118,17 +129,20 @@ def main() -> None:
     parser.add_argument("--pilots", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--rounds", type=int, default=3, help="status rounds over every pilot")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each backend, taking turns (medians)")
+    parser.add_argument("--engine", choices=("simulated", "real"), default="simulated",
+                        help="the simulated API server, or the real control plane (make k8s-control-plane)")
     args = parser.parse_args()
-    print(f"`benchmarks/k8s_gahp.py`, median of {args.repeat} runs of each backend taking turns; "
-          f"{load()} at the start")
+    server = "kube-apiserver + etcd" if args.engine == "real" else "simulator"
+    print(f"`benchmarks/k8s_gahp.py --engine {args.engine}`, median of {args.repeat} runs of each backend taking "
+          f"turns; {load()} at the start")
     print()
-    print(f"| backend | pilots | submits/s | GAHP CPU ms/submit | simulator CPU ms/submit | API writes/submit "
+    print(f"| backend | pilots | submits/s | GAHP CPU ms/submit | {server} CPU ms/submit | API writes/submit "
           f"| slowest S ms | status/s line by line | GAHP CPU µs/status | status/s pipelined | RSS MB (peak) "
           f"| API requests in {args.rounds} status rounds |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     ratios = []
     for n in args.pilots:
-        runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(n, args.rounds, backend))
+        runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(n, args.rounds, backend, args.engine))
         for backend, rows in runs.items():
             r = medians(rows)
             print(f"| {backend} | {n:,} | {r['submits_per_s']:.0f} | {r['cpu_ms']:.2f} | "
