@@ -171,6 +171,11 @@ class Api:
             "metadata": {"name": name, "uid": str(uuid.uuid4()), "resourceVersion": "1",
                          "creationTimestamp": now_rfc3339(), "labels": {"kubernetes.io/metadata.name": name}},
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+        # the controller-manager's service-account controller gives every namespace its "default" account
+        accounts = objects.store_key(objects.PLAIN_KINDS["serviceaccounts"])
+        if self.store.get(accounts, name, "default") is None:
+            self.store.create(accounts, {"metadata": {"name": "default", "namespace": name, "uid": str(uuid.uuid4()),
+                                                      "creationTimestamp": now_rfc3339()}})
 
     # ------------------------------------------------------------------ entry point
 
@@ -680,8 +685,9 @@ class Api:
             raise bad_request("SelfSubjectRulesReview in version \"v1\" cannot be handled")
         namespace = review["spec"].get("namespace") or None
         caller = getattr(self._caller, "user", None)
-        resource_rules: List[JsonObj] = []
-        non_resource: List[JsonObj] = []
+        # the default ClusterRoleBindings' rules first (their names sort before the Role's), then the Role's
+        resource_rules, non_resource = rbac.default_rules(caller is not None or self.role is not None,
+                                                          self.config.release())
         if caller is not None:
             for rule in rbac.rules_for(self.store, caller, namespace):
                 entry = {k: list(rule.get(k) or []) for k in ("verbs", "apiGroups", "resources", "resourceNames")}
@@ -689,27 +695,20 @@ class Api:
         elif self.role is not None:
             role_namespace, granted = self.role
             if namespace == role_namespace:
-                resource_rules = [{"verbs": sorted(verbs), "apiGroups": [""], "resources": sorted(resources)}
-                                  for resources, verbs in granted]
-        else:
-            resource_rules = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
-            non_resource = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
-        # what every authenticated user may do (the system:basic-user and system:discovery roles)
-        resource_rules += [
-            {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
-             "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
-            {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]}]
-        non_resource += [{"verbs": ["get"], "nonResourceURLs": [
-            "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz",
-            "/version", "/version/"]}]
+                resource_rules += [{"verbs": sorted(verbs), "apiGroups": [""], "resources": sorted(resources)}
+                                   for resources, verbs in granted]
+        else:  # the admin: cluster-admin's binding sorts first
+            resource_rules.insert(0, {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})
+            non_resource.insert(0, {"verbs": ["*"], "nonResourceURLs": ["*"]})
         status: JsonObj = {"resourceRules": resource_rules, "nonResourceRules": non_resource,
                            "incomplete": bool(self.rbac_deny)}
         if self.rbac_deny:
             status["evaluationError"] = "denials are in force that rules cannot express: %s" % ", ".join(
                 "%s %s%s" % (r.verb, r.resource, " in %s" % r.namespace if r.namespace else "")
                 for r in self.rbac_deny)
+        # the answer's spec is empty, as the real server's (it makes a new review around the status)
         return Reply(201, {"kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
-                           "metadata": {"creationTimestamp": None}, "spec": review["spec"], "status": status})
+                           "metadata": {"creationTimestamp": None}, "spec": {}, "status": status})
 
     def access_review(self, body: bytes) -> Reply:
         review = self._decode(body)
