@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import List, Mapping
 
+from podgahp_sim.k8s.cluster import Cluster
 from podgahp_sim.k8s.runc import CGROUP_PARENT, cgroup_dirs
 
 
@@ -32,6 +33,25 @@ def machine_leftovers(sim_dir: str, instance: str) -> List[str]:
                         found.append("process %s %s" % (entry, command.replace(b"\0", b" ").decode()[:200]))
             except OSError:
                 continue
+    return found
+
+
+def cgroups_of(kubelet: Cluster, uid: str) -> List[str]:
+    """The cgroup directories of a pod's containers, as the kubelet that runs them made them."""
+    run = kubelet.runs.get(uid)
+    return [directory for c in (run.containers if run is not None else []) if c.real is not None
+            for directory in cgroup_dirs(c.real.cgroup).values()]
+
+
+def processes_in(cgroups: List[str]) -> List[int]:
+    """The processes in these cgroups (none in one removed: a cgroup is removed only once empty)."""
+    found: List[int] = []
+    for directory in cgroups:
+        try:
+            with open(os.path.join(directory, "cgroup.procs")) as f:
+                found += [int(p) for p in f.read().split()]
+        except OSError:
+            continue
     return found
 
 

@@ -128,6 +128,15 @@ def _group_of(resource: str) -> str:
     return kind.group if kind is not None else ""
 
 
+def _plain_validator(kind: objects.Kind) -> Callable[[JsonObj], None]:
+    """What the API server refuses of a plain object (a ConfigMap's keys), as its 422."""
+    def validate(obj: JsonObj) -> None:
+        errors = admission.configmap_errors(obj) if kind.plural == "configmaps" else []
+        if errors:
+            raise invalid(kind.kind, str((obj.get("metadata") or {}).get("name") or ""), errors)
+    return validate
+
+
 def _truthy(value: Optional[str]) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
@@ -314,7 +323,7 @@ class Api:
                 # as a real server: nothing is created in a namespace that does not exist (a list there is empty)
                 raise not_found("namespaces", namespace)
             code, obj = objects.handle(self.store, kind, method, namespace, name, query, headers, body,
-                                       self._matcher(kind.plural, namespace, query))
+                                       self._matcher(kind.plural, namespace, query), _plain_validator(kind))
             return Reply(code, obj)
         if parts[:2] != ["api", "v1"] or len(parts) < 3:
             raise no_route()
