@@ -19,6 +19,7 @@ import os
 import re
 import secrets as random
 import ssl
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -125,6 +126,19 @@ class RealEngine:
         write_kubeconfig(Path(path), self.url, self.cluster.plane.ca_pem, {"token": token or self.token},
                          namespace=namespace or self.namespace, context=context_name)
         return path
+
+    def write_service_account(self, directory: str, namespace: str, account: str) -> Dict[str, str]:
+        """As KubeSim's: the in-cluster service-account directory of ``account`` (``token``, ``ca.crt``,
+        ``namespace``) and the environment its pod sees (``KUBERNETES_SERVICE_HOST`` / ``_PORT``)."""
+        answer = self.api.call("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, account), {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})
+        files = {"token": str(answer["status"]["token"]).encode(), "namespace": namespace.encode(),
+                 "ca.crt": self.cluster.plane.ca_pem}
+        os.makedirs(directory, exist_ok=True)
+        for name, data in files.items():
+            Path(directory, name).write_bytes(data)
+        server = urllib.parse.urlsplit(self.url)
+        return {"KUBERNETES_SERVICE_HOST": str(server.hostname), "KUBERNETES_SERVICE_PORT": str(server.port)}
 
     def empty_namespace(self) -> None:
         """Remove every pod (at once), Secret, ConfigMap and Event of the namespace but what the
