@@ -101,7 +101,19 @@ class Reply:
     stream: Optional[Iterator[Optional[bytes]]] = None
 
 
-def _fault_body(status: int, retry_after: Optional[int]) -> JsonObj:
+def take_fault(faults: List[Fault], method: str, path: str) -> Optional[Fault]:
+    """The first of ``faults`` with a count left that matches the request, its count taken (the
+    caller holds the lock that guards ``faults``)."""
+    for fault in faults:
+        if fault.count > 0 and fault.method.fullmatch(method) and fault.path.search(path):
+            fault.count -= 1
+            fault.hits += 1
+            return fault
+    return None
+
+
+def fault_body(status: int, retry_after: Optional[int]) -> JsonObj:
+    """The ``Status`` a real API server answers with ``status`` (an injected fault's body)."""
     if status == 429:
         details: JsonObj = {"retryAfterSeconds": retry_after or 1} if retry_after else {}
         return status_body(429, "TooManyRequests", "Too many requests, please try again later.", details)
@@ -190,12 +202,7 @@ class Api:
 
     def take_fault(self, method: str, path: str) -> Optional[Fault]:
         with self.request_lock:
-            for fault in self.faults:
-                if fault.count > 0 and fault.method.fullmatch(method) and fault.path.search(path):
-                    fault.count -= 1
-                    fault.hits += 1
-                    return fault
-        return None
+            return take_fault(self.faults, method, path)
 
     def handle(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
                body: bytes, cert_user: Optional[str] = None) -> Reply:
@@ -207,7 +214,7 @@ class Api:
                 time.sleep(fault.delay)
             if fault.status:
                 extra = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
-                return Reply(fault.status, fault.body or _fault_body(fault.status, fault.retry_after), extra)
+                return Reply(fault.status, fault.body or fault_body(fault.status, fault.retry_after), extra)
         try:
             self._caller.user = None
             if self.token is not None and cert_user is None:

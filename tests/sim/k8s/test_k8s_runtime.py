@@ -28,12 +28,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from engines import joined_node
 from factories import made_then_ended
 from leftovers import cgroups_of, instance_of, machine_leftovers, processes_in, start_runc_sim, stop_sim
 from podgahp_sim.k8s import KubeSim, SimNode
 from podgahp_sim.k8s.cluster import Cluster
 from podgahp_sim.k8s.config import Taint
-from podgahp_sim.kube.client import read_kubeconfig
 from podgahp_sim.kube.cluster import KubeCluster
 from podgahp_sim.kube.node import NodeAgent, NodeSpec
 from polling import wait_until
@@ -70,13 +70,8 @@ def real_runc_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     name = "runc-%d" % os.getpid()
     spec = NodeSpec(name, runtime="runc", images={IMAGE: "/"}, runtime_dir=str(tmp_path_factory.mktemp("runtime")),
                     labels=RUNC, taints=(RUNC_ONLY,), tick_seconds=0.05, sync_seconds=0.2)
-    agent = NodeAgent(read_kubeconfig(str(cluster.plane.node_kubeconfig(name))), spec,
-                      client_ca_pem=cluster.plane.ca_pem).start()
-    try:
+    with joined_node(cluster, spec) as agent:
         yield agent
-    finally:
-        agent.stop()
-        cluster.admin.call("DELETE", "/api/v1/nodes/" + name)
 
 
 @pytest.fixture

@@ -262,25 +262,30 @@ def watched(cluster: Cluster, watch: "subprocess.Popen[str]") -> None:
     assert any(re.match(r"p1\s+0/1\s+(Pending|ContainerCreating)\s", line) for line in seen[1:])
 
 
-CREATOR = """\
-apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: creator, namespace: {namespace}}}
----
+ROLE = """\
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
-metadata: {{name: creator, namespace: {namespace}}}
+metadata: {{name: {name}, namespace: {namespace}}}
 rules:
 - apiGroups: [""]
   resources: [pods]
-  verbs: [create, get]
+  verbs: [{verbs}]
+"""
+
+ROLE_ACCOUNT = """\
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {name}, namespace: {namespace}}}
+---
+""" + ROLE + """\
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
-metadata: {{name: creator, namespace: {namespace}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: creator}}
-subjects: [{{kind: ServiceAccount, name: creator, namespace: {namespace}}}]
+metadata: {{name: {name}, namespace: {namespace}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: {namespace}}}]
 """
+"""A Role on pods, a ServiceAccount of its name and their binding."""
 
 
 def can_i(kubectl: Kubectl, *args: str) -> str:
@@ -292,7 +297,8 @@ def can_i(kubectl: Kubectl, *args: str) -> str:
 
 def test_auth_can_i(cluster: Cluster) -> None:
     assert can_i(cluster.admin, "create", "pods") == "yes"
-    cluster.admin.run("apply", "-f", "-", stdin=CREATOR.format(namespace=cluster.namespace))
+    cluster.admin.run("apply", "-f", "-", stdin=ROLE_ACCOUNT.format(name="creator", namespace=cluster.namespace,
+                                                                     verbs="create, get"))
     account = cluster.account("creator")
     # (the real server's authorizer sees a new binding a moment later)
     wait_until(lambda: can_i(account, "create", "pods"), "the Role in effect", WAIT, 0.2, lambda a: a == "yes")
@@ -342,22 +348,11 @@ def test_auth_whoami_names_the_identity(cluster: Cluster) -> None:
     assert cluster.account("podgahp").table("auth", "whoami")[0]["VALUE"] == "system:serviceaccount:pilots:podgahp"
 
 
-RBAC = """\
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: podgahp, namespace: {namespace}}}
-rules:
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [get, list]
-"""
-
-
 def test_create_namespace_then_rbac_objects_are_stored_only_in_a_namespace_that_exists(cluster: Cluster) -> None:
     later = cluster.namespace + "-later"
     kubectl = cluster.admin
     path = cluster.home / "role.yaml"
-    path.write_text(RBAC.format(namespace=later))
+    path.write_text(ROLE.format(name="podgahp", namespace=later, verbs="get, list"))
     refused = kubectl.run("apply", "-f", str(path), check=False)
     assert refused.returncode != 0 and f'namespaces "{later}" not found' in refused.stderr
     assert f"namespace/{later} created" in kubectl.out("create", "namespace", later)

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, Optional
 
 import pytest
 
-from engines import RealEngine
+from engines import RealEngine, joined_node
 from podgahp_sim.k8s.config import Taint
 from podgahp_sim.kube.client import ApiError, read_kubeconfig
 from podgahp_sim.kube.cluster import KubeCluster
@@ -34,13 +34,8 @@ def runc_node(real_cluster: KubeCluster, tmp_path: Path) -> Iterator[NodeAgent]:
     name = "runc-%d" % os.getpid()
     spec = NodeSpec(name, runtime="runc", images={IMAGE: "/"}, runtime_dir=str(tmp_path / "runtime"),
                     labels={"podgahp.test/node": name}, taints=(ONLY_HERE,), tick_seconds=0.05)
-    agent = NodeAgent(read_kubeconfig(str(real_cluster.plane.node_kubeconfig(name))), spec,
-                      client_ca_pem=real_cluster.plane.ca_pem).start()
-    try:
+    with joined_node(real_cluster, spec) as agent:
         yield agent
-    finally:
-        agent.stop()
-        real_cluster.admin.call("DELETE", "/api/v1/nodes/" + name)
 
 
 def pod(node: NodeAgent, script: str, name: str = "p1", container: Optional[Dict[str, Any]] = None,
