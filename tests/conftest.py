@@ -101,13 +101,14 @@ def real_cluster() -> Iterator[KubeCluster]:
 
 @pytest.fixture
 def real_engine(request: pytest.FixtureRequest) -> Iterator[RealEngine]:
-    """A namespace of the test's own on the real control plane (deleted afterwards)."""
+    """A namespace of the test's own on the real control plane (deleted afterwards); for a test marked
+    ``fault_proxy``, reached through a proxy that injects its faults (tests/faultproxy.py)."""
     cluster: KubeCluster = request.getfixturevalue("real_cluster")
     namespace = namespace_for(request.node.name)
     cluster.add_namespace(namespace)
     engine = None
     try:
-        engine = RealEngine(cluster, namespace)
+        engine = RealEngine(cluster, namespace, proxied=request.node.get_closest_marker("fault_proxy") is not None)
         yield engine
     finally:
         if engine is not None:

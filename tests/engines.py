@@ -15,20 +15,24 @@ on both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets as random
 import ssl
+import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from podgahp_sim.kube.client import ApiError
+from faultproxy import FaultProxy
+from podgahp_sim.k8s.http import Fault, RequestRecord
+from podgahp_sim.kube.client import ApiError, read_kubeconfig
 from podgahp_sim.kube.cluster import KubeCluster
 from podgahp_sim.kube.controlplane import Request
 from podgahp_sim.k8s import PodLimitRange, PodQuota
 from podgahp_sim.k8s.sim import PodWaits
 from podgahp_sim.k8s.store import json_copy
-from podgahp_sim.kube.node import NodeSpec
+from podgahp_sim.kube.node import NodeAgent, NodeSpec
 from podgahp_sim.kube.pki import write_kubeconfig
 from polling import wait_until
 
@@ -56,6 +60,19 @@ def start_real_cluster(base: Optional[Path] = None, nodes: Sequence[NodeSpec] = 
     return KubeCluster(control_plane_binaries(), nodes, base=base).start()
 
 
+@contextlib.contextmanager
+def joined_node(cluster: KubeCluster, spec: NodeSpec) -> Iterator[NodeAgent]:
+    """A node agent of ``spec`` joined to the real cluster, for the tests that need a node of their
+    own (a runc one, tainted so that only their pods go there); stopped and its Node deleted after."""
+    agent = NodeAgent(read_kubeconfig(str(cluster.plane.node_kubeconfig(spec.name))), spec,
+                      client_ca_pem=cluster.plane.ca_pem).start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
+        cluster.admin.call("DELETE", "/api/v1/nodes/" + spec.name)
+
+
 def namespace_for(test_name: str) -> str:
     """A namespace of its own for a test (a DNS label: at most 63 characters)."""
     stem = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:50].strip("-")
@@ -74,9 +91,18 @@ class RealEngine(PodWaits):
 
     name = "real"
 
-    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+    def __init__(self, cluster: KubeCluster, namespace: str, proxied: bool = False) -> None:
         self.cluster = cluster
         self.namespace = namespace
+        self.proxy: Optional[FaultProxy] = None
+        """With ``proxied``: the fault-injecting proxy the test's clients reach the API server through
+        (:meth:`url`, :meth:`write_kubeconfig`), offering KubeSim's ``fail_next``, ``delay_next`` and
+        ``requests``."""
+        if proxied:
+            pki = cluster.plane.pki
+            assert pki is not None
+            serving = pki.serving("fault-proxy-%s" % random.token_hex(4), "127.0.0.1")
+            self.proxy = FaultProxy(cluster.url, cluster.plane.ca_pem, serving).start()
         self.api = cluster.admin
         self.user = "system:serviceaccount:%s:%s" % (namespace, ACCOUNT)
         self._binding = "podgahp-test-" + namespace
@@ -95,6 +121,26 @@ class RealEngine(PodWaits):
 
     def close(self) -> None:
         self._unbind()
+        if self.proxy is not None:
+            self.proxy.stop()
+
+    def fail_next(self, count: int = 1, status: int = 500, method: str = ".*", path: str = ".*",
+                  retry_after: Optional[int] = None) -> Fault:
+        assert self.proxy is not None, "the test is not marked fault_proxy"
+        return self.proxy.fail_next(count, status, method, path, retry_after)
+
+    def delay_next(self, seconds: float, count: int = 1, method: str = ".*", path: str = ".*") -> Fault:
+        assert self.proxy is not None, "the test is not marked fault_proxy"
+        return self.proxy.delay_next(seconds, count, method, path)
+
+    def clear_faults(self) -> None:
+        if self.proxy is not None:
+            with self.proxy.lock:
+                self.proxy.faults.clear()
+
+    def requests(self, method: Optional[str] = None, path: Optional[str] = None) -> List[RequestRecord]:
+        """The requests the test's clients sent through the proxy (none without it)."""
+        return self.proxy.requests(method, path) if self.proxy is not None else []
 
     def _create(self, path: str, body: JsonObj) -> None:
         """Create an object, or find it there (a ServiceAccount of an earlier test of the namespace)."""
@@ -113,7 +159,7 @@ class RealEngine(PodWaits):
 
     @property
     def url(self) -> str:
-        return self.cluster.url
+        return self.proxy.url if self.proxy is not None else self.cluster.url
 
     @property
     def resource_version(self) -> str:
@@ -130,6 +176,19 @@ class RealEngine(PodWaits):
         write_kubeconfig(Path(path), server or self.url, self.cluster.plane.ca_pem, {"token": token or self.token},
                          namespace=namespace or self.namespace, context=context_name)
         return path
+
+    def write_service_account(self, directory: str, namespace: str, account: str) -> Dict[str, str]:
+        """As KubeSim's: the in-cluster service-account directory of ``account`` (``token``, ``ca.crt``,
+        ``namespace``) and the environment its pod sees (``KUBERNETES_SERVICE_HOST`` / ``_PORT``)."""
+        answer = self.api.call("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (namespace, account), {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})
+        files = {"token": str(answer["status"]["token"]).encode(), "namespace": namespace.encode(),
+                 "ca.crt": self.cluster.plane.ca_pem}
+        os.makedirs(directory, exist_ok=True)
+        for name, data in files.items():
+            Path(directory, name).write_bytes(data)
+        server = urllib.parse.urlsplit(self.url)
+        return {"KUBERNETES_SERVICE_HOST": str(server.hostname), "KUBERNETES_SERVICE_PORT": str(server.port)}
 
     def empty_namespace(self) -> None:
         """Remove every pod (at once), Secret, ConfigMap and Event of the namespace but what the

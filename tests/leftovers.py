@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple
 
+from podgahp_sim.k8s.cluster import Cluster
 from podgahp_sim.k8s.runc import CGROUP_PARENT, cgroup_dirs
 from podgahp_sim.kube.controlplane import processes_of
 
@@ -45,6 +46,25 @@ def instances_of(runtime_dir: Path, proc: "subprocess.Popen[str]") -> List[str]:
     """The runtime directories (``<pid>-<hex>``) of the simulator process ``proc`` in ``runtime_dir``: one
     with the simulated API server, one per node with ``--control-plane``."""
     return sorted(name for name in os.listdir(runtime_dir) if name.startswith("%d-" % proc.pid))
+
+
+def cgroups_of(kubelet: Cluster, uid: str) -> List[str]:
+    """The cgroup directories of a pod's containers, as the kubelet that runs them made them."""
+    run = kubelet.runs.get(uid)
+    return [directory for c in (run.containers if run is not None else []) if c.real is not None
+            for directory in cgroup_dirs(c.real.cgroup).values()]
+
+
+def processes_in(cgroups: List[str]) -> List[int]:
+    """The processes in these cgroups (none in one removed: a cgroup is removed only once empty)."""
+    found: List[int] = []
+    for directory in cgroups:
+        try:
+            with open(os.path.join(directory, "cgroup.procs")) as f:
+                found += [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+    return found
 
 
 def instance_of(runtime_dir: Path, proc: "subprocess.Popen[str]") -> str:

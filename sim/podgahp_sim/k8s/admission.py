@@ -407,15 +407,25 @@ def pod_errors(pod: JsonObj) -> List[FieldError]:
     return errors
 
 
+def _key_errors(keys: Iterable[str], field: str) -> List[FieldError]:
+    """The keys of a Secret's or ConfigMap's ``field`` that are not config keys (``IsConfigMapKey``)."""
+    return [FieldError("invalid", "%s[%s]" % (field, key),
+                       "a valid config key must consist of alphanumeric characters, '-', '_' or '.' "
+                       "(e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation "
+                       "is '[-._a-zA-Z0-9]+')", key) for key in keys if not _CONFIG_KEY.match(key)]
+
+
+def configmap_errors(configmap: JsonObj) -> List[FieldError]:
+    """A ConfigMap's keys, in ``data`` and ``binaryData``, are config keys (``ValidateConfigMap``)."""
+    return (_key_errors(configmap.get("data") or {}, "data")
+            + _key_errors(configmap.get("binaryData") or {}, "binaryData"))
+
+
 def secret_errors(secret: JsonObj) -> List[FieldError]:
     errors = meta_errors(secret.get("metadata") or {})
+    errors += _key_errors(secret.get("data") or {}, "data")
     total = 0
-    for key, value in (secret.get("data") or {}).items():
-        if not _CONFIG_KEY.match(key):
-            errors.append(FieldError("invalid", "data[%s]" % key,
-                                     "a valid config key must consist of alphanumeric characters, '-', '_' or '.' "
-                                     "(e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation "
-                                     "is '[-._a-zA-Z0-9]+')", key))
+    for value in (secret.get("data") or {}).values():
         total += len(base64.b64decode(value))
     if total > MAX_SECRET_BYTES:
         errors.append(FieldError("toolong", "data", "must have at most %d bytes" % MAX_SECRET_BYTES))

@@ -5,6 +5,7 @@ Owns only plain value objects; it must not know about HTTP, storage or the sched
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple
@@ -135,6 +136,8 @@ class SimConfig:
     toleration_seconds: int = 300
     """``tolerationSeconds`` of the default not-ready/unreachable tolerations added to every pod."""
     git_version: str = "v1.30.0"
+    """The release the API server says it is (``/version``); what differs between releases follows it
+    where the simulator models the difference (the default RBAC roles)."""
     runtime: str = "model"
     """How containers run: ``model`` (their behaviour read from ``PODGAHP_SIM_*`` variables, no
     process) or ``runc`` (each container a real process tree, :mod:`podgahp_sim.k8s.runc`)."""
@@ -155,6 +158,11 @@ class SimConfig:
     """How far the API server's clock is ahead of the machine's (negative: behind). It stamps the
     ``creationTimestamp`` of new pods and secrets and the ``Date`` of every answer; the kubelet's own
     times (container start and finish) stay on the machine's clock."""
+
+    def release(self) -> Tuple[int, int]:
+        """(major, minor) of :attr:`git_version`: ``v1.30.0`` -> (1, 30)."""
+        major, minor = self.git_version.lstrip("v").split(".")[:2]
+        return int(major), int(re.sub(r"\D.*", "", minor) or 0)
 
     def server_now(self) -> float:
         """The API server's clock, seconds since the epoch."""

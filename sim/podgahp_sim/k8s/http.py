@@ -101,7 +101,19 @@ class Reply:
     stream: Optional[Iterator[Optional[bytes]]] = None
 
 
-def _fault_body(status: int, retry_after: Optional[int]) -> JsonObj:
+def take_fault(faults: List[Fault], method: str, path: str) -> Optional[Fault]:
+    """The first of ``faults`` with a count left that matches the request, its count taken (the
+    caller holds the lock that guards ``faults``)."""
+    for fault in faults:
+        if fault.count > 0 and fault.method.fullmatch(method) and fault.path.search(path):
+            fault.count -= 1
+            fault.hits += 1
+            return fault
+    return None
+
+
+def fault_body(status: int, retry_after: Optional[int]) -> JsonObj:
+    """The ``Status`` a real API server answers with ``status`` (an injected fault's body)."""
     if status == 429:
         details: JsonObj = {"retryAfterSeconds": retry_after or 1} if retry_after else {}
         return status_body(429, "TooManyRequests", "Too many requests, please try again later.", details)
@@ -126,6 +138,15 @@ def _group_of(resource: str) -> str:
         return "authorization.k8s.io"
     kind = objects.PLAIN_KINDS.get(base)
     return kind.group if kind is not None else ""
+
+
+def _plain_validator(kind: objects.Kind) -> Callable[[JsonObj], None]:
+    """What the API server refuses of a plain object (a ConfigMap's keys), as its 422."""
+    def validate(obj: JsonObj) -> None:
+        errors = admission.configmap_errors(obj) if kind.plural == "configmaps" else []
+        if errors:
+            raise invalid(kind.kind, str((obj.get("metadata") or {}).get("name") or ""), errors)
+    return validate
 
 
 def _truthy(value: Optional[str]) -> bool:
@@ -173,17 +194,17 @@ class Api:
                          "creationTimestamp": now_rfc3339(),
                          "labels": dict(labels or {}, **{"kubernetes.io/metadata.name": name})},
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+        # the controller-manager's service-account controller gives every namespace its "default" account
+        accounts = objects.store_key(objects.PLAIN_KINDS["serviceaccounts"])
+        if self.store.get(accounts, name, "default") is None:
+            self.store.create(accounts, {"metadata": {"name": "default", "namespace": name, "uid": str(uuid.uuid4()),
+                                                      "creationTimestamp": now_rfc3339()}})
 
     # ------------------------------------------------------------------ entry point
 
     def take_fault(self, method: str, path: str) -> Optional[Fault]:
         with self.request_lock:
-            for fault in self.faults:
-                if fault.count > 0 and fault.method.fullmatch(method) and fault.path.search(path):
-                    fault.count -= 1
-                    fault.hits += 1
-                    return fault
-        return None
+            return take_fault(self.faults, method, path)
 
     def handle(self, method: str, path: str, query: Mapping[str, str], headers: Mapping[str, str],
                body: bytes, cert_user: Optional[str] = None) -> Reply:
@@ -195,7 +216,7 @@ class Api:
                 time.sleep(fault.delay)
             if fault.status:
                 extra = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
-                return Reply(fault.status, fault.body or _fault_body(fault.status, fault.retry_after), extra)
+                return Reply(fault.status, fault.body or fault_body(fault.status, fault.retry_after), extra)
         try:
             self._caller.user = None
             if self.token is not None and cert_user is None:
@@ -311,7 +332,7 @@ class Api:
                 # as a real server: nothing is created in a namespace that does not exist (a list there is empty)
                 raise not_found("namespaces", namespace)
             code, obj = objects.handle(self.store, kind, method, namespace, name, query, headers, body,
-                                       self._matcher(kind.plural, namespace, query))
+                                       self._matcher(kind.plural, namespace, query), _plain_validator(kind))
             return Reply(code, obj)
         if parts[:2] != ["api", "v1"] or len(parts) < 3:
             raise no_route()
@@ -683,8 +704,9 @@ class Api:
             raise bad_request("SelfSubjectRulesReview in version \"v1\" cannot be handled")
         namespace = review["spec"].get("namespace") or None
         caller = getattr(self._caller, "user", None)
-        resource_rules: List[JsonObj] = []
-        non_resource: List[JsonObj] = []
+        # the default ClusterRoleBindings' rules first (their names sort before the Role's), then the Role's
+        resource_rules, non_resource = rbac.default_rules(caller is not None or self.role is not None,
+                                                          self.config.release())
         if caller is not None:
             for rule in rbac.rules_for(self.store, caller, namespace):
                 entry = {k: list(rule.get(k) or []) for k in ("verbs", "apiGroups", "resources", "resourceNames")}
@@ -692,27 +714,20 @@ class Api:
         elif self.role is not None:
             role_namespace, granted = self.role
             if namespace == role_namespace:
-                resource_rules = [{"verbs": sorted(verbs), "apiGroups": [""], "resources": sorted(resources)}
-                                  for resources, verbs in granted]
-        else:
-            resource_rules = [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}]
-            non_resource = [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
-        # what every authenticated user may do (the system:basic-user and system:discovery roles)
-        resource_rules += [
-            {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
-             "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
-            {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]}]
-        non_resource += [{"verbs": ["get"], "nonResourceURLs": [
-            "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz",
-            "/version", "/version/"]}]
+                resource_rules += [{"verbs": sorted(verbs), "apiGroups": [""], "resources": sorted(resources)}
+                                   for resources, verbs in granted]
+        else:  # the admin: cluster-admin's binding sorts first
+            resource_rules.insert(0, {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})
+            non_resource.insert(0, {"verbs": ["*"], "nonResourceURLs": ["*"]})
         status: JsonObj = {"resourceRules": resource_rules, "nonResourceRules": non_resource,
                            "incomplete": bool(self.rbac_deny)}
         if self.rbac_deny:
             status["evaluationError"] = "denials are in force that rules cannot express: %s" % ", ".join(
                 "%s %s%s" % (r.verb, r.resource, " in %s" % r.namespace if r.namespace else "")
                 for r in self.rbac_deny)
+        # the answer's spec is empty, as the real server's (it makes a new review around the status)
         return Reply(201, {"kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
-                           "metadata": {"creationTimestamp": None}, "spec": review["spec"], "status": status})
+                           "metadata": {"creationTimestamp": None}, "spec": {}, "status": status})
 
     def access_review(self, body: bytes) -> Reply:
         review = self._decode(body)

@@ -8,11 +8,11 @@ Sources, Kubernetes 1.30:
   with 413 ``RequestEntityTooLarge`` "Request entity too large: limit is 3145728";
 * etcd's ``--max-request-bytes`` (default 1.5 MiB): a write of a larger object fails with
   "etcdserver: request is too large", which no storage error interpretation converts, so the client
-  gets 500 with that message and no reason (``responsewriters.ErrorToAPIStatus``). etcd counts the
-  object as stored, its ``managedFields`` included (the API server drops them and retries once on a
-  create or update, to no avail for an object too large by itself). The simulator measures the JSON
-  encoding, somewhat larger than the protobuf etcd stores, plus the field set the server would
-  record for the writer: it refuses a little earlier than a real cluster, never later;
+  gets 500 with that message and no reason (``responsewriters.ErrorToAPIStatus``). When the object
+  is too large only with its ``managedFields``, the API server drops them and writes it again, which
+  succeeds: only an object too large by itself is refused. The simulator measures the object's JSON
+  encoding, larger than the protobuf etcd stores (a little for large values, up to about twice for
+  many small fields): it refuses earlier than a real cluster, never later;
 * ``k8s.io/apimachinery/pkg/api/validation/objectmeta.go``: ``TotalAnnotationSizeLimitB`` 256 KiB,
   keys and values together, in bytes: 422 "metadata.annotations: Too long: must have at most 262144
   bytes".
@@ -33,9 +33,6 @@ MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 MAX_STORED_BYTES = 1536 * 1024
 MAX_ANNOTATION_BYTES = 256 * 1024
 
-#: Keys of the lists the API server merges by key (their items appear as ``k:{...}`` in field sets).
-_LIST_KEYS = ("name", "mountPath", "containerPort", "devicePath", "ip", "key", "uid", "type")
-
 
 def body_too_large() -> ApiError:
     return ApiError(413, status_body(413, "RequestEntityTooLarge",
@@ -49,32 +46,13 @@ def annotation_errors(annotations: Mapping[str, Any]) -> List[FieldError]:
     return []
 
 
-def _field_set(value: Any) -> JsonObj:
-    """The ``fieldsV1`` the server records for a writer that set ``value``."""
-    if isinstance(value, dict):
-        out: JsonObj = {".": {}}
-        for key, sub in value.items():
-            out["f:" + key] = _field_set(sub)
-        return out
-    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        out = {}
-        for item in value:
-            key = {k: item[k] for k in _LIST_KEYS if k in item and not isinstance(item[k], (dict, list))}
-            out["k:" + json.dumps(key, separators=(",", ":"), sort_keys=True)] = _field_set(item)
-        return out
-    return {}
-
-
 def stored_size(obj: JsonObj) -> int:
-    """Bytes of ``obj`` as stored, with the ``managedFields`` entry of the writer who created it."""
-    fields = {k: v for k, v in obj.items() if k not in ("status",)}
-    entry = {"manager": "podgahp", "operation": "Update", "apiVersion": "v1", "time": "2006-01-02T15:04:05Z",
-             "fieldsType": "FieldsV1", "fieldsV1": _field_set(fields)}
-    return len(json.dumps(obj, separators=(",", ":"))) + len(json.dumps(entry, separators=(",", ":")))
+    """Bytes of ``obj`` as stored (its JSON; its ``managedFields`` are dropped when they do not fit)."""
+    return len(json.dumps(obj, separators=(",", ":")))
 
 
-#: The stored object (defaults and status added) and its field set are at most this many times the
-#: request body that made it, plus ``_ADDED_BYTES``: below that, no need to measure.
+#: The stored object (defaults and status added) is at most this many times the request body that
+#: made it, plus ``_ADDED_BYTES``: below that, no need to measure.
 _STORED_RATIO = 6
 _ADDED_BYTES = 64 * 1024
 

@@ -51,9 +51,11 @@ def match(group: str, version: str, plural: str) -> Optional[Kind]:
 
 def handle(store: Store, kind: Kind, method: str, namespace: Optional[str], name: Optional[str],
            query: Mapping[str, str], headers: Mapping[str, str], body: bytes,
-           matches: Callable[[JsonObj], bool] = lambda obj: True) -> "tuple[int, JsonObj]":
+           matches: Callable[[JsonObj], bool] = lambda obj: True,
+           validate: Callable[[JsonObj], None] = lambda obj: None) -> "tuple[int, JsonObj]":
     """(status, body) of one request on ``kind`` objects in ``namespace`` (``None``: a list of every
-    namespace's); a list holds the objects ``matches`` (its label and field selectors)."""
+    namespace's); a list holds the objects ``matches`` (its label and field selectors); ``validate``
+    raises the 422 of an object to be created or written that the API server would refuse."""
     key = store_key(kind)
 
     def typed(obj: JsonObj) -> JsonObj:
@@ -76,6 +78,7 @@ def handle(store: Store, kind: Kind, method: str, namespace: Optional[str], name
             meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339())
             for drop in ("resourceVersion", "selfLink"):
                 meta.pop(drop, None)
+            validate(obj)
             obj.pop("kind", None)
             obj.pop("apiVersion", None)
             if not query.get("dryRun"):
@@ -108,6 +111,7 @@ def handle(store: Store, kind: Kind, method: str, namespace: Optional[str], name
         meta = new.setdefault("metadata", {})
         for keep in ("name", "namespace", "uid", "creationTimestamp"):
             meta[keep] = current["metadata"][keep]
+        validate(new)
         store.update(key, new)
         return 200, typed(new)
 

@@ -1,6 +1,7 @@
 """The shipped manifests for a CE inside the cluster apply with kubectl (validation on), and podgahp
 works with the in-cluster identity they define: the pod's service-account token, authorized only by
-the Role they bind to it."""
+the Role they bind to it. On both engines (on the real control plane in a namespace of the test's
+own, where the Deployment's controller makes the CE's pod too)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator, Set, Tuple
+from typing import Any, Iterator, Set, Tuple
 
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from gahp.config import Knobs
 from gahp.errors import BackendError
 from gahp.job import PilotJob
 from gahp.jobstate import Phase
+from engines import RealEngine
 from podgahp_sim.k8s import KubeSim, SimConfig
 from test_k8s_support import kubectl_version
 from paths import DOCS
@@ -29,17 +31,40 @@ NS = "pilots"
 
 
 @pytest.fixture
-def sim() -> Iterator[KubeSim]:
+def cluster(engine: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tuple[Any, str, str]]:
+    """(the engine's reads, the namespace of the pilots and the CE, an admin kubeconfig there) on either
+    engine: a simulator with a ``pilots`` namespace, or a namespace of the test's own on the real control plane."""
+    kubeconfig = str(tmp_path / "admin-kubeconfig")
+    if engine == "real":
+        real: RealEngine = request.getfixturevalue("real_engine")
+        yield real, real.namespace, real.cluster.write_kubeconfig(kubeconfig, namespace=real.namespace)
+        return
     with KubeSim(SimConfig(namespaces=("default", NS), tick_seconds=0.05, run_seconds=0.3,
                            container_create_seconds=0.05)) as running:
-        yield running
+        yield running, NS, running.write_kubeconfig(kubeconfig, namespace=NS)
 
 
-def kubectl(sim: KubeSim, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def kubectl(kubeconfig: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     assert KUBECTL is not None
-    env = dict(os.environ, KUBECONFIG=sim.write_kubeconfig(str(tmp_path / "admin-kubeconfig"), namespace=NS),
-               HOME=str(tmp_path))
+    env = dict(os.environ, KUBECONFIG=kubeconfig, HOME=str(tmp_path))
     return subprocess.run([KUBECTL, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def manifests(namespace: str, tmp_path: Path) -> str:
+    """docs/ce-in-cluster.yaml, its namespace (``pilots``) the given one."""
+    path = tmp_path / "ce-in-cluster.yaml"
+    path.write_text(MANIFESTS.read_text().replace("namespace: pilots", "namespace: " + namespace).replace(
+        "PODGAHP_K8S_NAMESPACE = pilots", "PODGAHP_K8S_NAMESPACE = " + namespace))
+    return str(path)
+
+
+def ping_refusal(backend: KubernetesBackend) -> str:
+    """Why ping fails ('' when it does not)."""
+    try:
+        backend.ping()
+    except BackendError as e:
+        return str(e)
+    return ""
 
 
 def granted(doc: dict) -> Set[Tuple[str, str]]:
@@ -52,23 +77,26 @@ def test_the_role_is_the_least_privilege_one() -> None:
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="no kubectl on this machine (make system-deps installs one)")
-def test_manifests_apply_and_podgahp_runs_with_the_pods_identity(sim: KubeSim, tmp_path: Path,
+@pytest.mark.both_engines
+def test_manifests_apply_and_podgahp_runs_with_the_pods_identity(cluster: Tuple[Any, str, str], tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    validate = [] if kubectl_version(KUBECTL) >= (1, 27) else ["--validate=false"]
-    applied = kubectl(sim, tmp_path, "apply", "-f", str(MANIFESTS), *validate)
+    engine, namespace, admin = cluster
+    validate = [] if kubectl_version(str(KUBECTL)) >= (1, 27) else ["--validate=false"]
+    manifest = manifests(namespace, tmp_path)
+    applied = kubectl(admin, tmp_path, "apply", "-f", manifest, *validate)
     assert applied.returncode == 0, applied.stderr
     for line in ("serviceaccount/podgahp-ce created", "role.rbac.authorization.k8s.io/podgahp-ce created",
                  "rolebinding.rbac.authorization.k8s.io/podgahp-ce created", "configmap/podgahp-ce-config created",
                  "deployment.apps/podgahp-ce created"):
         assert line in applied.stdout, applied.stdout
-    again = kubectl(sim, tmp_path, "apply", "-f", str(MANIFESTS), *validate)
+    again = kubectl(admin, tmp_path, "apply", "-f", manifest, *validate)
     assert again.returncode == 0 and "unchanged" in again.stdout, again.stdout + again.stderr
 
     # The CE pod's view: its service account's token, the cluster CA, its namespace.
-    env = sim.write_service_account(str(tmp_path / "sa"), namespace=NS, account="podgahp-ce")
+    env = engine.write_service_account(str(tmp_path / "sa"), namespace=namespace, account="podgahp-ce")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    config = yaml.safe_load(kubectl(sim, tmp_path, "get", "configmap", "podgahp-ce-config", "-o", "yaml").stdout)
+    config = yaml.safe_load(kubectl(admin, tmp_path, "get", "configmap", "podgahp-ce-config", "-o", "yaml").stdout)
     knobs = dict(line.split(" = ", 1) for line in config["data"]["99-podgahp-in-cluster.conf"].splitlines()
                  if " = " in line and not line.startswith("#"))
     knobs = {k: v for k, v in knobs.items() if v}
@@ -76,17 +104,18 @@ def test_manifests_apply_and_podgahp_runs_with_the_pods_identity(sim: KubeSim, t
                  PODGAHP_K8S_REAP_INTERVAL_SECONDS="0")
     backend = KubernetesBackend.from_knobs(Knobs(knobs))
     try:
-        backend.ping()
+        # (the real server's authorizer sees a new binding a moment later)
+        engine.wait_for(lambda: not ping_refusal(backend), 30, "the Role in effect")
         exe = tmp_path / "pilot.sh"
         exe.write_text("#!/bin/sh\n")
         job = PilotJob(executable=str(exe), iwd=str(tmp_path), sandbox_id="ce_1.0_1", memory_mb=64)
         job_id = backend.submit(job)
-        assert job_id.startswith(f"k8s/{NS}/")
-        sim.wait_for(lambda: backend.status(job_id).phase is Phase.COMPLETED, 30, "the pilot completed")
-        assert not [r for r in sim.requests() if r.status == 403]
+        assert job_id.startswith(f"k8s/{namespace}/")
+        engine.wait_for(lambda: backend.status(job_id).phase is Phase.COMPLETED, 60, "the pilot completed")
+        if isinstance(engine, KubeSim):
+            assert not [r for r in engine.requests() if r.status == 403]
         # Without the binding, the same identity may do nothing, and ping says what is missing.
-        assert kubectl(sim, tmp_path, "delete", "rolebinding", "podgahp-ce").returncode == 0
-        with pytest.raises(BackendError, match="may not create pods"):
-            backend.ping()
+        assert kubectl(admin, tmp_path, "delete", "rolebinding", "podgahp-ce").returncode == 0
+        assert "may not create pods" in engine.wait_for(lambda: ping_refusal(backend), 30, "the binding gone")
     finally:
         backend.close()

@@ -570,6 +570,21 @@ def test_secret_crud(core: client.CoreV1Api) -> None:
     assert status_of(expect_error(core.read_namespaced_secret, "token", NS))["message"] == 'secrets "token" not found'
 
 
+@pytest.mark.parametrize("create", [True, False], ids=["create", "patch"])
+def test_a_configmap_key_that_is_no_config_key_is_422(core: client.CoreV1Api, create: bool) -> None:
+    if not create:
+        core.create_namespaced_config_map(NS, {"metadata": {"name": "settings"}, "data": {"MODE": "fast"}})
+    call = (core.create_namespaced_config_map, NS, {"metadata": {"name": "settings"}, "data": {"bad key": "x"}}) \
+        if create else (core.patch_namespaced_config_map, "settings", NS, {"data": {"bad key": "x"}})
+    error = expect_error(*call)
+    status = status_of(error)
+    assert (error.status, status["reason"], status["details"]["causes"][0]["field"]) == (422, "Invalid", "data[bad key]")
+    assert status["message"].startswith('ConfigMap "settings" is invalid: data[bad key]: Invalid value: "bad key": '
+                                        "a valid config key must consist of alphanumeric characters")
+    stored = core.list_namespaced_config_map(NS).items
+    assert [c.data for c in stored if c.metadata.name == "settings"] == ([] if create else [{"MODE": "fast"}])
+
+
 @pytest.mark.parametrize("policy,collected", [(None, True), ("Orphan", False)], ids=["background", "orphan"])
 def test_secret_garbage_collected_with_owner_pod(sim: KubeSim, core: client.CoreV1Api, policy: Any,
                                                  collected: bool) -> None:

@@ -3,6 +3,11 @@ processes run from the pod spec, with its environment, user, volumes and limits;
 kill, signals on deletion, deadlines, storage eviction and Secret updates show as on a real node; and
 nothing is left on the machine afterwards, even when the simulator was killed.
 
+The tests of a pod run on both engines: on the simulator with runc nodes, and on the real control
+plane, whose node for them is the simulator's kubelet with the runc runtime (``podgahp sim node``),
+labelled and tainted as the simulator's nodes are here so that the same pods go to it alone. Those
+of the simulator's own start and stop run on the simulator alone.
+
 The image is this machine's own root filesystem (any directory tree can be an image), so the tests
 need no image build; they need root and runc (``make system-deps``).
 """
@@ -15,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -22,15 +28,24 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from engines import joined_node
 from factories import made_then_ended
-from leftovers import instance_of, machine_leftovers, start_runc_sim, stop_sim
-from podgahp_sim.k8s import KubeSim
+from leftovers import cgroups_of, instance_of, machine_leftovers, processes_in, start_runc_sim, stop_sim
+from podgahp_sim.k8s import KubeSim, SimNode
+from podgahp_sim.k8s.cluster import Cluster
+from podgahp_sim.k8s.config import Taint
+from podgahp_sim.kube.cluster import KubeCluster
+from podgahp_sim.kube.node import NodeAgent, NodeSpec
 from polling import wait_until
 from test_k8s_support import NS, api_client_for, fast
 
+pytestmark = pytest.mark.both_engines
 __all__ = ["api_client_for"]
 
 IMAGE = "registry.example.org/host:1"
+RUNC = {"podgahp.test/runtime": "runc"}
+"""The label of the nodes this module's pods go to (with a toleration of :data:`RUNC_ONLY`)."""
+RUNC_ONLY = Taint("podgahp.test/runtime", "runc", "NoSchedule")
 
 
 def _b64(text: str) -> str:
@@ -40,15 +55,43 @@ def _b64(text: str) -> str:
 @pytest.fixture
 def make_runc_sim(tmp_path: Path) -> Iterator[Callable[..., KubeSim]]:
     def make(**changes: Any) -> KubeSim:
+        nodes = tuple(SimNode("sim-node-%d" % i, labels=RUNC, taints=(RUNC_ONLY,)) for i in (1, 2))
         config = fast(runtime="runc", images={IMAGE: "/"}, runtime_dir=str(tmp_path / "runtime"),
-                      kubelet_sync_seconds=0.2, **changes)
+                      kubelet_sync_seconds=0.2, nodes=nodes, **changes)
         return KubeSim(config).start()
     yield from made_then_ended(make, KubeSim.stop)
 
 
+@pytest.fixture(scope="module")
+def real_runc_node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeAgent]:
+    """The real control plane's node for this module's pods: the simulator's kubelet with the runc
+    runtime, labelled and tainted as the simulator's nodes here (removed with the module's end)."""
+    cluster: KubeCluster = request.getfixturevalue("real_cluster")
+    name = "runc-%d" % os.getpid()
+    spec = NodeSpec(name, runtime="runc", images={IMAGE: "/"}, runtime_dir=str(tmp_path_factory.mktemp("runtime")),
+                    labels=RUNC, taints=(RUNC_ONLY,), tick_seconds=0.05, sync_seconds=0.2)
+    with joined_node(cluster, spec) as agent:
+        yield agent
+
+
 @pytest.fixture
-def runc_sim(make_runc_sim: Callable[..., KubeSim]) -> KubeSim:
+def runc_sim(engine: str, request: pytest.FixtureRequest, make_runc_sim: Callable[..., KubeSim]) -> KubeSim:
+    """A simulator with runc nodes, or on the real engine the real control plane's ``default``
+    namespace (emptied for the test) with its runc node, whose reads are KubeSim's (tests/engines.py)."""
+    if engine == "real":
+        request.getfixturevalue("real_runc_node")
+        real: KubeSim = request.getfixturevalue("real_default_engine")
+        return real
     return make_runc_sim()
+
+
+@pytest.fixture
+def kubelet(engine: str, request: pytest.FixtureRequest, runc_sim: KubeSim) -> Cluster:
+    """The kubelet that runs the test's pods (its runs hold the containers' cgroups)."""
+    if engine == "real":
+        node: NodeAgent = request.getfixturevalue("real_runc_node")
+        return node.cluster
+    return runc_sim.cluster
 
 
 @pytest.fixture
@@ -56,11 +99,14 @@ def core(runc_sim: KubeSim, api_client_for: Callable[..., client.ApiClient]) -> 
     return client.CoreV1Api(api_client_for(runc_sim))
 
 
-def pod(script: str, name: str = "p1", *, container: Optional[Dict[str, Any]] = None, **spec: Any) -> Dict[str, Any]:
+def pod(script: str, name: str = "p1", *, container: Optional[Dict[str, Any]] = None, placed: bool = True,
+        **spec: Any) -> Dict[str, Any]:
+    """A pod of one container running ``script``; ``placed``: for the nodes labelled :data:`RUNC` alone."""
     body: Dict[str, Any] = {"name": "main", "image": IMAGE, "command": ["/bin/sh", "-c", script]}
     body.update(container or {})
+    placement = {"nodeSelector": dict(RUNC), "tolerations": [{"key": RUNC_ONLY.key, "operator": "Exists"}]}
     return {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
-                                                 "containers": [body], **spec}}
+                                                 "containers": [body], **(placement if placed else {}), **spec}}
 
 
 def run_to_end(sim: KubeSim, core: client.CoreV1Api, body: Dict[str, Any], timeout: float = 30) -> client.V1Pod:
@@ -79,11 +125,12 @@ def log_of(core: client.CoreV1Api, name: str = "p1") -> str:
 
 
 def log_so_far(core: client.CoreV1Api, name: str = "p1") -> str:
-    """The log, or '' while the container has not started (the API server answers 400 then)."""
+    """The log, or '' while the container has not started (the API server answers 400 then), or
+    while a real cluster's node has not yet seen the pod bound to it (its log endpoint answers 404)."""
     try:
         return log_of(core, name)
     except ApiException as e:
-        if e.status == 400:
+        if e.status in (400, 404):
             return ""
         raise
 
@@ -94,10 +141,11 @@ def log_so_far(core: client.CoreV1Api, name: str = "p1") -> str:
 def test_the_container_runs_its_command_with_its_environment_and_user(runc_sim: KubeSim,
                                                                        core: client.CoreV1Api) -> None:
     core.create_namespaced_secret(NS, {"metadata": {"name": "creds"}, "data": {"token": _b64("s3cret")}})
-    core.create_namespaced_config_map(NS, {"metadata": {"name": "settings"}, "data": {"MODE": "fast", "bad key": "x"}})
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "settings"}, "data": {"MODE": "fast", "1bad": "x"}})
     body = pod('echo "argv=$0 $1 $2"; echo "user=$(id -u):$(id -g):$(id -G)"; echo "cwd=$PWD"; '
                'echo "env=$GREETING|$TOKEN|$POD|$NODE|$MEM|$CPU|$MODE|$HOSTNAME"; '
-               'echo "kube=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"; exit 3', container={
+               'echo "kube=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"; '
+               'echo "not a variable name: $(env | grep -c ^1bad=)"; exit 3', container={
                    "args": ["$(GREETING)", "$$(GREETING)", "$(UNDEFINED)"],
                    "workingDir": "/tmp",
                    "env": [{"name": "WHO", "value": "pilot"}, {"name": "GREETING", "value": "hi-$(WHO)"},
@@ -120,7 +168,8 @@ def test_the_container_runs_its_command_with_its_environment_and_user(runc_sim: 
     assert lines[1] == "user=1234:2345:2345 3456"
     assert lines[2] == "cwd=/tmp"
     assert lines[3] == "env=hi-pilot|s3cret|p1|%s|256|2|fast|p1" % done.spec.node_name
-    assert lines[4] == "kube=127.0.0.1:%d" % runc_sim.port
+    assert lines[4] == "kube=127.0.0.1:%d" % urllib.parse.urlsplit(runc_sim.url).port
+    assert lines[5] == "not a variable name: 0"  # a ConfigMap key envFrom cannot make a variable of is left out
 
 
 def test_a_container_that_exits_zero_completes(runc_sim: KubeSim, core: client.CoreV1Api) -> None:
@@ -199,7 +248,7 @@ def test_volumes_have_the_kubelets_modes_and_ownership(runc_sim: KubeSim, core: 
 
 
 def test_the_service_account_token_is_there_only_when_automounted(
-        runc_sim: KubeSim, core: client.CoreV1Api) -> None:
+        runc_sim: KubeSim, core: client.CoreV1Api, engine: str) -> None:
     body = pod("cd /var/run/secrets/kubernetes.io/serviceaccount && cat namespace && echo && "
                "head -1 ca.crt && cat token", automountServiceAccountToken=True)
     done = run_to_end(runc_sim, core, body)
@@ -207,7 +256,11 @@ def test_the_service_account_token_is_there_only_when_automounted(
     namespace, ca, token = log_of(core).splitlines()
     assert (namespace, ca) == (NS, "-----BEGIN CERTIFICATE-----")
     # the token is the pod's service account's, and the API server knows it
-    assert runc_sim.api.sa_tokens[token] == "system:serviceaccount:%s:default" % NS
+    if engine == "real":
+        review = client.AuthenticationV1Api(core.api_client).create_token_review({"spec": {"token": token}})
+        assert review.status.authenticated and review.status.user.username == "system:serviceaccount:%s:default" % NS
+    else:
+        assert runc_sim.api.sa_tokens[token] == "system:serviceaccount:%s:default" % NS
 
 
 def test_a_secret_update_reaches_the_running_container(runc_sim: KubeSim, core: client.CoreV1Api) -> None:
@@ -218,7 +271,7 @@ def test_a_secret_update_reaches_the_running_container(runc_sim: KubeSim, core: 
     core.create_namespaced_pod(NS, body)
     wait_until(lambda: "first" in log_so_far(core).splitlines(), "the first content read", timeout=20)
     core.replace_namespaced_secret("proxy", NS, {"metadata": {"name": "proxy"}, "data": {"proxy": _b64("second")}})
-    wait_until(lambda: "second" in log_of(core).splitlines(), "the new content read", timeout=10)
+    wait_until(lambda: "second" in log_of(core).splitlines(), "the new content read", timeout=20)
 
 
 # ------------------------------------------------------------------ limits
@@ -236,6 +289,17 @@ def test_memory_over_the_limit_is_killed_by_the_kernel(runc_sim: KubeSim, core: 
     assert time.monotonic() - started < 30
     assert log_of(core).splitlines()[0] == "start"
     assert set(log_of(core).splitlines()[1:]) <= {"Killed", "hog=137"}  # SIGKILL from the kernel
+
+
+def test_a_container_reads_its_memory_limit_from_its_cgroup(runc_sim: KubeSim, core: client.CoreV1Api) -> None:
+    """What a pilot's startd reads to size its slot: the limit, not "unlimited" (``max``, or a page
+    count near 2**63), in cgroup v2's ``memory.max`` or v1's ``memory.limit_in_bytes``."""
+    script = ("m=$(grep ':memory:' /proc/self/cgroup | cut -d: -f3); "
+              "if [ -n \"$m\" ]; then cat /sys/fs/cgroup/memory$m/memory.limit_in_bytes; "
+              "else cat /sys/fs/cgroup/memory.max; fi")
+    done = run_to_end(runc_sim, core, pod(script, container={"resources": {"limits": {"memory": "96Mi"}}}))
+    assert done.status.phase == "Succeeded", log_of(core)
+    assert log_of(core).split() == [str(96 * 2 ** 20)]
 
 
 def test_limits_reach_the_container_cgroup(runc_sim: KubeSim, core: client.CoreV1Api) -> None:
@@ -287,12 +351,22 @@ def test_deletion_sends_sigterm_and_the_grace_period(runc_sim: KubeSim, core: cl
     wait_until(lambda: not runc_sim.pods(NS), "both pods removed")
 
 
-def test_the_active_deadline_stops_the_pod(runc_sim: KubeSim, core: client.CoreV1Api) -> None:
-    done = run_to_end(runc_sim, core, pod("trap 'exit 143' TERM; while true; do sleep 0.05; done",
-                                          activeDeadlineSeconds=1, terminationGracePeriodSeconds=5))
-    assert (done.status.phase, done.status.reason) == ("Failed", "DeadlineExceeded")
-    wait_until(lambda: terminated(core.read_namespaced_pod("p1", NS)), "the container stopped")
+def test_a_pod_past_its_deadline_leaves_no_process(runc_sim: KubeSim, core: client.CoreV1Api,
+                                                   kubelet: Cluster) -> None:
+    """Past ``activeDeadlineSeconds`` the pod is Failed (DeadlineExceeded, the kubelet's message), its
+    container gets SIGTERM and its grace period, and none of its processes is left in its cgroups."""
+    core.create_namespaced_pod(NS, pod("trap 'exit 143' TERM; while true; do sleep 0.05; done",
+                                       activeDeadlineSeconds=2, terminationGracePeriodSeconds=5))
+    uid = runc_sim.wait_for_phase(NS, "p1", "Running", timeout=30)["metadata"]["uid"]
+    cgroups = wait_until(lambda: [d for d in cgroups_of(kubelet, uid) if processes_in([d])],
+                         "the container's processes in its cgroups", timeout=20)
+    runc_sim.wait_for_phase(NS, "p1", "Failed", timeout=30)
+    done = core.read_namespaced_pod("p1", NS)
+    assert (done.status.phase, done.status.reason, done.status.message) == (
+        "Failed", "DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+    wait_until(lambda: terminated(core.read_namespaced_pod("p1", NS)), "the container stopped", timeout=20)
     assert terminated(core.read_namespaced_pod("p1", NS)).exit_code == 143
+    assert processes_in(cgroups) == []
 
 
 # ------------------------------------------------------------------ nothing left behind
@@ -322,7 +396,7 @@ def test_a_killed_simulator_leaves_nothing_after_the_next_start(tmp_path: Path) 
         api = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig-1"), persist_config=False)
         core = client.CoreV1Api(api)
         for n in range(2):
-            core.create_namespaced_pod(NS, pod("sleep 600", "p%d" % n, container={
+            core.create_namespaced_pod(NS, pod("sleep 600", "p%d" % n, placed=False, container={
                 "volumeMounts": [{"name": "s", "mountPath": "/s"}]}, volumes=[{"name": "s", "emptyDir": {}}]))
         wait_until(lambda: all(core.read_namespaced_pod("p%d" % n, NS).status.phase == "Running" for n in range(2)),
                    "the pods running", timeout=30)

@@ -1,5 +1,8 @@
 """The simulated API server speaks TLS and authenticates as a real one does: HTTPS with its own CA,
-bearer tokens and client certificates, plain HTTP only when asked for."""
+bearer tokens and client certificates, plain HTTP only when asked for.
+
+On the simulator alone: these are its own listener's (its CA, certificates, sockets, plain-HTTP
+mode); kubectl over HTTPS, by token and client certificate, is tested on both engines in test_kubectl.py."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ import yaml
 from kubernetes import client, config
 
 from podgahp_sim.k8s import KubeSim, SimConfig
+
+pytestmark = pytest.mark.simulator_only("the simulator's own TLS listener")
 
 
 @pytest.fixture

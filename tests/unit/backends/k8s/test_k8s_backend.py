@@ -303,6 +303,8 @@ def test_unknown_priority_class_is_refused(backend: KubernetesBackend, tmp_path:
         backend.submit(make_job(tmp_path, settings={"k8s_priority_class": "pilot-low"}))
 
 
+@pytest.mark.both_engines
+@pytest.mark.fault_proxy
 def test_transient_errors_are_retried_with_retry_after(backend: KubernetesBackend, sim: KubeSim,
                                                        tmp_path: Path) -> None:
     sim.fail_next(2, status=429, method="POST", path="/pods$", retry_after=0)
@@ -312,6 +314,8 @@ def test_transient_errors_are_retried_with_retry_after(backend: KubernetesBacken
     assert len(sim.requests("POST", "/pods$")) == 3
 
 
+@pytest.mark.both_engines
+@pytest.mark.fault_proxy
 def test_persistent_server_errors_give_a_transient_error(backend: KubernetesBackend, sim: KubeSim,
                                                          tmp_path: Path) -> None:
     backend.ping()  # the watch copy is in: the submit's only requests are the creates
@@ -322,6 +326,8 @@ def test_persistent_server_errors_give_a_transient_error(backend: KubernetesBack
     assert len(creates) == 4  # one attempt and PODGAHP_K8S_RETRIES = 3
 
 
+@pytest.mark.both_engines
+@pytest.mark.fault_proxy
 def test_request_timeouts_are_bounded(make_backend: BackendFactory, sim: KubeSim, tmp_path: Path) -> None:
     backend = make_backend(PODGAHP_K8S_REQUEST_TIMEOUT_SECONDS="0.3", PODGAHP_K8S_RETRIES="1")
     backend.ping()

@@ -14,7 +14,7 @@ from gahp.errors import TransientError
 from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
-from k8s_helpers import NAMESPACE, BackendFactory, make_job, pod_of, wait_state
+from k8s_helpers import BackendFactory, make_job, pod_of, wait_state
 
 pytestmark = pytest.mark.both_engines
 
@@ -44,18 +44,18 @@ def test_live_pod_is_returned(backend: KubernetesBackend, sim: KubeSim, tmp_path
     assert len(sim.pods(namespace)) == 1
 
 
-@pytest.mark.simulator_only("counts requests in the simulator's request log")
+@pytest.mark.fault_proxy
 def test_finished_unreported_pod_is_returned_not_rerun(make_backend: BackendFactory, sim: KubeSim,
-                                                       tmp_path: Path) -> None:
+                                                       tmp_path: Path, namespace: str) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "0.1")])
     crashed = make_backend()
     first = crashed.submit(job)
-    sim.wait_for_phase(NAMESPACE, first.split("/")[2], "Succeeded")
+    sim.wait_for_phase(namespace, first.split("/")[2], "Succeeded", timeout=30)
     crashed.close()  # the GAHP died before the result was reported; the gridmanager submits again
     restarted = make_backend()
     assert restarted.submit(job) == first
     assert wait_state(restarted, first, Phase.COMPLETED).exit_code == 0
-    assert len(sim.pods(NAMESPACE)) == 1 and len(sim.requests("POST", "/pods$")) == 1
+    assert len(sim.pods(namespace)) == 1 and len(sim.requests("POST", "/pods$")) == 1
 
 
 def test_finished_and_reported_pod_makes_way_for_a_new_generation(backend: KubernetesBackend, sim: KubeSim,
@@ -77,7 +77,7 @@ def test_pod_being_deleted_makes_way_for_a_new_generation(backend: KubernetesBac
     assert generation(backend.submit(job)) == generation(first) + 1
 
 
-@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
+@pytest.mark.fault_proxy
 def test_failed_cancel_is_retried_until_the_pod_is_gone(backend: KubernetesBackend, sim: KubeSim,
                                                         tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "600")]))
@@ -94,7 +94,7 @@ def test_failed_cancel_is_retried_until_the_pod_is_gone(backend: KubernetesBacke
     sim.wait_for(lambda: backend._cancels.pending() == 0, 10, "the retry recorded as done")
 
 
-@pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
+@pytest.mark.fault_proxy
 @pytest.mark.parametrize("seconds", [0])
 def test_cancel_retries_give_up_after_the_knob(make_backend: BackendFactory, sim: KubeSim, tmp_path: Path,
                                                seconds: int) -> None:
@@ -110,9 +110,9 @@ def test_cancel_retries_give_up_after_the_knob(make_backend: BackendFactory, sim
     assert pod_of(sim, job_id) is not None  # left to podgahp reap
 
 
-@pytest.mark.simulator_only("counts requests in the simulator's request log")
+@pytest.mark.fault_proxy
 def test_a_create_answered_too_late_is_not_made_twice(make_backend: BackendFactory, sim: KubeSim,
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path, namespace: str) -> None:
     # The API server makes the pod but answers after the client's timeout: the retry's create gets
     # AlreadyExists, and the submit returns the pod that was made (not a second one).
     backend = make_backend(PODGAHP_K8S_REQUEST_TIMEOUT_SECONDS="0.5")
@@ -120,4 +120,4 @@ def test_a_create_answered_too_late_is_not_made_twice(make_backend: BackendFacto
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "60")]))
     sim.wait_for(lambda: len(sim.requests("POST", "/pods$")) >= 2, 10, "both creates answered")
     assert sorted(r.status for r in sim.requests("POST", "/pods$")) == [201, 409]
-    assert len(sim.pods(NAMESPACE)) == 1 and pod_of(sim, job_id) is not None
+    assert len(sim.pods(namespace)) == 1 and pod_of(sim, job_id) is not None
