@@ -358,6 +358,11 @@ def pod_errors(pod: JsonObj) -> List[FieldError]:
         secret = volume.get("secret")
         if isinstance(secret, dict) and not secret.get("secretName"):
             errors.append(FieldError("required", vpath + ".secret.secretName"))
+        for source in ("secret", "configMap"):
+            mode = (volume.get(source) or {}).get("defaultMode") if isinstance(volume.get(source), dict) else None
+            if isinstance(mode, int) and not 0 <= mode <= 0o777:
+                errors.append(FieldError("invalid", "%s.%s.defaultMode" % (vpath, source),
+                                         "must be a number between 0 and 0777 (octal), both inclusive", mode))
     containers = spec.get("containers") or []
     if not containers:
         errors.append(FieldError("required", "spec.containers"))

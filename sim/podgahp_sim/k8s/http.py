@@ -1046,15 +1046,20 @@ class Api:
     def _delete(self, resource: str, current: JsonObj, options: JsonObj, query: Mapping[str, str]) -> JsonObj:
         meta = current["metadata"]
         pre = options.get("preconditions") or {}
+        # the registry's BeforeDelete: a Conflict on the object's kind
+        kind = KINDS.get(resource, resource)
         if pre.get("uid") and pre["uid"] != meta["uid"]:
-            raise ApiError(409, status_body(409, "Conflict", "Precondition failed: UID in precondition: %s, UID in "
-                                            "object meta: %s" % (pre["uid"], meta["uid"]),
-                                            {"name": meta["name"], "kind": resource}))
+            raise ApiError(409, status_body(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the UID in the '
+                                            "precondition (%s) does not match the UID in record (%s). The object "
+                                            "might have been deleted and then recreated"
+                                            % (kind, meta["name"], pre["uid"], meta["uid"]),
+                                            {"name": meta["name"], "kind": kind}))
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise ApiError(409, status_body(409, "Conflict", "Precondition failed: ResourceVersion in precondition: "
-                                            "%s, ResourceVersion in object meta: %s"
-                                            % (pre["resourceVersion"], meta["resourceVersion"]),
-                                            {"name": meta["name"], "kind": resource}))
+            raise ApiError(409, status_body(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": the '
+                                            "ResourceVersion in the precondition (%s) does not match the "
+                                            "ResourceVersion in record (%s). The object might have been modified"
+                                            % (kind, meta["name"], pre["resourceVersion"], meta["resourceVersion"]),
+                                            {"name": meta["name"], "kind": kind}))
         if options.get("dryRun"):
             return current
         grace = 0
@@ -1106,8 +1111,8 @@ class Api:
             if container not in names:
                 raise bad_request("container %s is not valid for pod %s" % (container, name))
             if not (pod.get("spec") or {}).get("nodeName"):
-                # no node to ask: the API server answers an empty log (LogLocation's empty location)
-                return Reply(200, "", {"Content-Type": "text/plain"})
+                # no node to ask: the API server answers no content (LogLocation's empty location)
+                return Reply(204, "", {})
             uid = pod["metadata"]["uid"]
             waiting = self.cluster.container_waiting(uid, container)
             if waiting:

@@ -325,8 +325,12 @@ GPU = "nvidia.com/gpu"
     (pod_body(restart="Sometimes"), "spec.restartPolicy", "FieldValueNotSupported",
      'Pod "p1" is invalid: spec.restartPolicy: Unsupported value: "Sometimes": supported values: "Always", '
      '"OnFailure", "Never"'),
+    (pod_body(volumes=[{"name": "s", "secret": {"secretName": "s", "defaultMode": 1000}}]),
+     "spec.volumes[0].secret.defaultMode", "FieldValueInvalid",
+     'Pod "p1" is invalid: spec.volumes[0].secret.defaultMode: Invalid value: 1000: must be a number between 0 and '
+     '0777 (octal), both inclusive'),
 ], ids=["no-name", "bad-name", "no-containers", "no-image", "gpu-request-neq-limit", "gpu-request-only",
-        "request-over-limit", "deadline-zero", "restart-policy"])
+        "request-over-limit", "deadline-zero", "restart-policy", "secret-mode"])
 def test_validation_is_422(core: client.CoreV1Api, body: Dict[str, Any], field: str, reason: str,
                            message: Any, engine: str) -> None:
     if engine == "real" and message:
@@ -340,6 +344,24 @@ def test_validation_is_422(core: client.CoreV1Api, body: Dict[str, Any], field: 
     if message:
         assert status["message"] == message
     assert core.list_namespaced_pod(NS).items == []
+
+
+def test_a_delete_whose_precondition_fails_is_a_conflict_on_the_kind(core: client.CoreV1Api) -> None:
+    made = core.create_namespaced_pod(NS, pod_body("g1"))
+    zero = "00000000-0000-0000-0000-000000000000"
+    error = expect_error(core.delete_namespaced_pod, "g1", NS, body=client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(uid=zero)))
+    assert status_of(error) == _status(409, "Conflict", 'Operation cannot be fulfilled on Pod "g1": the UID in the '
+                                       "precondition (%s) does not match the UID in record (%s). The object might "
+                                       "have been deleted and then recreated" % (zero, made.metadata.uid),
+                                       {"name": "g1", "kind": "Pod"})
+    error = expect_error(core.delete_namespaced_pod, "g1", NS, body=client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(resource_version="1")))
+    status = status_of(error)  # the record's version moves as the scheduler and the node write the pod
+    assert (status["code"], status["reason"], status["details"]) == (409, "Conflict", {"name": "g1", "kind": "Pod"})
+    assert re.fullmatch(r'Operation cannot be fulfilled on Pod "g1": the ResourceVersion in the precondition \(1\) '
+                        r"does not match the ResourceVersion in record \(\d+\)\. The object might have been modified",
+                        status["message"]), status["message"]
 
 
 def test_several_validation_errors_are_bracketed(core: client.CoreV1Api) -> None:

@@ -392,8 +392,9 @@ def test_pod_log(sim: KubeSim, core: client.CoreV1Api) -> None:
 
 def test_pod_log_errors(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(schedulerName="manual"))
-    # no node to ask yet: the API server answers an empty log, once the container name is valid
+    # no node to ask yet: the API server answers no content (204), once the container name is valid
     assert not core.read_namespaced_pod_log("p1", NS)
+    assert core.read_namespaced_pod_log("p1", NS, _preload_content=False).status == 204
     error = expect_error(core.read_namespaced_pod_log, "p1", NS, container="other")
     assert (error.status, status_of(error)["message"]) == (400, "container other is not valid for pod p1")
     core.create_namespaced_pod(NS, pod_body("pulling", image="registry.example/does-not-exist:1"))
