@@ -22,7 +22,7 @@ import secrets as random
 import ssl
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from faultproxy import FaultProxy
 from podgahp_sim.k8s.http import Fault, RequestRecord
@@ -137,10 +137,6 @@ class RealEngine(PodWaits):
         if self.proxy is not None:
             with self.proxy.lock:
                 self.proxy.faults.clear()
-
-    def requests(self, method: Optional[str] = None, path: Optional[str] = None) -> List[RequestRecord]:
-        """The requests the test's clients sent through the proxy (none without it)."""
-        return self.proxy.requests(method, path) if self.proxy is not None else []
 
     def _create(self, path: str, body: JsonObj) -> None:
         """Create an object, or find it there (a ServiceAccount of an earlier test of the namespace)."""
@@ -312,12 +308,19 @@ class RealEngine(PodWaits):
     def logs(self, namespace: str, name: str, container: Optional[str] = None) -> List[str]:
         return self.cluster.logs(namespace, name, container)
 
-    def requests(self, method: Optional[str] = None, path: Optional[str] = None) -> List[Request]:
-        """The pod and Secret creations and deletions the API server served since this view was made
-        (its audit log), as KubeSim's request log."""
-        return self.cluster.requests(method, path, since=self._requests_before)
+    def requests(self, method: Optional[str] = None, path: Optional[str] = None
+                 ) -> List[Union[Request, RequestRecord]]:
+        """As KubeSim's request log: with the fault proxy, every request the test's clients sent through
+        it (those it answered with a fault included); else the pod and Secret creations and deletions
+        the API server served since this view was made or cleared (its audit log)."""
+        if self.proxy is not None:
+            return list(self.proxy.requests(method, path))
+        return list(self.cluster.requests(method, path, since=self._requests_before))
 
     def clear_requests(self) -> None:
+        if self.proxy is not None:
+            with self.proxy.lock:
+                self.proxy.log.clear()
         self._requests_before = len(self.cluster.requests())
 
     def exit_pod(self, namespace: str, name: str, exit_code: int = 0) -> None:

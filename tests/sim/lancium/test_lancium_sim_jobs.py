@@ -399,6 +399,7 @@ def _job_in(api: ApiClient, sim: LanciumSim, status: str) -> int:
         sim.never_start(job_id)
     api.submit(job_id)
     if status == "delete pending":
+        sim.settings.delete_seconds = 60  # it stays while the test looks at it, however busy the machine
         api.call("DELETE", "/jobs/%d" % job_id)
     api.wait(job_id, [status])
     return job_id
