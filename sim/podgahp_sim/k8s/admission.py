@@ -349,7 +349,8 @@ def _resource_errors(path: str, resources: JsonObj) -> List[FieldError]:
                 continue
             quantity = parse_quantity(value)
             if quantity < 0:
-                errors.append(FieldError("invalid", key_path, "must be greater than or equal to 0", canonical_quantity(value)))
+                errors.append(FieldError("invalid", key_path, "must be greater than or equal to 0",
+                                         canonical_quantity(value)))
             elif is_extended(name) and quantity.denominator != 1:
                 errors.append(FieldError("invalid", key_path, "must be an integer", canonical_quantity(value)))
     for name, value in requests.items():

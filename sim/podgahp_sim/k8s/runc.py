@@ -3,9 +3,9 @@ bundle made from its pod spec (:mod:`.oci`), on an overlay of the image's layers
 with a writable layer of its own, beside the pod's volumes (:mod:`.volumes`).
 
 Owns everything on the machine that its containers use, under one directory per simulator
-(``<runtime_dir>/<pid>-<hex>``, held by an ``flock`` while the simulator lives: :mod:`..instances`): runc's state, the
-bundles and overlays, the volumes and the container logs; and the cgroups runc makes below the
-simulator's own (``podgahp-sim/<instance>/<container>``).  When it starts, it removes what
+(``<runtime_dir>/<pid>-<hex>``, held by an ``flock`` while the simulator lives: :mod:`..instances`):
+runc's state, the bundles and overlays, the volumes and the container logs; and the cgroups runc
+makes below the simulator's own (``podgahp-sim/<instance>/<container>``).  When it starts, it removes what
 simulators that are gone (killed with -9, say) left behind: their containers, processes, mounts,
 cgroups and files.  Containers run in their own pid, mount, IPC and UTS namespaces and in the host's
 network namespace.
