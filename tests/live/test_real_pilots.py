@@ -130,12 +130,15 @@ class PodWatch:
         return self.ended.get(name)
 
 
+Engine = Union[KubeSim, RealEngine]
+"""The cluster's reads (pods, logs, kubeconfigs): KubeSim's, or the real API server's."""
+
+
 @dataclasses.dataclass
 class Site:
     users: Pool
     ce: Pool
-    engine: Union[KubeSim, RealEngine]
-    """The cluster's reads (pods, logs, kubeconfigs), KubeSim's or the real API server's."""
+    engine: Engine
     pods: PodWatch
     image: str
     home: str
@@ -200,9 +203,6 @@ def user_jobs(site: Site, batch: str, count: int, cpus: int, memory: int, script
 def job_ads(site: Site, cluster: int) -> List[Dict[str, Any]]:
     return site.users.jobs(f"ClusterId == {cluster}", ["ProcId", "JobStatus", "RemoteHost", "LastRemoteHost",
                                                        "NumJobStarts", "Iwd", "ExitCode", "HoldReason"])
-
-
-Engine = Union[KubeSim, RealEngine]
 
 
 def simulated_engine(stack: ExitStack, images: Dict[str, str], kubeconfig: Path) -> Tuple[Engine, Client]:

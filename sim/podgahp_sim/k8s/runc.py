@@ -3,9 +3,9 @@ bundle made from its pod spec (:mod:`.oci`), on an overlay of the image's layers
 with a writable layer of its own, beside the pod's volumes (:mod:`.volumes`).
 
 Owns everything on the machine that its containers use, under one directory per simulator
-(``<runtime_dir>/<pid>-<hex>``, held by an ``flock`` while the simulator lives): runc's state, the
-bundles and overlays, the volumes and the container logs; and the cgroups runc makes below the
-simulator's own (``podgahp-sim/<instance>/<container>``).  When it starts, it removes what
+(``<runtime_dir>/<pid>-<hex>``, held by an ``flock`` while the simulator lives: :mod:`..instances`):
+runc's state, the bundles and overlays, the volumes and the container logs; and the cgroups runc
+makes below the simulator's own (``podgahp-sim/<instance>/<container>``).  When it starts, it removes what
 simulators that are gone (killed with -9, say) left behind: their containers, processes, mounts,
 cgroups and files.  Containers run in their own pid, mount, IPC and UTS namespaces and in the host's
 network namespace.
@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -35,11 +34,11 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from ..instances import clean_dead, new_instance, take
 from .envvars import ContainerConfigError, Lookup, command_line, container_environment
 from .oci import Mount, bind, fs_group, resolve_user, runtime_config
 from .quantity import parse_quantity
@@ -54,8 +53,6 @@ CGROUP_PARENT = "podgahp-sim"
 MAX_TERMINATION_MESSAGE = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
-_INSTANCE = re.compile(r"\d+-[0-9a-f]{8}")
-_MAKING = re.compile(r"\.\d+-[0-9a-f]{8}\.new")
 _MS_NOSUID, _MS_NODEV = 2, 4
 _MNT_DETACH = 2
 
@@ -240,7 +237,7 @@ class RuncRuntime:
         self.service = service
         self.pids_limit = pids_limit
         self.log_max_bytes = log_max_bytes
-        self.instance = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+        self.instance = new_instance()
         self.directory = os.path.join(self.base, self.instance)
         self.state = os.path.join(self.directory, "runc")
         self.sandboxes: Dict[str, Sandbox] = {}
@@ -261,14 +258,7 @@ class RuncRuntime:
         self._runc = runc
         os.makedirs(self.base, 0o711, exist_ok=True)
         clean_dead_instances(self.base, runc)
-        # Made under another name and renamed with its lock held: a simulator starting at the same
-        # time never finds this directory without its holder.
-        making = os.path.join(self.base, ".%s.new" % self.instance)
-        os.makedirs(making, 0o711)
-        fd = os.open(os.path.join(making, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.rename(making, self.directory)
-        self._lock_fd = fd
+        self._lock_fd = take(self.base, self.instance, 0o711)
         os.makedirs(os.path.join(self.directory, "pods"), 0o711)
         with open(os.path.join(self.directory, "cgroups.json"), "w") as f:
             json.dump(sorted(cgroup_dirs(os.path.join(CGROUP_PARENT, self.instance)).values()), f)
@@ -734,35 +724,8 @@ def _processes_with(marker: bytes) -> List[int]:
 
 def clean_dead_instances(base: str, runc: str) -> List[str]:
     """Remove what simulators that are gone left in ``base``; returns their directories."""
-    removed = []
-    for name in sorted(os.listdir(base)):
-        directory = os.path.join(base, name)
-        if _MAKING.fullmatch(name) and os.path.isdir(directory):
-            # one being made holds its lock for a moment only: older ones were left by a killed start
-            with contextlib.suppress(OSError):
-                if time.time() - os.stat(directory).st_mtime > 600:
-                    shutil.rmtree(directory, ignore_errors=True)
-            continue
-        if not _INSTANCE.fullmatch(name) or not os.path.isdir(directory):
-            continue
-        try:
-            fd = os.open(os.path.join(directory, "lock"), os.O_RDWR)
-        except FileNotFoundError:
-            fd = -1
-        except OSError:
-            continue
-        try:
-            if fd >= 0:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    continue  # a live simulator holds it
-            elif time.time() - os.stat(directory).st_mtime < 60:
-                continue  # made by an earlier version that took the lock after making it
-            log.warning("removing what a stopped simulator left in %s", directory)
-            remove_instance(directory, runc)
-            removed.append(directory)
-        finally:
-            if fd >= 0:
-                os.close(fd)
-    return removed
+    def remove(directory: str) -> None:
+        log.warning("removing what a stopped simulator left in %s", directory)
+        remove_instance(directory, runc)
+    # (a directory without a lock was made by an earlier version, which took the lock once it was made)
+    return clean_dead(base, remove, unlocked_seconds=60)

@@ -4,10 +4,10 @@ kube-scheduler, run from a directory of binaries in envtest's KUBEBUILDER_ASSETS
 builds one from Debian's sources, any release a site brings works too).
 
 Owns its processes and their state, under one directory per control plane
-(``<base>/<pid>-<hex>``, held by an ``flock`` while its owner lives): etcd's data, the certificates
-(:mod:`.pki`), the kubeconfigs, each process's log, and the API server's audit log of the requests
-that create or delete pods and Secrets (:meth:`ControlPlane.requests`, as the simulated API server's
-request log). Every process listens on 127.0.0.1 only, on free
+(``<base>/<pid>-<hex>``, held by an ``flock`` while its owner lives: :mod:`..instances`): etcd's data,
+the certificates (:mod:`.pki`), the kubeconfigs, each process's log, and the API server's audit log of
+the requests that create or delete pods and Secrets (:meth:`ControlPlane.requests`, as the simulated
+API server's request log). Every process listens on 127.0.0.1 only, on free
 ports; the ports of 1.23 and older releases that serve without authentication are closed. Ready when
 the API server's ``/readyz`` says so and the ``default`` ServiceAccount exists (pods can be made).
 :meth:`ControlPlane.stop` leaves nothing (processes, ports, files); when a control plane's owner was
@@ -19,7 +19,6 @@ Knows nothing of nodes (:mod:`.node`) or of the simulated API server.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -33,11 +32,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..instances import clean_dead, new_instance, take
 from .pki import ADMIN, CONTROLLER_MANAGER, KUBELET_CLIENT, SCHEDULER, Pki, node_identity
 
 log = logging.getLogger(__name__)
@@ -46,7 +45,6 @@ BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler
 DEFAULT_BASE = "/var/tmp/podgahp-control-plane"
 SERVICE_CIDR = "10.96.0.0/16"
 """The Services' cluster IPs: a range only the API server uses (nothing is ever sent there)."""
-_INSTANCE = re.compile(r"\d+-[0-9a-f]{8}")
 
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
@@ -111,7 +109,7 @@ class ControlPlane:
         if missing:
             raise ControlPlaneError(f"{self.binaries} lacks {', '.join(missing)} (make k8s-control-plane builds them)")
         self.base = Path(base or os.environ.get("PODGAHP_CONTROL_PLANE_DIR") or DEFAULT_BASE)
-        self.instance = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+        self.instance = new_instance()
         self.directory = self.base / self.instance
         self.release = release_of(self.binaries)
         self.procs: Dict[str, "subprocess.Popen[bytes]"] = {}
@@ -176,12 +174,7 @@ class ControlPlane:
     def start(self, timeout: float = 180.0) -> "ControlPlane":
         self.base.mkdir(mode=0o711, parents=True, exist_ok=True)
         clean_dead_instances(self.base)
-        making = self.base / (".%s.new" % self.instance)
-        making.mkdir(mode=0o700)
-        fd = os.open(str(making / "lock"), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.rename(making, self.directory)
-        self._lock_fd = fd
+        self._lock_fd = take(str(self.base), self.instance, 0o700)
         try:
             self.path("logs").mkdir()
             self._start(time.monotonic() + timeout)
@@ -425,31 +418,7 @@ def remove_instance(directory: Path) -> None:
 
 def clean_dead_instances(base: Path) -> List[Path]:
     """Remove what control planes whose owner is gone (killed with -9, say) left in ``base``."""
-    removed = []
-    for entry in sorted(base.iterdir()) if base.is_dir() else []:
-        if entry.name.startswith(".") and entry.name.endswith(".new"):
-            with contextlib.suppress(OSError):
-                if time.time() - entry.stat().st_mtime > 600:
-                    shutil.rmtree(entry, ignore_errors=True)
-            continue
-        if not _INSTANCE.fullmatch(entry.name) or not entry.is_dir():
-            continue
-        try:
-            fd = os.open(str(entry / "lock"), os.O_RDWR)
-        except FileNotFoundError:
-            fd = -1
-        except OSError:
-            continue
-        try:
-            if fd >= 0:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    continue  # its owner lives
-            log.warning("removing what a control plane whose owner is gone left in %s", entry)
-            remove_instance(entry)
-            removed.append(entry)
-        finally:
-            if fd >= 0:
-                os.close(fd)
-    return removed
+    def remove(directory: str) -> None:
+        log.warning("removing what a control plane whose owner is gone left in %s", directory)
+        remove_instance(Path(directory))
+    return [Path(d) for d in clean_dead(str(base), remove)]
