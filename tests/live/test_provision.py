@@ -126,8 +126,9 @@ def test_pilots_per_shape_within_the_caps_until_the_jobs_are_gone(
         secret = kube_sim.secret(NAMESPACE, pod["metadata"]["name"])
         assert secret is not None and base64.b64encode(b"eyJ0b2tlbiI6InRlc3QifQ\n").decode() in \
             secret["data"].values()
-    assert shapes == {group_name(1, 1024, 0): {("1", "1024Mi", "0")}, group_name(2, 4096, 0): {("2", "4096Mi", "0")},
-                      group_name(1, 2048, 1): {("1", "2048Mi", "1")}}, shapes
+    # the GAHP's 1024Mi, as the API server stores it: 1Gi
+    assert shapes == {group_name(1, 1024, 0): {("1", "1Gi", "0")}, group_name(2, 4096, 0): {("2", "4Gi", "0")},
+                      group_name(1, 2048, 1): {("1", "2Gi", "1")}}, shapes
 
     # Started, not yet in the pool, they are the first pilots of their groups: no more until they join.
     ce.wait_for(lambda: len(per_group(pilots(ce), RUNNING)) == 3 and sum(per_group(pilots(ce), RUNNING).values()) == 5,

@@ -34,6 +34,7 @@ from harness.userpool import CONFIG as USER_POOL_CONFIG
 from harness.userpool import LOOPBACK_PILOT_ENVIRONMENT, collector_address, pilot_token
 from leftovers import instance_of, machine_leftovers, start_runc_sim, stop_sim
 from podgahp_sim.k8s import KubeSim, SimConfig
+from podgahp_sim.k8s.quantity import parse_quantity
 from podgahp_sim.k8s.store import Expired
 from polling import wait_until
 
@@ -277,10 +278,11 @@ def test_the_startd_advertises_the_pods_limits(site: Site) -> None:
         pod = site.sim.pod(NAMESPACE, str(ad["Machine"]))
         assert pod is not None, ad
         limits = container(pod)["resources"]["limits"]
-        seen.add((limits["cpu"], limits["memory"], limits.get("nvidia.com/gpu", "0")))
-        assert (str(ad["Cpus"]), f"{ad['Memory']}Mi", str(ad.get("GPUs", 0))) == (
-            limits["cpu"], limits["memory"], limits.get("nvidia.com/gpu", "0")), (ad, limits)
-    assert seen == {("3", "1536Mi", "0"), ("1", "1024Mi", "1")}
+        memory_mib = parse_quantity(limits["memory"]) / 2 ** 20  # stored as the API server writes it: 1Gi
+        seen.add((limits["cpu"], memory_mib, limits.get("nvidia.com/gpu", "0")))
+        assert (str(ad["Cpus"]), ad["Memory"], str(ad.get("GPUs", 0))) == (
+            limits["cpu"], memory_mib, limits.get("nvidia.com/gpu", "0")), (ad, limits)
+    assert seen == {("3", 1536, "0"), ("1", 1024, "1")}
     for cluster in clusters:
         site.users.run(["condor_rm", str(cluster)], user="pilot")
 
