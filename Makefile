@@ -13,7 +13,8 @@ PYTEST_ARGS ?=
 # (--dist loadfile: the tests of a file run in one worker, in order). The live tests, which mostly
 # wait on daemons, over LIVE_WORKERS, each test in whichever worker is free, both HTCondor series side
 # by side; the tests of a module sharing pools started by a module-scoped fixture run in one worker,
-# in order, once per series (--dist loadscope and the scheduler of tests/conftest.py).
+# in order, once per series, and so do the tests on the real control plane, which each worker running
+# one starts (--dist loadscope and the scheduler of tests/conftest.py).
 # PYTEST_ARGS=-n0 runs everything in one process. The slowest tests are listed at the end.
 UNIT_WORKERS ?= 4
 LIVE_WORKERS ?= 6

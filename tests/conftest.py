@@ -34,6 +34,8 @@ def start_gahp(tmp_path: Path) -> Iterator[Callable[..., GahpProcess]]:
 #: per HTCondor series, so it starts once per series; every other live test runs in whichever worker
 #: is free. Checked at collection against the modules' fixtures.
 SHARED_MODULES = frozenset({"tests/live/test_real_pilots.py"})
+#: Live test modules whose every test runs on the real engine (without the engine parameter).
+REAL_ENGINE_MODULES = frozenset({"tests/live/test_e2e_real_control_plane.py"})
 
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
@@ -52,26 +54,36 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
         raise pytest.UsageError(f"tests/conftest.py: SHARED_MODULES should name {sorted(shared)} of {sorted(collected)}")
 
 
+def live_scope(nodeid: str, series: "frozenset[str]") -> str:
+    """The unit of work of a live test under ``--dist loadscope``: its own, except the tests of
+    SHARED_MODULES, one unit per module and series (the series is the test's parameter), and those on
+    the real engine, one unit per series: one worker per series starts a control plane (a worker's
+    own, tests/engines.py), not every worker."""
+    path = nodeid.split("::", 1)[0]
+    params = re.search(r"\[([^\]]*)\]$", nodeid)
+    words = set(params.group(1).split("-")) if params else set()
+    found = sorted(series & words)
+    if "real" in words or path in REAL_ENGINE_MODULES:
+        return f"real engine[{found[0]}]" if found else "real engine"
+    if path not in SHARED_MODULES:
+        return nodeid
+    return f"{path}[{found[0]}]" if found else path
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Optional[Any]:
-    """``--dist loadscope`` (``make live``): each test its own unit of work, except those of
-    SHARED_MODULES, one unit per module and series (the series is the test's parameter)."""
+    """``--dist loadscope`` (``make live``): the units of work of :func:`live_scope`."""
     if config.getoption("dist", None) != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     from harness import series_from_env
 
-    series = set(series_from_env())
+    series = frozenset(series_from_env())
 
     class LiveScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            if path not in SHARED_MODULES:
-                return nodeid
-            params = re.search(r"\[([^\]]*)\]$", nodeid)
-            found = sorted(series & set(params.group(1).split("-"))) if params else []
-            return f"{path}[{found[0]}]" if found else path
+            return live_scope(nodeid, series)
 
     return LiveScheduling(config, log)
 

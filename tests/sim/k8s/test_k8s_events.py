@@ -54,7 +54,9 @@ def test_unschedulable(make_sim: Callable[..., KubeSim],
 
 def test_image_that_cannot_be_pulled(sim: KubeSim, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod(NS, pod_body(image="registry.example/does-not-exist:1"))
-    sim.wait_for(lambda: "BackOff" in reasons(core, "p1"), what="a BackOff event")
+    # a node posts a pass's Events one by one: the Failed of the back-off may follow its BackOff
+    sim.wait_for(lambda: "BackOff" in reasons(core, "p1") and ("Warning", "Failed", "Error: ImagePullBackOff") in [
+        (t, r, m) for t, r, _, m in events_of(core, "p1")], what="a BackOff event and its Failed")
     events = events_of(core, "p1")
     failed = [m for t, r, _, m in events if (t, r) == ("Warning", "Failed")]
     assert 'Failed to pull image "registry.example/does-not-exist:1"' in failed[0]

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Tuple
 
 import pytest
 from kubernetes import client, config
@@ -156,3 +156,31 @@ def _served(cluster: KubeCluster, path: str) -> bool:
         return True
     except ApiError:
         return False
+
+
+def test_the_audit_log_is_a_request_log_of_pod_and_secret_writes(real_cluster: KubeCluster) -> None:
+    """Pod and Secret creations (a dry run with its query) and deletions, as the simulator's request
+    log has them, with the answers' status; reads and the nodes' status writes are not kept."""
+    api, base = real_cluster.admin, "/api/v1/namespaces/default"
+    since = len(real_cluster.requests())
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "audited"},  # on no node: none deletes it
+           "spec": {"nodeSelector": {"example.org/none": "x"}, "containers": [{"name": "c", "image": "example.org/a:1"}]}}
+    api.call("POST", base + "/pods", pod, query={"dryRun": "All"})
+    api.call("POST", base + "/pods", pod)
+    api.call("POST", base + "/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "audited"}})
+    api.get(base + "/pods/audited")
+    api.call("DELETE", base + "/secrets/audited")
+    api.call("DELETE", base + "/pods/audited", {"gracePeriodSeconds": 0})
+    with pytest.raises(ApiError):
+        api.call("DELETE", base + "/pods/audited")
+
+    def mine() -> List[Tuple[str, str, Dict[str, str], int]]:
+        return [(r.method, r.path, dict(r.query), r.status) for r in real_cluster.requests(since=since)
+                if r.path.endswith("/audited")
+                or (r.path.endswith(("/pods", "/secrets")) and r.path.startswith(base))]
+    wait_until(lambda: len(mine()) == 6, "the six requests in the audit log")
+    assert mine() == [("POST", base + "/pods", {"dryRun": "All"}, 201), ("POST", base + "/pods", {}, 201),
+                      ("POST", base + "/secrets", {}, 201), ("DELETE", base + "/secrets/audited", {}, 200),
+                      ("DELETE", base + "/pods/audited", {}, 200), ("DELETE", base + "/pods/audited", {}, 404)]
+    assert [r.path for r in real_cluster.requests("DELETE", "/secrets/audited$", since=since)] == [
+        base + "/secrets/audited"]
