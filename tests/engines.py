@@ -4,8 +4,10 @@ built from Debian's sources by ``harness.controlplane``) with the simulator's ku
 
 A test asks for the ``engine`` fixture's parameter through the ``both_engines`` mark (a module's
 ``pytestmark`` or a test's own); without it a test runs on the simulator alone, as the tests that
-inject faults (503s, latency, dropped watches, clock skew) or drive the simulator's hand (evictions,
-preemption, phases set by the test) must. The real engine is one control plane per test process
+inject faults the real server cannot be made to show (dropped or expired watches, clock skew) or
+drive the simulator's hand (evictions, preemption, phases set by the test) must. A test marked
+``fault_proxy`` too reaches the real API server through a proxy that injects its 5xx answers and
+latency (tests/faultproxy.py). The real engine is one control plane per test process
 (session-scoped, started at its first use), each test a namespace of its own.
 
 :class:`RealEngine` offers the reading part of ``KubeSim``'s interface (pods, secrets, waits, logs,

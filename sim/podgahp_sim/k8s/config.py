@@ -95,6 +95,7 @@ class SimConfig:
     user: str = "system:serviceaccount:default:podgahp"
     """User name shown in RBAC 403 messages."""
     namespaces: Tuple[str, ...] = ("default",)
+    """The namespaces that exist, besides ``kube-system``, ``kube-public`` and ``kube-node-lease``."""
     nodes: Tuple[SimNode, ...] = field(default_factory=default_nodes)
     priority_classes: Mapping[str, int] = field(default_factory=default_priority_classes)
     """PriorityClass name -> value; unknown ``priorityClassName`` on create is 403."""

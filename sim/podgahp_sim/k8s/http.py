@@ -162,6 +162,10 @@ def _int_param(query: Mapping[str, str], name: str) -> Optional[int]:
         raise bad_request('strconv.ParseInt: parsing "%s": invalid syntax' % query[name]) from None
 
 
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
+"""The namespaces every cluster has besides those it is given (the nodes' Leases are in ``kube-node-lease``)."""
+
+
 class Api:
     """The request logic; thread-safe through the store lock."""
 
@@ -176,7 +180,7 @@ class Api:
         self._caller = threading.local()
         """When set, (namespace, [(resources, verbs)]): only what this Role grants is allowed."""
         self.namespaces: Dict[str, JsonObj] = {}
-        for ns in config.namespaces:
+        for ns in dict.fromkeys(SYSTEM_NAMESPACES + tuple(config.namespaces)):
             self.add_namespace(ns)
         self.priority_classes: Dict[str, int] = dict(config.priority_classes)
         self.rbac_deny: List[RbacRule] = list(config.rbac_deny)

@@ -41,7 +41,8 @@ def test_ping_endpoints(sim: KubeSim, api_client_for: Callable[..., client.ApiCl
                       "apps", "coordination.k8s.io"}
     core_api = client.CoreV1Api(api_client)
     assert core_api.read_namespace(NS).status.phase == "Active"
-    assert [n.metadata.name for n in core_api.list_namespace().items] == [NS]
+    assert [n.metadata.name for n in core_api.list_namespace().items] == [NS, "kube-node-lease", "kube-public",
+                                                                         "kube-system"]
     assert expect_error(core_api.read_namespace, "nope").status == 404
     nodes = core_api.list_node().items
     assert [n.metadata.name for n in nodes] == ["sim-node-1", "sim-node-2"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from engines import joined_node
@@ -331,23 +331,24 @@ def test_deletion_sends_sigterm_and_the_grace_period(runc_sim: KubeSim, core: cl
     core.create_namespaced_pod(NS, pod("trap '' TERM; echo ready; while true; do sleep 0.05; done", "stubborn"))
     for name in ("graceful", "stubborn"):
         wait_until(lambda: log_so_far(core, name).startswith("ready"), "%s started" % name, timeout=20)
+    since = core.list_namespaced_pod(NS).metadata.resource_version
     started = time.monotonic()
-    records: Dict[str, Any] = {}
-
-    def ended(name: str) -> bool:
-        found = runc_sim.pod(NS, name)
-        statuses = ((found or {}).get("status") or {}).get("containerStatuses") or [{}]
-        state = (statuses[0].get("state") or {}).get("terminated")
-        if state:
-            records.setdefault(name, (state, time.monotonic() - started))
-        return found is None or bool(state)
     core.delete_namespaced_pod("graceful", NS, grace_period_seconds=20)
     core.delete_namespaced_pod("stubborn", NS, grace_period_seconds=2)
-    wait_until(lambda: ended("graceful") and ended("stubborn"), "both containers ended", timeout=20)
+    # a watch sees each container's end, however soon the pod is gone after it (a poll may miss it)
+    records: Dict[str, Any] = {}
+    stream = watch.Watch()
+    for event in stream.stream(core.list_namespaced_pod, NS, resource_version=since, timeout_seconds=30):
+        found = event["object"]
+        statuses = found.status.container_statuses or []
+        if statuses and statuses[0].state.terminated:
+            records.setdefault(found.metadata.name, (statuses[0].state.terminated, time.monotonic() - started))
+        if set(records) == {"graceful", "stubborn"}:
+            stream.stop()
     graceful, after = records["graceful"]
-    assert (graceful["exitCode"], after < 10) == (0, True)
+    assert (graceful.exit_code, after < 10) == (0, True)
     stubborn, after = records["stubborn"]
-    assert (stubborn["exitCode"], stubborn["reason"], after >= 2) == (137, "Error", True)
+    assert (stubborn.exit_code, stubborn.reason, after >= 2) == (137, "Error", True)
     wait_until(lambda: not runc_sim.pods(NS), "both pods removed")
 
 

@@ -92,7 +92,8 @@ def test_client_certificate_authenticates(sim: KubeSim, tmp_path: Path) -> None:
     user = load(path)["users"][0]["user"]
     assert "token" not in user and user["client-certificate-data"] and user["client-key-data"]
     api = core_for(path)
-    assert [n.metadata.name for n in api.list_namespace().items] == ["default", "pilots"]
+    assert [n.metadata.name for n in api.list_namespace().items] == ["default", "kube-node-lease", "kube-public",
+                                                                     "kube-system", "pilots"]
     api.api_client.close()
     assert sim.requests("GET", "/api/v1/namespaces$")[-1].status == 200
 

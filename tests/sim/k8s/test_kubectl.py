@@ -190,7 +190,8 @@ def test_get_with_short_names_and_wide_tables(cluster: Cluster) -> None:
     assert nodes[0]["STATUS"] == "Ready" and nodes[0]["VERSION"] == kubelet
     assert "INTERNAL-IP" in nodes[0] and "CONTAINER-RUNTIME" in nodes[0]
     namespaces = [n["NAME"] for n in kubectl.table("get", "ns")]
-    assert {"default", cluster.namespace} <= set(namespaces) and namespaces == sorted(namespaces)
+    assert {"default", "kube-node-lease", "kube-public", "kube-system", cluster.namespace} <= set(namespaces)
+    assert namespaces == sorted(namespaces)
     assert kubectl.table("get", "pc")[0]["NAME"] == "system-cluster-critical"
 
 
