@@ -18,7 +18,7 @@ from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
 from gahp.backends.k8s.state import STATE_TABLE, classify
 from gahp.backends.k8s.view import container_state, record_of
-from gahp.errors import GahpError, InvalidJob, NotFound
+from gahp.errors import GahpError, InvalidJob, NotFound, Unauthorized
 from gahp.jobstate import Phase
 from gahp.hops import DONE, FAILED, WAITING, Hop
 
@@ -62,11 +62,15 @@ class PodLook:
         return found if isinstance(found, dict) else None
 
     def events(self, namespace: str, name: str) -> List[str]:
-        """The pod's latest Events as ``Reason: message`` (empty when they cannot be read)."""
+        """The pod's latest Events as ``Reason: message``; where the identity may not list them (the
+        shipped Role does not grant it), a line that says so; none when they cannot be read otherwise."""
         try:
             listed = self.api.call(f"list events of pod {namespace}/{name}", "list_namespaced_event", namespace,
                                    field_selector=f"involvedObject.kind=Pod,involvedObject.name={name}",
                                    retry=False)
+        except Unauthorized:
+            return [f"(the pod's Events are not shown: this identity may not list events in namespace {namespace}; "
+                    "an optional right, see docs/kubernetes.md)"]
         except GahpError:
             return []
         items = [e for e in (listed.get("items") or []) if isinstance(e, dict)]

@@ -106,3 +106,25 @@ def test_reaper_and_pings_do_not_need_more(make_backend: BackendFactory, sim: Ku
     for _ in range(2):
         backend.ping()
     assert not [r for r in sim.requests() if r.status == 403]
+
+
+@pytest.mark.simulator_only("KubeSim.deny takes a right from the simulator's token")
+def test_a_trace_says_when_the_identity_may_not_list_events(make_backend: BackendFactory, sim: KubeSim,
+                                                            tmp_path: Path) -> None:
+    """The shipped Role does not grant ``list events``: a trace then says the Events are not shown and
+    why, rather than showing a stall without them."""
+    from gahp.backends.k8s.podtrace import PodLook
+
+    backend = make_backend()
+    job_id = backend.submit(make_job(tmp_path, cpus=64))  # stays pending: the scheduler writes an Event
+    name = job_id.split("/")[2]
+    look = PodLook(backend.settings, None)
+    try:
+        sim.wait_for(lambda: look.events(NAMESPACE, name), 20, "the pod's FailedScheduling Event")
+        assert any("FailedScheduling" in line for line in look.events(NAMESPACE, name))
+        sim.deny("list", "events", NAMESPACE)
+        assert look.events(NAMESPACE, name) == [
+            f"(the pod's Events are not shown: this identity may not list events in namespace {NAMESPACE}; "
+            "an optional right, see docs/kubernetes.md)"]
+    finally:
+        look.close()
