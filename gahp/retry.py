@@ -55,13 +55,13 @@ def retried(attempt: Callable[[], T], *, what: str, attempts: int, backoff: Back
         try:
             return attempt()
         except Exception as e:  # noqa: BLE001 - handed to ``retryable``, re-raised when it says no
-            patient = waited < patience_s and slowed(e)
+            patient = patience_s - waited > 1e-6 and slowed(e)
             failed += 0 if patient else 1
             if not retryable(e) or failed >= attempts:
                 raise
             wait = backoff.delay(max(failed, 1), retry_after(e))
-            if patient:
-                wait = min(wait, patience_s - waited)
+            if patient:  # a tenth of a second at least, so that a Retry-After of 0 still uses the patience up
+                wait = min(max(wait, 0.1), patience_s - waited)
                 waited += wait
                 log.warning("%s: the service throttles (%s); again in %.1f s (%.0f of %.0f s waited so far)", what,
                             " ".join(str(e).split())[:200], wait, waited, patience_s)

@@ -26,7 +26,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
+import yaml
+
 from faultproxy import FaultProxy
+from paths import DOCS
 from podgahp_sim.k8s.http import Fault, RequestRecord
 from podgahp_sim.kube.client import ApiError, read_kubeconfig
 from podgahp_sim.kube.cluster import KubeCluster
@@ -56,6 +59,13 @@ def control_plane_binaries() -> Path:
 
     chosen = os.environ.get("PODGAHP_TEST_CONTROL_PLANE")
     return Path(chosen) if chosen else build_control_plane()
+
+
+def shipped_role() -> Dict[str, Any]:
+    """The Role of docs/podgahp-rbac.yaml, as an admin applies it: the rights podgahp's identity needs in
+    the pilots' namespace."""
+    (role,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
+    return dict(role)
 
 
 def start_real_cluster(base: Optional[Path] = None, nodes: Sequence[NodeSpec] = NODES) -> KubeCluster:

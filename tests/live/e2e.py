@@ -22,16 +22,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
-import yaml
 
-from engines import RealEngine
-from paths import DOCS
+from engines import RealEngine, shipped_role
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
 from podgahp_sim.kube.cluster import KubeCluster
 from podgahp_sim.kube.node import NodeSpec
 from podgahp_sim.lancium import LanciumSim
 from harness import Installation, Pool
-from paths import DOCS
 
 #: Namespace of the pilot pods.
 NAMESPACE = "pilots"
@@ -116,12 +113,6 @@ def real_nodes() -> Tuple[NodeSpec, ...]:
 
 #: The PriorityClass of the opportunistic queue (PODGAHP_K8S_OPPORTUNISTIC_ALLOWED_PRIORITY_CLASSES).
 OPPORTUNISTIC_PRIORITY = ("podgahp-opportunistic", -100)
-
-
-def shipped_role() -> Dict[str, Any]:
-    """The Role of docs/podgahp-rbac.yaml: the rights podgahp's identity needs in the pilots' namespace."""
-    (role,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
-    return dict(role)
 
 
 def with_right(role: Dict[str, Any], verb: str, resource: str) -> Dict[str, Any]:

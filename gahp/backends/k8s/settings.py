@@ -218,7 +218,7 @@ class KubernetesSettings:
             retries=knobs.integer(PREFIX + "RETRIES", 3, minimum=0, maximum=20),
             backoff_s=knobs.number(PREFIX + "BACKOFF_SECONDS", 0.5, minimum=0),
             backoff_max_s=knobs.number(PREFIX + "BACKOFF_MAX_SECONDS", 10.0, minimum=0),
-            throttle_wait_s=knobs.number(PREFIX + "THROTTLE_WAIT_SECONDS", 120.0, minimum=0),
+            throttle_wait_s=knobs.number(PREFIX + "THROTTLE_WAIT_SECONDS", 120.0, minimum=0, maximum=3600),
             watch_timeout_s=knobs.integer(PREFIX + "WATCH_TIMEOUT_SECONDS", 240, minimum=1),
             sync_timeout_s=knobs.number(PREFIX + "SYNC_TIMEOUT_SECONDS", 20.0, minimum=0.1),
             secret_max_bytes=knobs.integer(PREFIX + "SECRET_MAX_BYTES", 1024 * 1024, minimum=1,

@@ -91,6 +91,20 @@ def test_a_throttling_service_is_waited_for_within_the_patience_and_then_counts(
     assert sleeps == []
 
 
+def test_a_service_that_throttles_with_retry_after_0_for_ever_is_given_up_on() -> None:
+    """Each wait for a 429 counts at least 0.1 s against the patience: 1 s of it is 10 waits, then the
+    retries; the loop ends however the service answers."""
+    sleeps: List[float] = []
+    door = Door(Service("the Test API", 1, Backoff(0.0, 8.0, jitter=0), throttle_wait_s=1.0), sleep=sleeps.append)
+
+    def attempt() -> None:
+        raise Failed(Failure(429, "slow down", retry_after=0.0))
+
+    with pytest.raises(Unavailable):
+        door.call("create pod", attempt)
+    assert len(sleeps) == 11 and sum(sleeps[:10]) == pytest.approx(1.0) and door.requests == 12
+
+
 def test_an_error_the_attempt_raises_itself_passes_at_once() -> None:
     door = _door([])
 

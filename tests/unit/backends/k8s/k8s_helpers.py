@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.job import PilotJob
@@ -18,15 +18,6 @@ from polling import wait_until
 NAMESPACE = "pilots"
 IMAGE = "registry.example/pilot:1.0"
 BackendFactory = Callable[..., KubernetesBackend]
-
-
-def shipped_role() -> Dict[str, Any]:
-    """The Role of docs/podgahp-rbac.yaml, as an admin applies it."""
-    import yaml
-    from paths import DOCS
-
-    (found,) = [d for d in yaml.safe_load_all((DOCS / "podgahp-rbac.yaml").read_text()) if d and d["kind"] == "Role"]
-    return dict(found)
 
 
 def knobs_for(kubeconfig: str, **extra: str) -> Dict[str, str]:

@@ -16,7 +16,8 @@ from gahp.errors import BackendError
 from gahp.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
-from k8s_helpers import NAMESPACE, BackendFactory, make_job, shipped_role, wait_state
+from engines import shipped_role
+from k8s_helpers import NAMESPACE, BackendFactory, make_job, wait_state
 from paths import DOCS
 
 pytestmark = pytest.mark.both_engines

@@ -15,10 +15,10 @@ from gahp.backends.k8s.wholenode import NODES_CACHE_SECONDS, WholeNodeSizer, all
 from gahp.config import Knobs
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.errors import AuthError, ConfigError, InvalidJob
-from engines import ACCOUNT, RealEngine
+from engines import ACCOUNT, RealEngine, shipped_role
 from paths import DOCS
 from polling import wait_until
-from k8s_helpers import NAMESPACE, BackendFactory, knobs_for, make_job, pod_of, shipped_role
+from k8s_helpers import NAMESPACE, BackendFactory, knobs_for, make_job, pod_of
 from podgahp_sim.k8s import KubeSim, SimConfig, SimNode, Taint
 
 pytestmark = pytest.mark.both_engines
