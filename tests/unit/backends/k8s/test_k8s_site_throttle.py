@@ -10,6 +10,8 @@ is in test_k8s_backend.py.)
 from __future__ import annotations
 
 import logging
+import threading
+import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +27,6 @@ from k8s_helpers import knobs_for, make_job
 from podgahp_sim.kube.client import ApiError
 
 PILOTS = 60
-ROUNDS = 6
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1beta1"
 
 
@@ -58,6 +59,36 @@ def throttled(real_engine: RealEngine) -> Iterator[str]:
                     raise
 
 
+class Flood:
+    """``count`` threads reading pods as the account, one connection each, until the block ends."""
+
+    def __init__(self, engine: RealEngine, count: int) -> None:
+        self.engine, self.count = engine, count
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._read, daemon=True) for _ in range(count)]
+
+    def _read(self) -> None:
+        context = self.engine.client_context()
+        url = "%s/api/v1/namespaces/%s/pods?limit=1" % (self.engine.url, self.engine.namespace)
+        while not self.stop.is_set():
+            request = urllib.request.Request(url, headers={"Authorization": "Bearer " + self.engine.token})
+            try:
+                with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+                    answer.read()
+            except OSError:  # 429 (urllib's HTTPError is one) or a connection refused: again
+                continue
+
+    def __enter__(self) -> "Flood":
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+
 def rejected(engine: RealEngine, level: str) -> int:
     """The API server's own count of the requests of ``level`` it rejected."""
     total = 0
@@ -83,16 +114,13 @@ def test_submits_go_on_at_the_throttled_rate(real_engine: RealEngine, throttled:
     try:
         backend.ping()
         job_ids: List[str] = []
-        # rounds of submits from 40 threads at once until the server has throttled some of them (a fast,
-        # idle machine may serve a round within the level's seats)
-        for _ in range(ROUNDS):
-            jobs = [make_job(tmp_path, sandbox="ce.test_host_t.%d_1795297304" % n, env=[("PODGAHP_SIM_RUN_SECONDS",
-                                                                                           "3600")])
-                    for n in range(len(job_ids), len(job_ids) + PILOTS)]
-            with ThreadPoolExecutor(40) as pool:
+        # the account's level kept full by 40 readers of its own (the same user: the same flow), so that the
+        # submits meet its rejections however fast the machine serves them
+        with Flood(engine, 40):
+            jobs = [make_job(tmp_path, sandbox="ce.test_host_t.%d_1795297304" % n,
+                             env=[("PODGAHP_SIM_RUN_SECONDS", "3600")]) for n in range(PILOTS)]
+            with ThreadPoolExecutor(20) as pool:
                 job_ids += list(pool.map(backend.submit, jobs))
-            if throttled_submits():
-                break
         assert throttled_submits(), "the server throttled none of %d submits" % len(job_ids)
         assert rejected(engine, throttled) > 0
         assert len(set(job_ids)) == len(job_ids)
