@@ -21,7 +21,7 @@ LIVE_WORKERS ?= 6
 UNIT_PYTEST = -m 'not live' -n $(UNIT_WORKERS) --dist loadfile --durations=10
 LIVE_PYTEST = -m live -n $(LIVE_WORKERS) --dist loadscope --durations=20
 
-.PHONY: test check unit oldest live demo system-deps clean rpm bench stress-unit k8s-control-plane
+.PHONY: test check docs unit oldest live demo system-deps clean rpm bench stress-unit k8s-control-plane
 
 test: check k8s-control-plane unit oldest live
 
@@ -29,7 +29,7 @@ test: check k8s-control-plane unit oldest live
 $(VENV)/.installed: setup.cfg pyproject.toml sim/setup.cfg sim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip setuptools wheel
-	$(VENV)/bin/pip install -q -e '.[test]' -e ./sim
+	$(VENV)/bin/pip install -q -e '.[test,docs]' -e ./sim
 	touch $@
 
 $(VENV_OLDEST)/.installed: setup.cfg pyproject.toml sim/setup.cfg sim/pyproject.toml
@@ -61,9 +61,16 @@ system-deps:
 k8s-control-plane: system-deps
 	$(PYTHON) -m harness control-plane
 
+# check: the import-layer contracts, mypy --strict, and the documentation site built with every warning
+# an error (mkdocs.yml: a broken link or anchor, a page the navigation leaves out).
 check: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mkdocs build --strict --quiet
+
+# The documentation site (docs/, mkdocs.yml), served on the loopback while its pages are edited.
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 unit: $(VENV)/.installed system-deps k8s-control-plane
 	$(VENV)/bin/python -m pytest $(UNIT_PYTEST) $(PYTEST_ARGS)
@@ -105,7 +112,7 @@ rpm: $(VENV)/.installed system-deps
 clean:
 	rm -rf $(VENV) $(VENV_OLDEST) build dist *.egg-info
 
-# Speed figures (not a test), each script printing a Markdown table (README "Benchmarks") with the load
+# Speed figures (not a test), each script printing a Markdown table (docs/benchmarks.md) with the load
 # average: every figure the median of --repeat runs (3) taking turns with its baseline measured in the
 # same run (the zero-cost memory backend, or HTCondor's blahp scripts), the simulated cluster in a
 # process of its own. The GAHP's submits and statuses; a new GAHP facing 20,000 and 50,000 running

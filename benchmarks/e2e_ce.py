@@ -67,7 +67,7 @@ GRIDMANAGER_DEBUG = D_ALWAYS
 JOB_ROUTER_DEBUG = D_ALWAYS
 """
 
-#: One knob changed from the shipped configuration: its effect is what the README reports.
+#: One knob changed from the shipped configuration: its effect is what docs/benchmarks.md reports.
 VARIANTS: Dict[str, str] = {
     "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60 (HTCondor's)": "GRIDMANAGER_JOB_PROBE_INTERVAL_BATCH = 60\n",
     "JOB_ROUTER_POLLING_PERIOD = 2": "JOB_ROUTER_POLLING_PERIOD = 2\n",
