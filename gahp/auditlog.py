@@ -228,12 +228,10 @@ class AuditLog:
         """Read backwards from the submit line of connection ``cid`` for its identity line: down to
         the bound an earlier connection gives, or to the schedd's start. ``whole``: no rotated copy
         was deleted, so read to its first line the log holds all of the schedd's lifetime."""
-        identity: Optional[Tuple[str, str]] = None
-        stop: Optional[float] = None
-        floor = None if since is None else since - 1
+        scan = _Scan(cid, None if since is None else since - 1)
+        mine_tag = b"(cid:%d) " % cid
         read = 0
         head, stamp = b"", None
-        mine_tag = b"(cid:%d) " % cid
         for raw in _backwards(files, offset):
             read += len(raw) + 1
             if read > self.max_scan_bytes:
@@ -243,31 +241,55 @@ class AuditLog:
             cut = raw.find(b" (")
             if cut > 0 and raw[:cut] != head:  # a line's time, read when its header changes
                 head, stamp = raw[:cut], self._time(raw[:cut])
-            if stamp is not None and ((stop is not None and stamp < stop) or (floor is not None and stamp < floor)):
+            if scan.past_bound(stamp):
                 return Submitter(job_id, cid, None, None)
             # Only two kinds of line count: this connection's, and another's command (a bound).
-            if mine_tag not in raw and (stop is not None or b") Command=" not in raw):
-                continue
-            line = self.parse(raw)  # read whole, and anchored, only the lines that count
-            if line.cid == cid:
-                m = _IDENTITY.match(line.msg)
-                if m:
-                    identity = (m.group("id").decode("utf-8", "replace"), m.group("method").decode("utf-8", "replace"))
-                elif line.msg.startswith(b"Command="):
-                    if identity is None:  # a command with no identity: authentication failed
-                        return Submitter(job_id, cid, "(not authenticated)", None)
-                    return Submitter(job_id, cid, identity[0], identity[1])
-            elif line.cid is not None and line.cid < cid and line.msg.startswith(b"Command=") and stop is None:
-                if line.time is None:
-                    raise AuditLogError(f"the schedd's audit log {self.path} has a line whose time does not read "
-                                        f"as DEBUG_TIME_FORMAT ({self.time_format!r})")
-                stop = line.time - self.deadline_s
+            if mine_tag in raw or (scan.stop is None and b") Command=" in raw):
+                found = self._take(scan, self.parse(raw), job_id)  # read whole, and anchored
+                if found is not None:
+                    return found
         # The log read to its first line
-        if stop is None and not (whole and since is not None):
+        if scan.stop is None and not (whole and since is not None):
             raise AuditLogError(f"cannot settle who submitted job {job_id}: the schedd's audit log {self.path} "
                                 f"holds no earlier connection to bound its own"
                                 + ("" if since is not None else ", and the schedd's start is unknown"))
         return Submitter(job_id, cid, None, None)
+
+    def _take(self, scan: "_Scan", line: _Line, job_id: str) -> Optional[Submitter]:
+        """One line that counts, read backwards: the submitter's identity (kept), its command (the
+        answer), or an earlier connection's command (the bound of the read)."""
+        if line.cid == scan.cid:
+            m = _IDENTITY.match(line.msg)
+            if m:
+                scan.identity = (m.group("id").decode("utf-8", "replace"), m.group("method").decode("utf-8", "replace"))
+            elif line.msg.startswith(b"Command="):
+                if scan.identity is None:  # a command with no identity: authentication failed
+                    return Submitter(job_id, scan.cid, "(not authenticated)", None)
+                return Submitter(job_id, scan.cid, scan.identity[0], scan.identity[1])
+        elif line.cid is not None and line.cid < scan.cid and line.msg.startswith(b"Command=") and scan.stop is None:
+            if line.time is None:
+                raise AuditLogError(f"the schedd's audit log {self.path} has a line whose time does not read "
+                                    f"as DEBUG_TIME_FORMAT ({self.time_format!r})")
+            scan.stop = line.time - self.deadline_s
+        return None
+
+
+@dataclass
+class _Scan:
+    """What a backward read from a submit line has found so far."""
+
+    cid: int
+    floor: Optional[float]
+    """Nothing of the connection is older than this (the schedd's start, less a second)."""
+    identity: Optional[Tuple[str, str]] = None
+    """The identity line of the connection, when read: (CondorId, AuthMethod)."""
+    stop: Optional[float] = None
+    """The bound an earlier connection's command gives: the connection was accepted after it."""
+
+    def past_bound(self, stamp: Optional[float]) -> bool:
+        return stamp is not None and ((self.stop is not None and stamp < self.stop)
+                                      or (self.floor is not None and stamp < self.floor))
+
 
 def _backwards(files: Sequence[str], offset: int) -> Iterator[bytes]:
     """The lines before ``offset`` of ``files[0]``, last first, then those of each older file."""

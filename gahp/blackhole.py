@@ -93,17 +93,15 @@ class QueueRecord:
 
     @classmethod
     def from_json(cls, data: Any) -> QueueRecord:
+        """The record a state file holds, read as untrusted: what is not of its type and bounds is left out."""
         record = cls()
         if not isinstance(data, dict):
             return record
-        for item in data.get("outcomes") or []:
-            if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], (int, float))
-                    and isinstance(item[1], bool) and isinstance(item[2], str)):
-                record.outcomes.append((float(item[0]), item[1], item[2][:500]))
-        for name in ("closed_until",):
-            value = data.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                record.closed_until = float(value)
+        record.outcomes.extend((float(item[0]), item[1], item[2][:500]) for item in data.get("outcomes") or []
+                               if _is_outcome(item))
+        value = data.get("closed_until")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            record.closed_until = float(value)
         for name in ("level", "closed_count"):
             value = data.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 64:
@@ -111,6 +109,12 @@ class QueueRecord:
         cause = data.get("cause")
         record.cause = cause[:500] if isinstance(cause, str) else ""
         return record
+
+
+def _is_outcome(item: Any) -> bool:
+    """An outcome as a state file holds it: [time, failed, cause]."""
+    return (isinstance(item, list) and len(item) == 3 and isinstance(item[0], (int, float))
+            and isinstance(item[1], bool) and isinstance(item[2], str))
 
 
 @dataclass(frozen=True)

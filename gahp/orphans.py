@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from gahp.backends.base import RemoteJob
 from gahp.schedd import GridJobs
@@ -63,35 +63,44 @@ def made_by(sandbox_id: str, schedd_name: str) -> bool:
 def plan(jobs: Iterable[RemoteJob], grid: GridJobs, grace_s: float, ce_name: str = "") -> Plan:
     """The orphans among ``jobs`` (every backend's census of this pass), by the rules of this module."""
     listed = list(jobs)
-    alive = sum(1 for j in listed if j.alive and not j.deleting)
-    found: List[RemoteJob] = []
-    skipped: List[str] = []
-    foreign: List[str] = []
-    unmeasured: List[str] = []
+    kinds: Dict[str, List[RemoteJob]] = {"kept": [], "unmeasured": [], "nameless": [], "foreign": [], "orphan": []}
     for job in listed:
-        if job.deleting or job.job_id in grid.job_ids:
-            continue
-        if job.listed_at is None:
-            unmeasured.append(job.job_id)
-            continue
-        if job.created is None or (job.listed_at - job.created).total_seconds() < grace_s:
-            continue
-        if not job.sandbox or _SANDBOX_END.search(job.sandbox) is None:
-            skipped.append(f"{job.job_id}: no job holds it, but it names no sandbox of a job; not deleted")
-            continue
-        if not made_by(job.sandbox, grid.schedd_name):
-            foreign.append(f"{job.job_id} (sandbox {job.sandbox[:200]})")
-            continue
-        found.append(job)
+        kinds[_kind(job, grid, grace_s)].append(job)
+    found = kinds["orphan"]
+    skipped = [f"{j.job_id}: no job holds it, but it names no sandbox of a job; not deleted" for j in kinds["nameless"]]
+    alive = sum(1 for j in listed if j.alive and not j.deleting)
+    return Plan(found, _refusal(kinds, grid, alive, ce_name), skipped)
+
+
+def _kind(job: RemoteJob, grid: GridJobs, grace_s: float) -> str:
+    """What one listed remote job is for this pass: kept (being deleted, held by a grid job, or too
+    young), unmeasured (no clock to age it by), nameless (no job's sandbox), foreign (another
+    schedd's job), or an orphan."""
+    if job.deleting or job.job_id in grid.job_ids:
+        return "kept"
+    if job.listed_at is None:
+        return "unmeasured"
+    if job.created is None or (job.listed_at - job.created).total_seconds() < grace_s:
+        return "kept"
+    if not job.sandbox or _SANDBOX_END.search(job.sandbox) is None:
+        return "nameless"
+    if not made_by(job.sandbox, grid.schedd_name):
+        return "foreign"
+    return "orphan"
+
+
+def _refusal(kinds: Dict[str, List[RemoteJob]], grid: GridJobs, alive: int, ce_name: str) -> Optional[str]:
+    """Why nothing of this pass may be deleted, or None."""
+    unmeasured, foreign = kinds["unmeasured"], kinds["foreign"]
     if unmeasured:
-        return Plan(found, f"{len(unmeasured)} remote jobs were listed without the service's time (e.g. "
-                           f"{unmeasured[0]}): their ages cannot be measured on its clock; nothing deleted", skipped)
+        return (f"{len(unmeasured)} remote jobs were listed without the service's time (e.g. "
+                f"{unmeasured[0].job_id}): their ages cannot be measured on its clock; nothing deleted")
     if foreign:
-        return Plan(found, f"{len(foreign)} remote jobs named as this CE's ({ce_name!r}) belong to jobs of another "
-                           f"schedd than {grid.schedd_name!r}, e.g. {foreign[0]}: another CE uses the same CE name "
-                           "(PODGAHP_K8S_CE_NAME, PODGAHP_LANCIUM_CE_NAME) in the same place; give each CE its own "
-                           "name. Nothing deleted", skipped)
-    if grid.jobs == 0 and alive and found:
-        return Plan(found, f"the schedd ({grid.schedd_name}) answers with no grid job while {alive} remote jobs of "
-                           "this CE are pending or running: not trusting an empty queue; nothing deleted", skipped)
-    return Plan(found, None, skipped)
+        return (f"{len(foreign)} remote jobs named as this CE's ({ce_name!r}) belong to jobs of another "
+                f"schedd than {grid.schedd_name!r}, e.g. {foreign[0].job_id} (sandbox {foreign[0].sandbox[:200]}): "
+                "another CE uses the same CE name (PODGAHP_K8S_CE_NAME, PODGAHP_LANCIUM_CE_NAME) in the same place; "
+                "give each CE its own name. Nothing deleted")
+    if grid.jobs == 0 and alive and kinds["orphan"]:
+        return (f"the schedd ({grid.schedd_name}) answers with no grid job while {alive} remote jobs of "
+                "this CE are pending or running: not trusting an empty queue; nothing deleted")
+    return None

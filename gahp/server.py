@@ -18,7 +18,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import BinaryIO, Callable, Dict, List, Mapping, Optional
+from typing import BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
 
 from gahp import logs, protocol
 from gahp.errors import GahpError
@@ -165,29 +165,12 @@ class Server:
     def _async_request(self, fields: List[str]) -> None:
         command = protocol.ASYNC_COMMANDS[fields[0].upper()]
         args = fields[2:]
-        if len(fields) < 2 or not protocol.valid_request_id(fields[1]):
-            self._reply("E", f"{command.name}: bad or missing request id")
-            return
-        if not command.min_args <= len(args) <= command.max_args or any(a == "" for a in args):
-            self._reply("E", f"{command.name}: wrong number of arguments")
-            return
-        if command.name not in self._handlers:
-            self._reply("E", f"{command.name}: not supported")
+        refusal = self._malformed(command, fields, args)
+        if refusal:
+            self._reply("E", refusal)
             return
         request_id = fields[1]
-        now = time.monotonic()
-        size = sum(len(a) for a in args)
-        full = ""
-        with self._lock:
-            duplicate = request_id in self._pending
-            busy = len(self._pending) > 0
-            if len(self._pending) >= self._max_pending:
-                full = f"{len(self._pending)} requests pending (PODGAHP_MAX_PENDING_REQUESTS)"
-            elif self._pending_bytes + size > self._max_pending_bytes:
-                full = f"{self._pending_bytes + size} bytes of requests pending (PODGAHP_MAX_PENDING_BYTES)"
-            if not duplicate and not (full and busy):
-                self._pending[request_id] = _Pending(command, now + self._timeout, now, 0 if full else size)
-                self._pending_bytes += 0 if full else size
+        duplicate, full, busy = self._take_pending(request_id, command, args)
         if duplicate:
             self._reply("E", f"request id {request_id} is already pending")
             return
@@ -205,6 +188,37 @@ class Server:
         if quick is not None and self._answer_now(request_id, command, args, quick):
             return
         self._pool.submit(self._run, request_id, command, args)
+
+    def _malformed(self, command: protocol.AsyncCommand, fields: List[str], args: List[str]) -> str:
+        """Why a request line cannot be taken at all ("" when it can)."""
+        if len(fields) < 2 or not protocol.valid_request_id(fields[1]):
+            return f"{command.name}: bad or missing request id"
+        if not command.min_args <= len(args) <= command.max_args or any(a == "" for a in args):
+            return f"{command.name}: wrong number of arguments"
+        if command.name not in self._handlers:
+            return f"{command.name}: not supported"
+        return ""
+
+    def _take_pending(self, request_id: str, command: protocol.AsyncCommand,
+                      args: List[str]) -> Tuple[bool, str, bool]:
+        """Enter a request among the pending ones, within the bounds: (already pending, why the bounds
+        are exceeded or "", other requests are pending). A request over the bounds while others are
+        pending is not entered (it is refused for now); alone, it is entered with no size (it is
+        answered at once with an error)."""
+        now = time.monotonic()
+        size = sum(len(a) for a in args)
+        full = ""
+        with self._lock:
+            duplicate = request_id in self._pending
+            busy = len(self._pending) > 0
+            if len(self._pending) >= self._max_pending:
+                full = f"{len(self._pending)} requests pending (PODGAHP_MAX_PENDING_REQUESTS)"
+            elif self._pending_bytes + size > self._max_pending_bytes:
+                full = f"{self._pending_bytes + size} bytes of requests pending (PODGAHP_MAX_PENDING_BYTES)"
+            if not duplicate and not (full and busy):
+                self._pending[request_id] = _Pending(command, now + self._timeout, now, 0 if full else size)
+                self._pending_bytes += 0 if full else size
+        return duplicate, full, busy
 
     def _answer_now(self, request_id: str, command: protocol.AsyncCommand, args: List[str],
                     quick: Callable[[List[str]], Optional[List[str]]]) -> bool:

@@ -108,17 +108,7 @@ def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[st
         return [Hop("submitted", FAILED, f"job {job} is neither in the queue nor in the history of this schedd")], False
     hops = [Hop("submitted", DONE, f"job {job} of {source.get('Owner')}: {_status(source)}")]
     if routed is None:
-        if source.get("JobStatus") == HELD:
-            hops.append(Hop("routed", FAILED, _held(source)))
-        elif source.get("JobStatus") == REMOVED:
-            hops.append(Hop("routed", FAILED, "the job was removed before it was routed"))
-        elif source.get("GridResource") or source.get("RoutedFromJobId"):
-            hops.append(Hop("routed", FAILED, f"job {job} is itself a grid job (GridResource "
-                            f"{source.get('GridResource')!r}): give the job id a factory submitted"))
-        else:
-            hops.append(Hop("routed", WAITING, "no route has taken it yet: check that a route matches it "
-                            "(condor_ce_job_router_info -match-jobs, podgahp routes check) and is below its "
-                            "MaxJobs/MaxIdleJobs, and that the JobRouter runs (condor_ce_router_q)"))
+        hops.append(_unrouted(source, job))
         return hops, False
     hops.append(Hop("routed", DONE, f"route {routed.get('RouteName') or '?'} made job {_job_id(routed)}"))
     grid_resource = str(routed.get("GridResource") or "")
@@ -130,25 +120,43 @@ def schedd_hops(source: Optional[Mapping[str, Any]], routed: Optional[Mapping[st
         return hops, False
     hops.append(Hop("grid job", DONE, f"job {_job_id(routed)}: GridResource \"{grid_resource}\", queue "
                     f"{routed.get('BatchQueue') or '(default)'}, {_status(routed)}"))
+    request, remote_next = _gahp_request(routed, str(backend), gahp_log)
+    hops.append(request)
+    return hops, remote_next
+
+
+def _unrouted(source: Mapping[str, Any], job: str) -> Hop:
+    """The routed hop of a source job no route has taken."""
+    if source.get("JobStatus") == HELD:
+        return Hop("routed", FAILED, _held(source))
+    if source.get("JobStatus") == REMOVED:
+        return Hop("routed", FAILED, "the job was removed before it was routed")
+    if source.get("GridResource") or source.get("RoutedFromJobId"):
+        return Hop("routed", FAILED, f"job {job} is itself a grid job (GridResource "
+                   f"{source.get('GridResource')!r}): give the job id a factory submitted")
+    return Hop("routed", WAITING, "no route has taken it yet: check that a route matches it "
+               "(condor_ce_job_router_info -match-jobs, podgahp routes check) and is below its "
+               "MaxJobs/MaxIdleJobs, and that the JobRouter runs (condor_ce_router_q)")
+
+
+def _gahp_request(routed: Mapping[str, Any], backend: str, gahp_log: str) -> Tuple[Hop, bool]:
+    """The GAHP request hop of a routed grid job of a podgahp backend, and whether the remote job's
+    hops come next."""
     grid_job_id = str(routed.get("GridJobId") or "")
     if routed.get("JobStatus") == HELD:
-        hops.append(Hop("GAHP request", FAILED, _held(routed) if not grid_job_id else
-                        f"pilot {grid_job_id.split()[-1]} {_held(routed)}"))
-        return hops, bool(grid_job_id)
+        return Hop("GAHP request", FAILED, _held(routed) if not grid_job_id else
+                   f"pilot {grid_job_id.split()[-1]} {_held(routed)}"), bool(grid_job_id)
     if not grid_job_id:
         unavailable = routed.get("GridResourceUnavailableTime")
         detail = ("the gridmanager has no job id from the GAHP yet" +
                   (f": it finds the resource unavailable (the GAHP's BLAH_PING fails; see {gahp_log})"
-                   if unavailable else f": it starts {str(backend).upper()}_GAHP and submits at its next pass "
+                   if unavailable else f": it starts {backend.upper()}_GAHP and submits at its next pass "
                    f"(GridmanagerLog, {gahp_log})"))
-        hops.append(Hop("GAHP request", WAITING, detail))
-        return hops, False
+        return Hop("GAHP request", WAITING, detail), False
     if len(grid_job_id.split()) < 4:
-        hops.append(Hop("GAHP request", WAITING, f"the gridmanager sent BLAH_JOB_SUBMIT (sandbox "
-                        f"{grid_job_id.split()[-1]}); no answer from the GAHP yet ({gahp_log})"))
-        return hops, False
-    hops.append(Hop("GAHP request", DONE, f"podgahp made pilot {grid_job_id.split()[-1]}"))
-    return hops, True
+        return Hop("GAHP request", WAITING, f"the gridmanager sent BLAH_JOB_SUBMIT (sandbox "
+                   f"{grid_job_id.split()[-1]}); no answer from the GAHP yet ({gahp_log})"), False
+    return Hop("GAHP request", DONE, f"podgahp made pilot {grid_job_id.split()[-1]}"), True
 
 
 def output_hop(source: Mapping[str, Any]) -> Hop:
@@ -251,34 +259,45 @@ class Ce:
 def look(ce: Ce, job: str, user: str) -> Trace:
     """One look at the pilot whose source job is ``job``."""
     source = ce.ad(f"ClusterId == {job.split('.')[0]} && ProcId == {job.split('.')[1]}")
-    routed = None
-    if source is not None:
-        routed = ce.ad(f'RoutedFromJobId == "{job}"')
+    routed = ce.ad(f'RoutedFromJobId == "{job}"') if source is not None else None
     backend = gahp_type(routed.get("GridResource")) if routed is not None else None
-    gahp_log = "PODGAHP_LOG"
-    if (routed is not None and backend in plugins.backend_names() and isinstance(routed.get("Owner"), str)
-            and len(str(routed.get("GridJobId") or "").split()) < 4):  # the GAHP request hop names its log
-        gahp_log = ce.gahp_log(str(backend), str(routed.get("Owner")))
-    hops, has_remote = schedd_hops(source, routed, job, gahp_log)
+    routed_here = routed if backend in plugins.backend_names() else None
+    hops, has_remote = schedd_hops(source, routed, job, _gahp_log(ce, routed_here, backend))
     problems: List[str] = []
     gahp_stall = any(h.name == "GAHP request" and h.state != DONE for h in hops)
     names: Tuple[str, ...] = ()
-    if routed is not None and backend in plugins.backend_names() and (has_remote or gahp_stall):
-        view = ce.view(str(backend))
-        names = view.hops if view is not None else ()
-        remote, problems = ce.remote(str(backend), str(routed.get("GridJobId") or ""), _text(routed.get("BatchQueue")),
-                                     user, ping=gahp_stall)
-        if has_remote and routed.get("JobStatus") == COMPLETED and remote[:1] and remote[0].state != DONE \
-                and view is not None:
-            # podgahp deletes a remote job once its outcome is reported: the grid job's end stands for it.
-            remote = [Hop(name, DONE, f"the {view.noun} is cleaned up; grid job {_job_id(routed)} completed with "
-                      f"ExitCode {routed.get('ExitCode')}") for name in names]
+    if routed_here is not None and (has_remote or gahp_stall):
+        remote, names, problems = _remote_hops(ce, str(backend), routed_here, user, gahp_stall)
         if has_remote:
             hops += remote
     expected = SCHEDD_HOPS + names + (OUTPUT,)
     if source is not None and len(hops) == len(expected) - 1 and all(h.state == DONE for h in hops):
         hops.append(output_hop(source))
     return Trace(job, hops, problems, expected)
+
+
+def _gahp_log(ce: Ce, routed: Any, backend: Optional[str]) -> str:
+    """Where the owner's GAHP logs, for a routed job of a podgahp backend whose GAHP request hop names
+    it (no answer from the GAHP yet); else the knob's name."""
+    if routed is None or not isinstance(routed.get("Owner"), str) \
+            or len(str(routed.get("GridJobId") or "").split()) >= 4:
+        return "PODGAHP_LOG"
+    return ce.gahp_log(str(backend), str(routed.get("Owner")))
+
+
+def _remote_hops(ce: Ce, backend: str, routed: Any, user: str,
+                 gahp_stall: bool) -> Tuple[List[Hop], Tuple[str, ...], List[str]]:
+    """The routed job's remote hops as its backend's view tells them, the names of every remote hop,
+    and what the ping found wrong (asked only when the GAHP request stalls)."""
+    view = ce.view(backend)
+    names = view.hops if view is not None else ()
+    remote, problems = ce.remote(backend, str(routed.get("GridJobId") or ""), _text(routed.get("BatchQueue")),
+                                 user, ping=gahp_stall)
+    if routed.get("JobStatus") == COMPLETED and remote[:1] and remote[0].state != DONE and view is not None:
+        # podgahp deletes a remote job once its outcome is reported: the grid job's end stands for it.
+        remote = [Hop(name, DONE, f"the {view.noun} is cleaned up; grid job {_job_id(routed)} completed with "
+                  f"ExitCode {routed.get('ExitCode')}") for name in names]
+    return remote, names, problems
 
 
 def _text(value: Any) -> Optional[str]:
