@@ -17,7 +17,7 @@ from gahp.backends.k8s.identity import parse_job_id
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
 from gahp.backends.k8s.state import STATE_TABLE, classify
-from gahp.backends.k8s.view import container_state, record_of
+from gahp.backends.k8s.view import PodRecord, container_state, record_of
 from gahp.errors import GahpError, InvalidJob, NotFound, Unauthorized
 from gahp.jobstate import Phase
 from gahp.hops import DONE, FAILED, WAITING, Hop
@@ -117,24 +117,33 @@ def pod_hops(pod: Optional[JsonObj], where: Tuple[str, str], events: List[str], 
         hops.append(Hop(SCHEDULED, FAILED if held else WAITING, " ".join(message.split()), events))
         return hops
     hops.append(Hop(SCHEDULED, DONE, f"on node {view.node}"))
-    status = view.container_status(CONTAINER)
-    raw_state = status.get("state")
-    state: JsonObj = raw_state if isinstance(raw_state, dict) else {}
-    started = "running" in state or "terminated" in state or view.finished or view.phase == "Running"
-    if not started:
-        waiting = container_state(status, "waiting")
-        detail = str(waiting.get("reason") or view.phase or "Pending")
-        if waiting.get("message"):
-            detail += f": {waiting.get('message')}"
-        hops.append(Hop(RUNNING, FAILED if held else WAITING,
-                        f"{' '.join(detail.split())} (state table: {why})" if held else " ".join(detail.split()),
+    waiting = _not_started(view)
+    if waiting is not None:
+        hops.append(Hop(RUNNING, FAILED if held else WAITING, f"{waiting} (state table: {why})" if held else waiting,
                         events))
         return hops
     hops.append(Hop(RUNNING, DONE, f"phase {view.phase}"))
-    if view.phase == "Succeeded":
-        hops.append(Hop(COMPLETED, DONE, f"Succeeded ({why})"))
-    elif view.phase == "Failed" or held:
-        hops.append(Hop(COMPLETED, FAILED, why, events))
-    else:
-        hops.append(Hop(COMPLETED, WAITING, f"still {view.phase}"))
+    hops.append(_completed(view.phase, held, why, events))
     return hops
+
+
+def _not_started(view: PodRecord) -> Optional[str]:
+    """Why the pilot's container has not started (its waiting reason and message), or None once it has."""
+    status = view.container_status(CONTAINER)
+    raw_state = status.get("state")
+    state: JsonObj = raw_state if isinstance(raw_state, dict) else {}
+    if "running" in state or "terminated" in state or view.finished or view.phase == "Running":
+        return None
+    waiting = container_state(status, "waiting")
+    detail = str(waiting.get("reason") or view.phase or "Pending")
+    if waiting.get("message"):
+        detail += f": {waiting.get('message')}"
+    return " ".join(detail.split())
+
+
+def _completed(phase: str, held: bool, why: str, events: List[str]) -> Hop:
+    if phase == "Succeeded":
+        return Hop(COMPLETED, DONE, f"Succeeded ({why})")
+    if phase == "Failed" or held:
+        return Hop(COMPLETED, FAILED, why, events)
+    return Hop(COMPLETED, WAITING, f"still {phase}")

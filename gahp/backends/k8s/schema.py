@@ -45,32 +45,45 @@ def _check(value: Any, type_name: str, path: str, errors: List[str]) -> None:
     if len(errors) >= MAX_ERRORS or value is None:
         return
     where = path or "(top level)"
-    match = _LIST.match(type_name)
-    if match:
-        if not isinstance(value, list):
-            errors.append(f"{where}: expected a list, got {_what(value)}")
-            return
-        for i, item in enumerate(value):
-            _check(item, match.group(1), f"{path}[{i}]", errors)
+    listed, mapped = _LIST.match(type_name), _DICT.match(type_name)
+    if listed:
+        _check_list(value, listed.group(1), path, where, errors)
+    elif mapped:
+        _check_dict(value, mapped.group(1), path, where, errors)
+    elif type_name in _SCALARS:
+        _check_scalar(value, type_name, where, errors)
+    else:
+        _check_model(value, type_name, path, where, errors)
+
+
+def _check_list(value: Any, item_type: str, path: str, where: str, errors: List[str]) -> None:
+    if not isinstance(value, list):
+        errors.append(f"{where}: expected a list, got {_what(value)}")
         return
-    match = _DICT.match(type_name)
-    if match:
-        if not isinstance(value, dict):
-            errors.append(f"{where}: expected a mapping, got {_what(value)}")
-            return
-        quantities = path.rsplit(".", 1)[-1] in _QUANTITY_MAPS
-        for key, item in value.items():
-            if quantities and isinstance(item, (int, float)) and not isinstance(item, bool):
-                continue  # a quantity written as a number (cpu: 1) is accepted by the API server
-            _check(item, match.group(1), f"{path}.{key}", errors)
+    for i, item in enumerate(value):
+        _check(item, item_type, f"{path}[{i}]", errors)
+
+
+def _check_dict(value: Any, item_type: str, path: str, where: str, errors: List[str]) -> None:
+    if not isinstance(value, dict):
+        errors.append(f"{where}: expected a mapping, got {_what(value)}")
         return
-    if type_name in _SCALARS:
-        wanted = _SCALARS[type_name]
-        if isinstance(value, bool) and bool not in wanted and object not in wanted:
-            errors.append(f"{where}: expected {_NAMES.get(wanted[0], type_name)}, got true or false")
-        elif not isinstance(value, wanted):
-            errors.append(f"{where}: expected {_NAMES.get(wanted[0], type_name)}, got {_what(value)}")
-        return
+    quantities = path.rsplit(".", 1)[-1] in _QUANTITY_MAPS
+    for key, item in value.items():
+        if quantities and isinstance(item, (int, float)) and not isinstance(item, bool):
+            continue  # a quantity written as a number (cpu: 1) is accepted by the API server
+        _check(item, item_type, f"{path}.{key}", errors)
+
+
+def _check_scalar(value: Any, type_name: str, where: str, errors: List[str]) -> None:
+    wanted = _SCALARS[type_name]
+    if isinstance(value, bool) and bool not in wanted and object not in wanted:
+        errors.append(f"{where}: expected {_NAMES.get(wanted[0], type_name)}, got true or false")
+    elif not isinstance(value, wanted):
+        errors.append(f"{where}: expected {_NAMES.get(wanted[0], type_name)}, got {_what(value)}")
+
+
+def _check_model(value: Any, type_name: str, path: str, where: str, errors: List[str]) -> None:
     model = getattr(_models, type_name, None)
     if model is None:  # a type this client release does not describe: accept
         return
@@ -81,9 +94,10 @@ def _check(value: Any, type_name: str, path: str, errors: List[str]) -> None:
         return
     fields = {json_name: attr for attr, json_name in getattr(model, "attribute_map", {}).items()}
     types = getattr(model, "openapi_types", {})
+    prefix = path + "." if path else ""
     for key, item in value.items():
         attr = fields.get(key)
         if attr is None:
-            errors.append(f"{path + '.' if path else ''}{key}: not a field of {type_name}")
+            errors.append(f"{prefix}{key}: not a field of {type_name}")
             continue
-        _check(item, types.get(attr, "object"), f"{path + '.' if path else ''}{key}", errors)
+        _check(item, types.get(attr, "object"), f"{prefix}{key}", errors)

@@ -13,7 +13,7 @@ import functools
 import math
 import re
 from decimal import Decimal
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
@@ -136,30 +136,39 @@ def _classify_pending(pod: PodRecord, container: JsonObj, waiting: JsonObj, now:
     return Classified("Pending")
 
 
+#: A failed pod's reason, as the kubelet or a controller sets it, and the row it gives.
+_FAILED_REASONS = {"DeadlineExceeded": "Failed/DeadlineExceeded", "Evicted": "Failed/Evicted",
+                   "Terminated": "Failed/NodeShutdown", "Shutdown": "Failed/NodeShutdown",
+                   "NodeShutdown": "Failed/NodeShutdown"}
+#: The rows a queue's PODGAHP_K8S_DISRUPTION_ACTION = hold turns into holds.
+_DISRUPTED = ("Failed/Evicted", "Failed/Preempted", "Failed/NodeShutdown")
+
+
 def _classify_failed(pod: PodRecord, terminated: JsonObj, disruption_action: str) -> Classified:
-    reason, message = pod.reason, pod.message
     done = _exit(terminated) if terminated else Classified("", exit_signal=SIGKILL)
-    disruption = pod.condition("DisruptionTarget")
-    key = "Failed"
+    key, message = _failed_key(pod, terminated)
+    if key in _DISRUPTED and disruption_action == "hold":
+        key += "/Hold"
+    return Classified(key, message, done.exit_code, done.exit_signal)
+
+
+def _failed_key(pod: PodRecord, terminated: JsonObj) -> Tuple[str, str]:
+    """The row of a failed pod and the message to give with it."""
+    reason, message = pod.reason, pod.message
     if terminated.get("reason") == "OOMKilled":
-        key, message = "Failed/OOMKilled", terminated.get("message") or message
-    elif reason == "DeadlineExceeded":
-        key = "Failed/DeadlineExceeded"
-    elif reason == "Evicted":
-        key = "Failed/Evicted"
-    elif reason in ("Terminated", "Shutdown", "NodeShutdown"):
-        key = "Failed/NodeShutdown"
-    elif disruption.get("status") == "True" and (disruption.get("reason") in _DISRUPTIONS
-                                                 or disruption.get("reason")):
-        key = "Failed/Preempted"
-        message = message or f"{disruption.get('reason')}: {disruption.get('message') or ''}".rstrip(": ")
-    elif terminated:
+        return "Failed/OOMKilled", terminated.get("message") or message
+    if reason in _FAILED_REASONS:
+        return _FAILED_REASONS[reason], message
+    disruption = pod.condition("DisruptionTarget")
+    # Any reason of a true DisruptionTarget is a disruption: _DISRUPTIONS are those known, and a
+    # newer release may add more.
+    if disruption.get("status") == "True" and disruption.get("reason"):
+        return "Failed/Preempted", message or f"{disruption.get('reason')}: {disruption.get('message') or ''}".rstrip(": ")
+    if terminated:
         message = terminated.get("message") or (
             f"container {terminated.get('reason')}" if terminated.get("reason") not in (None, "Error",
                                                                                         "Completed") else "")
-    if key in ("Failed/Evicted", "Failed/Preempted", "Failed/NodeShutdown") and disruption_action == "hold":
-        key += "/Hold"
-    return Classified(key, message, done.exit_code, done.exit_signal)
+    return "Failed", message
 
 
 def _pilot_spec(pod: PodRecord) -> JsonObj:
