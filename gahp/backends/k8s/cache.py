@@ -231,6 +231,14 @@ class PodCache:
         Each page is reduced to what podgahp reads as it comes, so a LIST never holds all pods in full.
         A continue token that expired mid-way (410) starts the LIST again. A pod the copy got after
         the snapshot (a create's answer, a read) stays."""
+        fresh, rv = self._snapshot()
+        listed_rv = str(rv) if rv is not None else None
+        with self._cond:
+            self._replace(fresh, listed_rv)
+        log.debug("listed %d pods in namespace %s at resourceVersion %s", len(fresh), self.namespace, rv)
+
+    def _snapshot(self) -> Tuple[Dict[str, PodRecord], Any]:
+        """Every pod of one LIST, and the LIST's resource version; listed again when it expires mid-way."""
         while True:
             fresh: Dict[str, PodRecord] = {}
             meta: JsonObj = {}
@@ -244,32 +252,32 @@ class PodCache:
                             if record.name:
                                 fresh[record.name] = record
                     meta = body.get("metadata") or {}
-                break
+                return fresh, meta.get("resourceVersion")
             except Expired:
                 if not pages:
                     raise
                 log.info("pod list of namespace %s expired mid-way; listing again", self.namespace)
-        rv = meta.get("resourceVersion")
-        listed_rv = str(rv) if rv is not None else None
-        with self._cond:
-            for name, obj in self._pods.items():
-                if name in fresh:
-                    if not _newer(fresh[name].resource_version, obj.resource_version):
-                        fresh[name] = obj
-                elif _after(obj.resource_version, listed_rv):
-                    fresh[name] = obj  # newer than the snapshot: the watch from it will bring it again
-                else:
-                    self._bury(name, obj)
-            self._pods, self._index = {}, {}
-            for obj in fresh.values():
-                self._store(obj)
-            self._rv = listed_rv
-            self._floor_rv = self._rv
-            self._synced = True
-            self._error = None
-            self.lists += 1
-            self._cond.notify_all()
-        log.debug("listed %d pods in namespace %s at resourceVersion %s", len(fresh), self.namespace, rv)
+
+    def _replace(self, fresh: Dict[str, PodRecord], listed_rv: Optional[str]) -> None:
+        """The copy becomes a LIST's pods, keeping what the copy got after the snapshot; caller holds
+        ``_cond``."""
+        for name, obj in self._pods.items():
+            if name in fresh:
+                if not _newer(fresh[name].resource_version, obj.resource_version):
+                    fresh[name] = obj
+            elif _after(obj.resource_version, listed_rv):
+                fresh[name] = obj  # newer than the snapshot: the watch from it will bring it again
+            else:
+                self._bury(name, obj)
+        self._pods, self._index = {}, {}
+        for obj in fresh.values():
+            self._store(obj)
+        self._rv = listed_rv
+        self._floor_rv = self._rv
+        self._synced = True
+        self._error = None
+        self.lists += 1
+        self._cond.notify_all()
 
     def _page(self, token: Optional[str]) -> bytes:
         """One page of a LIST, as the API server sent it."""
@@ -310,31 +318,38 @@ class PodCache:
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
-            code = obj.get("code")
-            message = obj.get("message") or obj.get("reason") or "watch error"
-            if code == 410 or obj.get("reason") in ("Expired", "Gone"):
-                raise Expired(f"watch of namespace {self.namespace}: {message}")
-            raise TransientError(f"watch of namespace {self.namespace}: {message} ({code})")
+            raise self._watch_error(obj)
         rv = resource_version(obj)
         # Built before the lock is taken: status reads wait for none of it.
         record = self._record(obj) if kind in ("ADDED", "MODIFIED", "DELETED") else None
         with self._cond:
             if rv is not None:
                 self._rv = rv
-            if record is None or not record.name:
-                return
-            name = record.name
-            current = self._pods.get(name)
-            if kind == "DELETED":
-                if current is None or _newer(rv, current.resource_version):
-                    self._drop(name)
-                    self._bury(name, record)
-            elif current is None:
-                # A pod absent from the last LIST may appear only through a change after it.
-                if _after(rv, self._floor_rv):
-                    self._store(record)
-            elif _newer(rv, current.resource_version):
+            if record is not None and record.name:
+                self._merge(str(kind), rv, record)
+
+    def _watch_error(self, obj: JsonObj) -> GahpError:
+        """What a watch's ERROR event means: the resource version expired (410), or a passing fault."""
+        code = obj.get("code")
+        message = obj.get("message") or obj.get("reason") or "watch error"
+        if code == 410 or obj.get("reason") in ("Expired", "Gone"):
+            return Expired(f"watch of namespace {self.namespace}: {message}")
+        return TransientError(f"watch of namespace {self.namespace}: {message} ({code})")
+
+    def _merge(self, kind: str, rv: Optional[str], record: PodRecord) -> None:
+        """A watch event's pod into the copy, when it is newer than the copy's; caller holds ``_cond``."""
+        name = record.name
+        current = self._pods.get(name)
+        if kind == "DELETED":
+            if current is None or _newer(rv, current.resource_version):
+                self._drop(name)
+                self._bury(name, record)
+        elif current is None:
+            # A pod absent from the last LIST may appear only through a change after it.
+            if _after(rv, self._floor_rv):
                 self._store(record)
+        elif _newer(rv, current.resource_version):
+            self._store(record)
 
     def _watch(self) -> None:
         """One WATCH request from the current resource version, until the server ends it."""
