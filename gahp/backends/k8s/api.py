@@ -279,28 +279,7 @@ class KubeApi:
                 return self._connection
             configuration = k8s_client.Configuration()
             try:
-                if self.kubeconfig:
-                    if not os.path.exists(self.kubeconfig):
-                        raise ConfigError(f"kubeconfig {self.kubeconfig} does not exist "
-                                          "(PODGAHP_K8S_KUBECONFIG)")
-                    contexts, current = k8s_config.list_kube_config_contexts(self.kubeconfig)
-                    chosen = current
-                    if self.context:
-                        chosen = next((c for c in contexts if c.get("name") == self.context), None)
-                        if chosen is None:
-                            raise ConfigError(f"kubeconfig {self.kubeconfig} has no context "
-                                              f"{self.context!r} (PODGAHP_K8S_CONTEXT)")
-                    namespace = ((chosen or {}).get("context") or {}).get("namespace")
-                    self._default_namespace = namespace or "default"
-                    k8s_config.load_kube_config(config_file=self.kubeconfig, context=self.context,
-                                                client_configuration=configuration,
-                                                persist_config=False)
-                elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                    self._load_service_account(configuration)
-                else:
-                    raise ConfigError("no Kubernetes cluster is configured: set PODGAHP_K8S_KUBECONFIG "
-                                      "to a kubeconfig file readable by the job owner, or run podgahp "
-                                      "in a pod with a service account")
+                self._load(configuration)
             except ConfigError:
                 raise
             except Exception as e:  # noqa: BLE001 - the loaders raise many kinds (ConfigException, YAML, OS)
@@ -317,6 +296,33 @@ class KubeApi:
                                                         CONNECTIONS)
             self._connection = Connection(configuration, f"podgahp/{__version__} ({self.agent})")
             return self._connection
+
+    def _load(self, configuration: Any) -> None:
+        """The cluster and credentials into ``configuration``: from the kubeconfig, else in-cluster."""
+        if self.kubeconfig:
+            self._load_kubeconfig(self.kubeconfig, configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            self._load_service_account(configuration)
+        else:
+            raise ConfigError("no Kubernetes cluster is configured: set PODGAHP_K8S_KUBECONFIG "
+                              "to a kubeconfig file readable by the job owner, or run podgahp "
+                              "in a pod with a service account")
+
+    def _load_kubeconfig(self, kubeconfig: str, configuration: Any) -> None:
+        """The kubeconfig's context (``self.context``, else its current one), and its namespace as the
+        default."""
+        if not os.path.exists(kubeconfig):
+            raise ConfigError(f"kubeconfig {kubeconfig} does not exist (PODGAHP_K8S_KUBECONFIG)")
+        contexts, chosen = k8s_config.list_kube_config_contexts(kubeconfig)
+        if self.context:
+            chosen = next((c for c in contexts if c.get("name") == self.context), None)
+            if chosen is None:
+                raise ConfigError(f"kubeconfig {kubeconfig} has no context "
+                                  f"{self.context!r} (PODGAHP_K8S_CONTEXT)")
+        namespace = ((chosen or {}).get("context") or {}).get("namespace")
+        self._default_namespace = namespace or "default"
+        k8s_config.load_kube_config(config_file=kubeconfig, context=self.context,
+                                    client_configuration=configuration, persist_config=False)
 
     def _load_service_account(self, configuration: Any) -> None:
         """The in-cluster identity: token (re-read as the kubelet rotates it), CA and namespace
