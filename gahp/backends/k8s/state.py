@@ -57,8 +57,6 @@ STATE_TABLE: Mapping[str, Rule] = {
     "Missing": Rule(Phase.REMOVED),
 }
 
-_DISRUPTIONS = {"PreemptionByScheduler", "PreemptionByKubeScheduler", "EvictionByEvictionAPI",
-                "DeletionByTaintManager", "DeletionByPodGC", "TerminationByKubelet"}
 _WAITING_HOLDS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
                   "CreateContainerConfigError", "CreateContainerError"}
 SIGKILL = 9
@@ -160,8 +158,9 @@ def _failed_key(pod: PodRecord, terminated: JsonObj) -> Tuple[str, str]:
     if reason in _FAILED_REASONS:
         return _FAILED_REASONS[reason], message
     disruption = pod.condition("DisruptionTarget")
-    # Any reason of a true DisruptionTarget is a disruption: _DISRUPTIONS are those known, and a
-    # newer release may add more.
+    # Any reason of a true DisruptionTarget is a disruption: those known are PreemptionByScheduler,
+    # PreemptionByKubeScheduler, EvictionByEvictionAPI, DeletionByTaintManager, DeletionByPodGC and
+    # TerminationByKubelet, and a newer release may add more.
     if disruption.get("status") == "True" and disruption.get("reason"):
         return "Failed/Preempted", message or f"{disruption.get('reason')}: {disruption.get('message') or ''}".rstrip(": ")
     if terminated:
