@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, Mapping, Optional, Type, TypeVar
 
 from gahp.errors import (Conflict, Expired, GahpError, Invalid, Missing, QuotaExceeded, Refused, ServiceRefusal,
                          Unauthorized, Unavailable, refusal)
@@ -34,6 +34,9 @@ from gahp.retry import Backoff, retried
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: A JSON object as a service's API sends or takes it (decoded, not yet checked).
+JsonObj = Dict[str, Any]
 
 #: Longest service message carried into an error (and so into a hold reason or a log line).
 MESSAGE_MAX = 256

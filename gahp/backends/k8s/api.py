@@ -46,14 +46,13 @@ except ImportError:  # pragma: no cover - an installation without msgspec
         return json.dumps(value, separators=(",", ":")).encode()
 
 from gahp import __version__
-from gahp.backends.http import Door, Failed, Failure, Service, translate as door_translate, truncate
+from gahp.backends.http import Door, Failed, Failure, JsonObj, Service, translate as door_translate, truncate
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
 from gahp.errors import BackendError, ConfigError, TransientError
 from gahp.retry import Backoff
 
 log = logging.getLogger(__name__)
 
-JsonObj = Dict[str, Any]
 
 #: What an admin should fix, by status.
 HINTS = {401: "the API refused our credentials: check the token or certificate in the kubeconfig",

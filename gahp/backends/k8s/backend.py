@@ -19,11 +19,11 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from gahp import holds
 from gahp.backends.base import Backend
-from gahp.backends.http import truncate
+from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.cache import CLOSE_WAIT_SECONDS, PodCache
 from gahp.backends.k8s.census import KubernetesCeView
@@ -47,7 +47,6 @@ from gahp.job import PilotJob
 
 log = logging.getLogger(__name__)
 
-JsonObj = Dict[str, Any]
 ClusterKey = Tuple[Optional[str], Optional[str]]
 
 

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Tuple, Union
 
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
 from gahp.backends.k8s.view import PodRecord, continue_token, decode_event, decode_pod, decode_pod_list
@@ -25,7 +26,6 @@ from gahp.retry import Backoff, reconnected
 
 log = logging.getLogger(__name__)
 
-JsonObj = Dict[str, Any]
 
 #: How long, and for how many pods, the last state of a deleted pod is remembered, so that a pilot
 #: whose pod was preempted and deleted can still be reported with its outcome.

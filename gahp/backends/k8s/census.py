@@ -16,7 +16,7 @@ import logging
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from gahp.backends.base import HEALTH_STATES, Census, CeView, RemoteJob
-from gahp.backends.http import truncate
+from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import job_id_of
 from gahp.backends.k8s.podtrace import HOPS, PodLook, pod_hops, pod_of
@@ -29,7 +29,6 @@ from gahp.hops import WAITING, Hop
 
 log = logging.getLogger(__name__)
 
-JsonObj = Dict[str, Any]
 
 #: Pod phases in which the pilot may be alive.
 ALIVE = ("Pending", "Running", "Unknown")

@@ -22,11 +22,11 @@ themselves. Pure functions over the pod as built; no API calls.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Mapping
+from typing import Any, Mapping
 
+from gahp.backends.http import JsonObj
 from gahp.errors import InvalidJob
 
-JsonObj = Dict[str, Any]
 
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024
 MAX_STORED_BYTES = 1536 * 1024

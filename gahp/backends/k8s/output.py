@@ -16,6 +16,7 @@ import logging
 import itertools
 from typing import Any, Dict, Iterator, Optional
 
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.view import Pod, PodRecord, record_of
@@ -25,8 +26,6 @@ from gahp.outputs import write_output
 from gahp.records import JobRecord
 
 log = logging.getLogger(__name__)
-
-JsonObj = Dict[str, Any]
 
 
 def _container_name(pod: PodRecord) -> str:

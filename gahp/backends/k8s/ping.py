@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Dict, Iterable, List, Set, Tuple
+from typing import Any, Iterable, List, Set, Tuple
 
-from gahp.backends.http import truncate
+from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import owner_selector, sandbox_key
 from gahp.backends.k8s.spec import build_pod, load_template, pod_name
@@ -21,8 +21,6 @@ from gahp.errors import ConfigError, GahpError, NotFound
 from gahp.job import PilotJob
 
 log = logging.getLogger(__name__)
-
-JsonObj = Dict[str, Any]
 
 
 def setup_problems(targets: Iterable[Tuple[QueueSettings, KubeApi, str]], ce_name: str, user: str) -> List[str]:

@@ -9,9 +9,9 @@ Reads one pod and its Events per look; never changes anything.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-from gahp.backends.http import truncate
+from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.identity import parse_job_id
 from gahp.backends.k8s.spec import CONTAINER
@@ -22,7 +22,6 @@ from gahp.errors import GahpError, InvalidJob, NotFound, Unauthorized
 from gahp.jobstate import Phase
 from gahp.hops import DONE, FAILED, WAITING, Hop
 
-JsonObj = Dict[str, Any]
 
 #: How many of a pod's Events a stall shows (the latest).
 EVENTS_SHOWN = 5

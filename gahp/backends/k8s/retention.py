@@ -8,9 +8,9 @@ from __future__ import annotations
 import datetime
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from gahp.backends.http import truncate
+from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of
 from gahp.backends.k8s.spec import ANN_REPORTED, generation_of
 from gahp.backends.k8s.state import parse_time
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-JsonObj = Dict[str, Any]
 
 #: Deletes a clean-up pass sends at a time.
 PARALLEL = 8

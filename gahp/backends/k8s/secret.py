@@ -4,16 +4,15 @@ deletes it with the pod), replaced when a Secret of that name belongs to an olde
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List
+from typing import List
 
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.spec import StagedFile, secret_body
 from gahp.backends.k8s.view import Pod, record_of
 from gahp.errors import BackendError, Conflict, GahpError
 
 log = logging.getLogger(__name__)
-
-JsonObj = Dict[str, Any]
 
 
 def ensure_secret(api: KubeApi, pod: Pod, staged: List[StagedFile], jid: str, fresh: bool = False) -> None:

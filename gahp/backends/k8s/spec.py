@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.identity import (ANN_USER, DOMAIN, LABEL_CE, LABEL_MANAGED_BY, LABEL_OWNER,
                                         LABEL_SANDBOX, MANAGED_BY, job_id_of, owner_labels, parse_job_id,
                                         pod_name, sandbox_key)
@@ -29,7 +30,6 @@ from gahp.errors import ConfigError, InvalidJob
 from gahp.files import TooLarge, read_input
 from gahp.job import PilotJob
 
-JsonObj = Dict[str, Any]
 
 # ----------------------------------------------------------------------------------------------
 # Labels and annotations: everything a fresh process needs is on the pod.

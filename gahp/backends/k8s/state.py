@@ -18,12 +18,11 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
 from gahp import holds
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.view import Pod, PodRecord, container_state, record_of
 from gahp.backends.table import Classified, Rule, answer
 from gahp.jobstate import JobState, Phase
-
-JsonObj = Dict[str, Any]
 
 
 #: Key (pod phase, then reason) → what the gridmanager is told. Keys are produced by :func:`classify`.

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
-from gahp.backends.http import truncate
+from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.cache import PodCache
 from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of, pod_name, refusal, sandbox_key
@@ -35,7 +35,6 @@ from gahp.records import JobRecord
 
 log = logging.getLogger(__name__)
 
-JsonObj = Dict[str, Any]
 
 #: Attempts at creating a pod when generation numbers collide with a concurrent submit.
 CREATE_ATTEMPTS = 3

@@ -14,8 +14,9 @@ What is each pod's own is its name, uid, resource version, times and sandbox lab
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Tuple, TypedDict, Union
+from typing import Any, Callable, Collection, List, Mapping, Optional, Tuple, TypedDict, Union
 
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.sharing import Canon
 
 try:
@@ -23,7 +24,6 @@ try:
 except ImportError:  # pragma: no cover - an installation without it (a distribution's python) parses whole
     msgspec = None  # type: ignore[assignment]
 
-JsonObj = Dict[str, Any]
 Pairs = Tuple[Tuple[str, str], ...]
 
 #: Pod phases after which nothing runs again.

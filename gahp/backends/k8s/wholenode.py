@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.settings import QueueSettings
 from gahp.errors import AuthError, InvalidJob
 from gahp.job import PilotJob
 
-JsonObj = Dict[str, Any]
 
 #: Share of a node's allocatable memory a whole-node pilot asks for, in percent.
 MEMORY_PERCENT = 95

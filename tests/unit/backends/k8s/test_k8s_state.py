@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import datetime
 from decimal import Decimal
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 import pytest
 
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.view import PodRecord
 from gahp.backends.k8s.state import (STATE_TABLE, _provisioned, classify, job_state, parse_time,
                                      quantity)
@@ -20,7 +21,6 @@ from gahp.jobstate import Phase
 pytestmark = pytest.mark.both_engines
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, 0, tzinfo=datetime.timezone.utc)
-JsonObj = Dict[str, Any]
 
 
 def pod(phase: str, *, waiting: Optional[JsonObj] = None, terminated: Optional[JsonObj] = None,
