@@ -18,13 +18,13 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import classad2
 
 from gahp import plugins
 from gahp.errors import InvalidJob, RoutesError
-from gahp.job import ce_requirements
+from gahp.job import PilotJob, ce_requirements
 from gahp.routes.convert import bad_entry_line, parse_entries
 from gahp.routes.pilots import RouteCondition, condition, meets, pilot_for
 from gahp.routes.report import Report, Route, SampleResult
@@ -210,49 +210,68 @@ class _Check:
         value = self.tools.value("JOB_ROUTER_ROUTE_NAMES")
         names_at = locations.get("JOB_ROUTER_ROUTE_NAMES", ("", self.path))[1]
         listed = route_names(value)
+        self._separators(value, names_at)
+        defined = _defined_routes(locations)
+        if value is None and defined:
+            self.problems.append(f"no JOB_ROUTER_ROUTE_NAMES: the JobRouter uses none of the routes defined "
+                                 f"({', '.join(sorted(defined.values()))}); list them there in match order")
+        kept = {r.name.upper() for r in routes}
+        for name in listed:
+            self._listed(name, listed, defined, kept, entries, by_route, locations, names_at)
+        if value is not None:
+            self._unlisted(listed, entries, defined, locations, names_at)
+        self._stray_errors(messages, by_route)
+        if not listed and not entries and not routes and not self.problems:
+            self.problems.append(f"{self.path} defines no routes (no JOB_ROUTER_ROUTE_NAMES, no JOB_ROUTER_ENTRIES)")
+        return listed + [e for e in entries if e.upper() not in {n.upper() for n in listed}]
+
+    def _stray_errors(self, messages: Sequence[str], by_route: Dict[str, List[str]]) -> None:
+        """The JobRouter's errors that belong to no route and that no problem says already."""
+        attributed = {line for lines in by_route.values() for line in lines}
+        for line in messages:
+            if "ERROR" in line and line not in attributed and not any(line in p for p in self.problems):
+                self.problems.append(f"JobRouter: {line}")
+
+    def _separators(self, value: Optional[str], names_at: str) -> None:
+        """A warning for a route list that starts or ends with a separator."""
         if value is not None and value.strip() and re.search(r"(^[, \t])|([, \t]$)", value):
             self.warnings.append(
                 f"{names_at}: JOB_ROUTER_ROUTE_NAMES = {value!r} starts or ends with a separator: HTCondor-CE's "
                 "start-up check (verify_ce_config) reports a route with an empty name at every start. Extend "
                 "the list only when it is defined (if defined JOB_ROUTER_ROUTE_NAMES ... else ... endif)")
-        defined = {name[len("JOB_ROUTER_ROUTE_"):].upper(): spelled[len("JOB_ROUTER_ROUTE_"):]
-                   for name, (spelled, _) in locations.items()
-                   if name.startswith("JOB_ROUTER_ROUTE_") and name != "JOB_ROUTER_ROUTE_NAMES"}
-        known = {n.upper() for n in self.entry_names} | set(defined)
-        kept = {r.name.upper() for r in routes}
-        if value is None and defined:
-            self.problems.append(f"no JOB_ROUTER_ROUTE_NAMES: the JobRouter uses none of the routes defined "
-                                 f"({', '.join(sorted(defined.values()))}); list them there in match order")
-        for name in listed:
-            upper = name.upper()
-            if upper not in known:
-                unused = [spelled for key, spelled in defined.items() if key not in {n.upper() for n in listed}]
-                guess = difflib.get_close_matches(name, unused or list(defined.values()), n=1, cutoff=0.6)
-                hint = f"; did you mean {guess[0]} (JOB_ROUTER_ROUTE_{guess[0]} is defined)?" if guess else ""
-                self.problems.append(f"{names_at}: JOB_ROUTER_ROUTE_NAMES lists {name}, but no JOB_ROUTER_ROUTE_{name} "
-                                     f"is defined{hint}")
-            elif upper not in kept and upper not in {n.upper() for n in self.entry_names if n not in entries}:
-                at = locations.get(f"JOB_ROUTER_ROUTE_{upper}", ("", names_at))[1]
-                reasons = by_route.get(name) or by_route.get(upper) or []
-                why = "; ".join(reasons) if reasons else "see the JobRouter messages below"
-                self.problems.append(f"{at}: route {name} is not valid, so the JobRouter drops it: {why}")
+
+    def _listed(self, name: str, listed: Sequence[str], defined: Dict[str, str], kept: Set[str],
+                entries: Sequence[str], by_route: Dict[str, List[str]], locations: Dict[str, Tuple[str, str]],
+                names_at: str) -> None:
+        """The problem with one name of JOB_ROUTER_ROUTE_NAMES, if it has one: no route of that name is
+        defined (and which one was perhaps meant), or HTCondor dropped the route (and why)."""
+        upper = name.upper()
+        if upper not in {n.upper() for n in self.entry_names} | set(defined):
+            unused = [spelled for key, spelled in defined.items() if key not in {n.upper() for n in listed}]
+            guess = difflib.get_close_matches(name, unused or list(defined.values()), n=1, cutoff=0.6)
+            hint = f"; did you mean {guess[0]} (JOB_ROUTER_ROUTE_{guess[0]} is defined)?" if guess else ""
+            self.problems.append(f"{names_at}: JOB_ROUTER_ROUTE_NAMES lists {name}, but no JOB_ROUTER_ROUTE_{name} "
+                                 f"is defined{hint}")
+        elif upper not in kept and upper not in {n.upper() for n in self.entry_names if n not in entries}:
+            at = locations.get(f"JOB_ROUTER_ROUTE_{upper}", ("", names_at))[1]
+            reasons = by_route.get(name) or by_route.get(upper) or []
+            why = "; ".join(reasons) if reasons else "see the JobRouter messages below"
+            self.problems.append(f"{at}: route {name} is not valid, so the JobRouter drops it: {why}")
+
+    def _unlisted(self, listed: Sequence[str], entries: Sequence[str], defined: Dict[str, str],
+                  locations: Dict[str, Tuple[str, str]], names_at: str) -> None:
+        """Warnings for routes (old-syntax entries, then route knobs) that JOB_ROUTER_ROUTE_NAMES leaves out."""
+        named = {n.upper() for n in listed}
         for entry in entries:
-            if value is not None and entry.upper() not in {n.upper() for n in listed}:
+            if entry.upper() not in named:
                 at = locations.get("JOB_ROUTER_ENTRIES", ("", self.path))[1]
                 self.warnings.append(f"{at}: route {entry} of JOB_ROUTER_ENTRIES is not in JOB_ROUTER_ROUTE_NAMES "
                                      f"({names_at}), so the JobRouter does not use it; add it to the list to use it")
         for key, spelled in sorted(defined.items()):
-            if value is not None and key not in {n.upper() for n in listed}:
+            if key not in named:
                 at = locations[f"JOB_ROUTER_ROUTE_{key}"][1]
                 self.warnings.append(f"{at}: route {spelled} is defined but not in JOB_ROUTER_ROUTE_NAMES "
                                      f"({names_at}), so the JobRouter does not use it; add it to the list to use it")
-        attributed = {line for lines in by_route.values() for line in lines}
-        for line in messages:
-            if "ERROR" in line and line not in attributed and not any(line in p for p in self.problems):
-                self.problems.append(f"JobRouter: {line}")
-        if not listed and not entries and not routes and not self.problems:
-            self.problems.append(f"{self.path} defines no routes (no JOB_ROUTER_ROUTE_NAMES, no JOB_ROUTER_ENTRIES)")
-        return listed + [e for e in entries if e.upper() not in {n.upper() for n in listed}]
 
     def _grid_resources(self, routes: Sequence[Route]) -> None:
         for r in routes:
@@ -299,12 +318,24 @@ class _Check:
             return SampleResult(sample.name, source, sample.description, route_name, grid_resource,
                                 routed_ad=routed_text, error=f"podgahp would hold it: {e}")
         submit_ad = classad2.parseOne(submit)
+        self._requirements_sent(submit_ad, route_name)
+        notes = self._notes(sample, route_name, batch, job, submit_ad)
+        return SampleResult(sample.name, source, sample.description, route_name, grid_resource, submit, job,
+                            routed_text, notes=tuple(notes))
+
+    def _requirements_sent(self, submit_ad: classad2.ClassAd, route_name: str) -> None:
+        """Warnings for the requests a route's pilots do not pass to podgahp in CERequirements."""
         sent = ce_requirements(str(submit_ad.lookup("CERequirements"))) if "CERequirements" in submit_ad else {}
         for attr, what in (("requestcpus", "RequestCpus (cores)"), ("requestdisk", "RequestDisk (disk)")):
             if attr not in sent:
                 at = self.locations.get(f"JOB_ROUTER_ROUTE_{route_name.upper()}", ("", ""))[1]
                 self.warnings.append(f"{at + ': ' if at else ''}route {route_name}: {what} does not reach podgahp; list "
                                      "it in CERequirements (and default_CERequirements on an HTCondor-CE)")
+
+    def _notes(self, sample: Sample, route_name: str, batch: str, job: PilotJob,
+               submit_ad: classad2.ClassAd) -> List[str]:
+        """What the report says of a routed pilot podgahp takes: a hold its queue would give it, a whole
+        node, attributes that reach podgahp unused."""
         notes = []
         held = self.queue_problem(job.grid_type or batch, job.queue, self._knob)
         if held:
@@ -316,8 +347,7 @@ class _Check:
         for name in UNUSED_SUBMIT_ATTRIBUTES:
             if name in submit_ad:
                 notes.append(f"{name} = {submit_ad.lookup(name)} reaches podgahp, which does not use it")
-        return SampleResult(sample.name, source, sample.description, route_name, grid_resource, submit, job,
-                            routed_text, notes=tuple(notes))
+        return notes
 
     def _knob(self, name: str) -> Optional[str]:
         """A knob's raw value in the configuration checked (None when undefined), read once."""
@@ -336,17 +366,28 @@ class _Check:
                 if result is not None and result.route != route.name:
                     self.warnings.append(f"{where}: the pilot built to meet route {route.name}'s REQUIREMENTS went to "
                                          f"{result.route or 'no route'} ({result.description})")
-            if route.name in reached:
-                continue
-            if route.name in built and not built[route.name]:
-                before = ", ".join(r.name for r in routes[:index]) or "none"
-                self.warnings.append(
-                    f"{where}: no sample pilot matched route {route.name}, and none could be built that meets its "
-                    f"REQUIREMENTS but not those of the routes before it ({before}): if an earlier route takes "
-                    "every such pilot, change the order of JOB_ROUTER_ROUTE_NAMES; else give pilots with --jobs")
-            else:
-                self.warnings.append(f"{where}: no sample pilot matched route {route.name}; give pilots it accepts "
-                                     "with --jobs to see what it does")
+            if route.name not in reached:
+                self._unreached(routes, index, built, where)
+
+    def _unreached(self, routes: Sequence[Route], index: int, built: Dict[str, str], where: str) -> None:
+        """The warning for a route no pilot reached, and what to do about it."""
+        route = routes[index]
+        if route.name in built and not built[route.name]:
+            before = ", ".join(r.name for r in routes[:index]) or "none"
+            self.warnings.append(
+                f"{where}: no sample pilot matched route {route.name}, and none could be built that meets its "
+                f"REQUIREMENTS but not those of the routes before it ({before}): if an earlier route takes "
+                "every such pilot, change the order of JOB_ROUTER_ROUTE_NAMES; else give pilots with --jobs")
+        else:
+            self.warnings.append(f"{where}: no sample pilot matched route {route.name}; give pilots it accepts "
+                                 "with --jobs to see what it does")
+
+
+def _defined_routes(locations: Dict[str, Tuple[str, str]]) -> Dict[str, str]:
+    """The routes the configuration defines (JOB_ROUTER_ROUTE_<name>): upper-case name -> name as spelled."""
+    prefix = "JOB_ROUTER_ROUTE_"
+    return {name[len(prefix):].upper(): spelled[len(prefix):] for name, (spelled, _) in locations.items()
+            if name.startswith(prefix) and name != "JOB_ROUTER_ROUTE_NAMES"}
 
 
 def pilots(routes: Sequence[Route], constraint: Optional[str],
@@ -446,23 +487,25 @@ def router_errors(text: str) -> Tuple[List[str], Dict[str, List[str]]]:
                 by_route.setdefault(current, []).extend(pending)
             pending = []
             current = converted.group(1) if converted else ""
-            continue
-        if line.startswith("\t") or _EMPTY_ERROR.match(line) or not _ERROR_LINE.search(line):
-            continue
-        line = line.strip()
-        if "not found in the routing table" in line or "JOB_ROUTER_ENTRIES" in line or "no longer supported" in line:
-            errors.append(line)
-            continue
-        line = re.sub(r"^route \S+ is not valid: ", "", line)
-        if line in pending or re.sub(r"^CONFIGURATION ERROR: ", "", line) in pending:
-            continue
-        if line not in pending:
-            pending.append(line)
-        if line not in errors:
-            errors.append(line)
+        elif not (line.startswith("\t") or _EMPTY_ERROR.match(line) or not _ERROR_LINE.search(line)):
+            _error_line(line.strip(), errors, pending)
     if current and pending:
         by_route.setdefault(current, []).extend(pending)
     return errors, {name: list(dict.fromkeys(lines)) for name, lines in by_route.items()}
+
+
+def _error_line(line: str, errors: List[str], pending: List[str]) -> None:
+    """One error line of the router's: among the errors (once), and among those of the route being read
+    (``pending``) unless it is about the whole configuration (a route listed but not found, the old syntax)."""
+    if "not found in the routing table" in line or "JOB_ROUTER_ENTRIES" in line or "no longer supported" in line:
+        errors.append(line)
+        return
+    line = re.sub(r"^route \S+ is not valid: ", "", line)
+    if line in pending or re.sub(r"^CONFIGURATION ERROR: ", "", line) in pending:
+        return
+    pending.append(line)
+    if line not in errors:
+        errors.append(line)
 
 
 def transform_failures(messages: Sequence[str]) -> Dict[str, Tuple[str, str]]:
