@@ -13,6 +13,7 @@ cluster, for ``podgahp reap``, ``q``, ``health`` and ``trace``).
 Its own: ``view`` (typed reads of a raw pod), ``schema`` (the spec checked against the client's
 models), ``limits`` and ``wholenode`` (sizes a cluster can place), ``secret`` (the input Secret),
 ``sharing`` (one copy of equal values across pods), ``ping`` (the set-up checks of ``BLAH_PING``),
-``rights`` (the RBAC rules the GAHP needs) and ``podtrace`` (the pod's hops of ``podgahp trace``).
+``rights`` (the RBAC rules the GAHP needs), ``clusters`` (the cluster registry: which cluster and
+namespace a queue uses, their clients and watch copies) and ``podtrace`` (the pod's hops of ``podgahp trace``).
 Nothing here is imported until the backend is chosen.
 """

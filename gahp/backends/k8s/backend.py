@@ -19,21 +19,21 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 from gahp import holds
 from gahp.backends.base import Backend
 from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.cache import CLOSE_WAIT_SECONDS, PodCache
+from gahp.backends.k8s.clusters import Clusters
 from gahp.backends.k8s.census import KubernetesCeView
-from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of, owner_selector, parse_job_id
+from gahp.backends.k8s.identity import job_id_of, parse_job_id
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems
 from gahp.backends.k8s.retention import clean_up, due_for_cleanup
-from gahp.backends.k8s.settings import (PREFIX, KubernetesSettings, QueueSettings, label_value, not_configured,
-                                        queue_names)
-from gahp.backends.k8s.spec import ANN_PROXY_KEY, ANN_REPORTED, ANNOTATIONS_READ, INPUT_VOLUME, LABEL_QUEUE, LABELS_READ, PROXY_KEY
+from gahp.backends.k8s.settings import PREFIX, KubernetesSettings, not_configured, queue_names
+from gahp.backends.k8s.spec import ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, PROXY_KEY
 from gahp.backends.k8s.state import classify, job_state
 from gahp.backends.k8s.submit import Submitter, is_live
 from gahp.backends.k8s.view import PodRecord, decode_pod
@@ -47,7 +47,6 @@ from gahp.job import PilotJob
 
 log = logging.getLogger(__name__)
 
-ClusterKey = Tuple[Optional[str], Optional[str]]
 
 
 def _now() -> datetime.datetime:
@@ -82,24 +81,18 @@ class KubernetesBackend(Backend):
         self.settings = settings
         self.user = user or user_name()
         self._lock = threading.Lock()
-        self._apis: Dict[ClusterKey, KubeApi] = {}
-        self._caches: Dict[Tuple[ClusterKey, str], PodCache] = {}
-        self._namespaces: Dict[str, Tuple[PodCache, ...]] = {}
-        """Namespace -> its watch copies (one per cluster serving it); replaced whole, read without the lock."""
-        self._queues_by_label: Dict[str, QueueSettings] = {}
-        """A pod's queue label -> its queue (the first queue of that label, as they are listed)."""
-        for queue in reversed(list(settings.queues.values())):
-            self._queues_by_label[label_value(queue.name.lower())] = queue
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self._warming: Optional[threading.Thread] = None
+        self.clusters = Clusters(settings, self.user, self._start_reaper)
+        """Which cluster and namespace each queue uses, their clients and watch copies (:mod:`.clusters`)."""
         self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
-        self.pipeline = Pipeline("k8s", settings.ce_name, self.user, settings.blackhole, self._api_totals)
+        self.pipeline = Pipeline("k8s", settings.ce_name, self.user, settings.blackhole, self.clusters.totals)
         """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
         self.records, self.guard, self.stats, self.reports = (self.pipeline.records, self.pipeline.guard,
                                                               self.pipeline.stats, self.pipeline.reports)
         self.pipeline.start()
-        self.submitter = Submitter(settings, self.pipeline, self.user, self._cluster)
+        self.submitter = Submitter(settings, self.pipeline, self.user, self.clusters.cluster)
         """Submits: :mod:`gahp.backends.k8s.submit`."""
 
     @classmethod
@@ -132,110 +125,27 @@ class KubernetesBackend(Backend):
             log.warning("old job records cannot be pruned: %s", e)
         for queue in self.settings.queues.values():
             try:
-                api = self._api(queue)
-                self._cache(api, api.namespace(queue))
+                self.clusters.cluster(queue)
             except Exception as e:  # noqa: BLE001 - the first request reports it properly
                 log.info("queue %s not ready at start (the first request will say why): %s", queue.name,
                          truncate(str(e), 200))
 
-    # -- plumbing ---------------------------------------------------------------------------
-
-    def _api(self, queue: QueueSettings) -> KubeApi:
+    def _start_reaper(self) -> None:
+        """The periodic clean-up starts with the first watch copy (it goes over the copies)."""
+        if self.settings.reap_interval_s <= 0:
+            return
         with self._lock:
-            if self._stop.is_set():  # closed: no client may be made after close() closed them all
-                raise TransientError(f"queue {queue.name}: the GAHP is shutting down")
-            api = self._apis.get(queue.cluster_key)
-            if api is None:
-                api = self._apis[queue.cluster_key] = KubeApi(self.settings, queue)
-            return api
-
-    def _cache(self, api: KubeApi, namespace: str) -> PodCache:
-        key = ((api.kubeconfig, api.context), namespace)
-        with self._lock:
-            if self._stop.is_set():  # closed: no watch may start after close() stopped them all
-                raise TransientError(f"namespace {namespace}: the GAHP is shutting down")
-            cache = self._caches.get(key)
-            if cache is None:
-                cache = self._caches[key] = PodCache(
-                    api, namespace, owner_selector(self.settings.ce_name, self.user),
-                    watch_timeout_s=self.settings.watch_timeout_s, backoff_s=max(self.settings.backoff_s, 0.1),
-                    backoff_max_s=self.settings.backoff_max_s, index_label=LABEL_SANDBOX,
-                    labels=LABELS_READ, annotations=ANNOTATIONS_READ)
-                self._namespaces = dict(self._namespaces,
-                                        **{namespace: self._namespaces.get(namespace, ()) + (cache,)})
-            start_reaper = self._reaper is None and self.settings.reap_interval_s > 0
-            if start_reaper:
-                self._reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
-        cache.start()
-        if start_reaper and self._reaper is not None:
-            self._reaper.start()
-        return cache
-
-    def _targets(self) -> List[Tuple[QueueSettings, KubeApi, str]]:
-        """(queue, api, namespace) of every queue whose cluster can be configured; ConfigError if none."""
-        targets: List[Tuple[QueueSettings, KubeApi, str]] = []
-        errors: List[str] = []
-        for queue in self.settings.queues.values():
-            api = self._api(queue)
-            try:
-                targets.append((queue, api, api.namespace(queue)))
-            except ConfigError as e:
-                errors.append(f"queue {queue.name}: {e}")
-        if not targets:
-            raise ConfigError("; ".join(errors))
-        return targets
-
-    def _clusters_for(self, namespace: str) -> List[KubeApi]:
-        """The distinct clusters that have a queue in ``namespace``."""
-        apis: List[KubeApi] = []
-        for _, api, ns in self._targets():
-            if ns == namespace and api not in apis:
-                apis.append(api)
-        if not apis:
-            raise BackendError(f"namespace {namespace} is not served by any queue in PODGAHP_K8S_QUEUES; "
-                               "was the configuration changed after this pilot was submitted?")
-        return apis
-
-    def _queue_of(self, pod: PodRecord) -> QueueSettings:
-        return self._queues_by_label.get(pod.label(LABEL_QUEUE)) or self.settings.queue(None)
-
-    def _find(self, jid: str) -> Tuple[Optional[PodRecord], Optional[KubeApi], Optional[PodCache]]:
-        """The pod of a job id from the watch copies; on a miss, or while a copy is still being listed,
-        one GET of that pod (never a relist, never a wait for the LIST: the cost of a stale or unknown
-        job id is one request, whatever the number of pods).
-
-        A pod deleted by Kubernetes after a disruption (preemption, eviction API, node drain) is
-        returned as last seen, so that its outcome can still be reported. A pod of that name that is
-        not this user's on this CE is refused (InvalidJob), never acted on.
-        """
-        namespace, name = parse_job_id(jid)
-        apis = self._clusters_for(namespace)
-        caches = [(api, self._cache(api, namespace)) for api in apis]
-        for api, cache in caches:
-            cache.start()
-            pod = cache.get(name) if cache.synced else None
-            if pod is not None:
-                return pod, api, cache
-        for api, cache in caches:
-            pod = cache.read(name, jid, self.submitter.refusal)
-            if pod is not None:
-                if cache.synced:
-                    log.info("[%s] pod not in the watch copy yet; read it", jid)
-                return pod, api, cache
-        for api, cache in caches:
-            last = cache.gone(name)
-            if last is not None and _disrupted(last):
-                if not last.finished:
-                    last = last.with_phase("Failed")
-                return last, api, cache
-        return None, (apis[0] if len(apis) == 1 else None), None
+            if self._reaper is not None or self._stop.is_set():
+                return
+            self._reaper = threading.Thread(target=self._reap_loop, name="reaper", daemon=True)
+        self._reaper.start()
 
     # -- ping ------------------------------------------------------------------------------
 
     def ping(self) -> None:
         """Check what a site gets wrong before pilots fail (:func:`gahp.backends.k8s.ping.setup_problems`)."""
         try:
-            targets = self._targets()
+            targets = self.clusters.targets()
         except ConfigError as e:
             raise ConfigError(f"ping: {e}") from e
         problems = setup_problems(targets, self.settings.ce_name, self.user)
@@ -250,16 +160,6 @@ class KubernetesBackend(Backend):
             raise BackendError("; ".join(problems))
 
     # -- submit ----------------------------------------------------------------------------
-
-    def _cluster(self, queue: QueueSettings) -> Tuple[KubeApi, PodCache]:
-        """The queue's cluster and the watch copy of its namespace."""
-        api = self._api(queue)
-        return api, self._cache(api, api.namespace(queue))
-
-    def _api_totals(self) -> Tuple[int, int, float]:
-        with self._lock:
-            apis = list(self._apis.values())
-        return sum(a.requests for a in apis), sum(a.errors for a in apis), sum(a.seconds for a in apis)
 
     def submit(self, job: PilotJob) -> str:
         """One pod per sandbox, whatever answers get lost (:mod:`gahp.backends.k8s.submit`), once the
@@ -279,12 +179,12 @@ class KubernetesBackend(Backend):
             final = self.reports.final(job_id)
             if final is not None:
                 return final
-            pod, api, _ = self._find(job_id)
+            pod, api, _ = self.clusters.find(job_id)
             if pod is None or api is None:
                 log.info("[%s] pod not found: reporting it removed", job_id)
                 return self.pipeline.report(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]),
                                             queue="")
-            queue = self._queue_of(pod)
+            queue = self.clusters.queue_of(pod)
             classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
                                   disruption_action=queue.disruption_action)
             state = job_state(pod, classified, job_id)
@@ -307,13 +207,13 @@ class KubernetesBackend(Backend):
         parts = job_id.split("/")
         if len(parts) != 3 or parts[0] != "k8s":
             return self.reports.final(job_id)
-        caches = self._namespaces.get(parts[1], ())
+        caches = self.clusters.watched(parts[1])
         cache = caches[0] if len(caches) == 1 and caches[0].synced else None
         pod = cache.get(parts[2]) if cache is not None else None
         known = self.reports.again(job_id, pod)
         if known is not None or pod is None:
             return known
-        queue = self._queue_of(pod)
+        queue = self.clusters.queue_of(pod)
         classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
                               disruption_action=queue.disruption_action)
         if classified.key not in ("Pending", "Pending/Unschedulable", "Running"):
@@ -335,7 +235,7 @@ class KubernetesBackend(Backend):
             try:
                 patched = api.call(f"annotate pod {pod.namespace}/{pod.name}", "patch_namespaced_pod",
                                    pod.name, pod.namespace, patch, job_id=jid, decode=decode_pod)
-                self._cache(api, pod.namespace).put(patched)
+                self.clusters.cache(api, pod.namespace).put(patched)
             except GahpError as e:
                 log.warning("[%s] pod cannot be marked reported (it will be cleaned up later): %s", jid, e)
 
@@ -361,17 +261,17 @@ class KubernetesBackend(Backend):
         self.records.drop(job_id)
 
     def _cancel_once(self, job_id: str) -> None:
-        pod, api, _ = self._find(job_id)
+        pod, api, _ = self.clusters.find(job_id)
         if pod is None or api is None:
             log.info("[%s] pod is already gone", job_id)
             return
-        self._delete_own(api, pod, job_id, self._queue_of(pod).delete_grace_s)
+        self._delete_own(api, pod, job_id, self.clusters.queue_of(pod).delete_grace_s)
 
     def _delete_own(self, api: KubeApi, pod: PodRecord, jid: str, grace: Optional[int]) -> None:
         """Delete a pod of this user, and only that pod: the uid precondition makes the API server
         refuse if the name now holds another pod."""
         namespace, name = pod.namespace, pod.name
-        why = self.submitter.refusal(pod)
+        why = self.clusters.refusal(pod)
         if why is not None:
             raise InvalidJob(f"{why}; refusing to delete it")
         extra: JsonObj = {} if grace is None else {"grace_period_seconds": grace}
@@ -383,7 +283,7 @@ class KubernetesBackend(Backend):
             gone = PodRecord.of(deleted)
             if gone.name == name and gone.uid == pod.uid:
                 # Terminating (a graceful delete answers with the pod): a submit right after must see it.
-                self._cache(api, namespace).put(deleted)
+                self.clusters.cache(api, namespace).put(deleted)
         except NotFound:
             log.info("[%s] pod is already gone", jid)
         except Conflict as e:
@@ -392,11 +292,11 @@ class KubernetesBackend(Backend):
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         namespace, name = parse_job_id(job_id)
         data = read_input(proxy_path, "proxy", self.settings.secret_max_bytes, "PODGAHP_K8S_SECRET_MAX_BYTES")
-        pod, api, _ = self._find(job_id)
+        pod, api, _ = self.clusters.find(job_id)
         if pod is None or api is None:
             log.info("[%s] no pod to refresh the proxy of", job_id)
             return
-        why = self.submitter.refusal(pod)
+        why = self.clusters.refusal(pod)
         if why is not None:
             raise InvalidJob(f"{why}; its proxy is not refreshed")
         if not is_live(pod):
@@ -426,9 +326,7 @@ class KubernetesBackend(Backend):
         first = True
         while not self._stop.wait(5.0 if first else self.settings.reap_interval_s):
             first = False
-            with self._lock:
-                caches = list(self._caches.values())
-            for cache in caches:
+            for cache in self.clusters.caches():
                 if not cache.synced:
                     continue
                 try:
@@ -449,25 +347,11 @@ class KubernetesBackend(Backend):
         each), then close its connections: after it, this backend makes no request."""
         with self._lock:
             self._stop.set()
-            caches = list(self._caches.values())
-            apis = list(self._apis.values())
             threads = [t for t in (self._warming, self._reaper) if t is not None]
-        for api in apis:  # first: a request waiting to be tried again gives up at once
-            api.close()
+        self.clusters.stop()  # first: a request waiting to be tried again gives up at once
         self._cancels.close()
         for thread in threads:
             if thread is not threading.current_thread() and thread.ident is not None:
                 thread.join(CLOSE_WAIT_SECONDS)
-        with self._lock:  # the warm-up may have made a copy before it saw the stop
-            caches = list(self._caches.values())
-            apis = list(self._apis.values())
-        for cache in caches:
-            cache.close()
-        for api in apis:
-            api.close()
+        self.clusters.close()  # the warm-up may have made a copy before it saw the stop
         self.pipeline.close()
-
-
-def _disrupted(pod: PodRecord) -> bool:
-    """Ended by Kubernetes itself: a terminal phase, or a ``DisruptionTarget`` condition."""
-    return pod.finished or pod.condition_true("DisruptionTarget")

@@ -165,7 +165,7 @@ def test_a_kubeconfig_token_is_sent_with_the_throttle_in_place(tls_sim: KubeSim,
     try:
         for _ in range(3):
             backend.ping()
-        apis = list(backend._apis.values())
+        apis = list(backend.clusters.apis())
         assert apis and all(isinstance(api.configuration().refresh_api_key_hook, ThrottledRefresh)
                             for api in apis)
     finally:

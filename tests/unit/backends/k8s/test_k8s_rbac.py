@@ -57,7 +57,7 @@ def test_every_operation_goes_through_with_the_role(make_backend: BackendFactory
     backend.refresh_proxy(running, str(proxy))
     assert backend.submit(make_job(tmp_path, sandbox="run_1.0_1", proxy=str(proxy))) == running
     backend.cancel(running)
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     sim.wait_for(lambda: backend.reap(cache) or True, 5, "a clean-up pass")
     refused = [f"{r.method} {r.path}" for r in sim.requests() if r.status == 403]
     assert refused == []

@@ -46,7 +46,7 @@ def test_nothing_of_100_pilots_is_left_after_their_life(make_backend: BackendFac
                ) == PILOTS
     for job_id in job_ids:
         assert wait_state(backend, job_id, Phase.COMPLETED, Phase.HELD, timeout=300).phase is Phase.COMPLETED
-    (cache,) = backend._caches.values()
+    (cache,) = backend.clusters.caches()
     sim.wait_for(lambda: all(pod is not None and pod.annotation(ANN_REPORTED)
                              for pod in (cache.get(j.split("/")[2]) for j in job_ids)),
                  60, "every outcome marked reported in the watch copy")

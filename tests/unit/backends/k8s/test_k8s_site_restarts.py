@@ -162,7 +162,7 @@ def test_a_compacted_history_while_the_gahp_is_cut_off_is_one_relist(cluster: Ku
     try:
         job_ids = submit_all(backend, tmp_path, 20, "cut", LONG)
         all_in(backend, job_ids, Phase.RUNNING, 300)
-        (cache,) = backend._caches.values()
+        (cache,) = backend.clusters.caches()
         lists = cache.lists
         proxy.cut()
         gone = job_ids[:5]

@@ -89,7 +89,7 @@ def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: Kubernetes
     names = [name_of(f"flat-{i:04d}") for i in range(1000)]
     _create_pods(sim, names[:10])
     _poll_all(backend, names[:10])  # starts the watch copy
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     wait_until(lambda: cache.synced and cache.watching, "the copy listed and its WATCH open", 20)
     sessions = (cache.lists, cache.watches)
     sim.clear_requests()
@@ -112,7 +112,7 @@ def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend
                                                       tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1.5")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     lists = cache.lists
 
 
@@ -131,7 +131,7 @@ def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend
 def test_expired_watch_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     lists = cache.lists
     sim.compact()
 
@@ -148,7 +148,7 @@ def test_expired_watch_relists(backend: KubernetesBackend, sim: KubeSim, tmp_pat
 def test_expired_watch_as_http_410_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     lists = cache.lists
     sim.fail_next(1, status=410, method="GET", path="/pods$")
     sim.wait_for(lambda: sim.drop_watches() or cache.lists > lists, 5, "a relist after HTTP 410")
@@ -163,7 +163,7 @@ def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: KubernetesBac
                          done=lambda state: state is not None and state.phase is Phase.RUNNING)
     assert backend.status_now(job_id) is running and backend.status(job_id) is running
     _, namespace, name = job_id.split("/")
-    copy = backend._namespaces[namespace][0]
+    copy = backend.clusters.watched(namespace)[0]
     seen = copy.get(name)
     request = urllib.request.Request(f"{sim.url}/api/v1/namespaces/{namespace}/pods/{name}", method="PATCH",
                                      data=json.dumps({"metadata": {"annotations": {"x": "y"}}}).encode(),
@@ -198,7 +198,7 @@ def test_clean_up_deletes_reported_and_superseded_pods(make_backend: BackendFact
     old_gen, new_gen = name_of("shared", 1), name_of("shared", 2)
     _create_pods(sim, [old_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"}, namespace)
     _create_pods(sim, [new_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"}, namespace)
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     sim.wait_for(lambda: cache.get(new_gen) and cache.get(done.split("/")[2]) is not None and
                  cache.get(done.split("/")[2]).annotation(ANN_REPORTED), 5, "cache current")  # type: ignore[union-attr]
     deleted = backend.reap(cache)
@@ -247,7 +247,7 @@ def test_one_clean_up_pass_deletes_everything_due(make_backend: BackendFactory, 
     for i, name in enumerate(newer):
         _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "2"}, namespace)
     _poll_all(backend, newer[:1], namespace)  # starts the watch copy
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     sim.wait_for(lambda: all(cache.get(n) for n in newer), 20, "the watch copy has every pod")
     assert sorted(backend.reap(cache)) == sorted(old)
     assert all(sim.pod(namespace, n) is not None for n in newer)
@@ -266,7 +266,7 @@ def test_a_status_does_not_wait_for_the_namespace_list(make_backend: BackendFact
     assert time.monotonic() - started < 4
     reads = sim.requests("GET", f"/pods/{names[0]}$")
     assert len(reads) == 1
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     assert not cache.synced  # the LIST is still being served: the answer did not come from it
     sim.wait_for(lambda: cache.synced, 20, "the LIST in")
     assert cache.get(names[0]) is not None
@@ -328,7 +328,7 @@ def test_close_ends_every_thread_and_refuses_new_work(make_backend: BackendFacto
     sim.fail_next(1000, status=503)
     backend.start()  # the warm-up starts the copy of the queue's namespace
     wait_until(lambda: sim.requests("GET", f"/namespaces/{NAMESPACE}/pods$"), "the copy's first LIST refused")
-    cache = next(iter(backend._caches.values()))
+    cache = next(iter(backend.clusters.caches()))
     thread = cache._thread
     backend.close()
     assert thread is not None and not thread.is_alive()
