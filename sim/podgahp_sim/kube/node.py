@@ -27,7 +27,7 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 from ..k8s.cluster import Cluster
 from ..k8s.config import SimConfig, SimNode, Taint
 from ..k8s.runc import RuncRuntime
-from ..k8s.store import JsonObj, Store, json_copy, now_rfc3339
+from ..k8s.store import Expired, JsonObj, Store, json_copy, now_rfc3339
 from ..k8s.volumes import Identity
 from .client import ApiError, Client, Kubeconfig
 from .kubeletapi import KubeletServer
@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 MIRRORED_KINDS = ("secrets", "configmaps")
 WATCH_SECONDS = 5
+#: How often the Secrets and ConfigMaps that pods here name but the mirror lacks are read again (a
+#: pilot's input Secret is made just after its pod), between the full reads of ``sync_seconds``.
+MISSING_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class NodeSpec:
     """How long a modelled container takes to exit after SIGTERM."""
     sync_seconds: float = 5.0
     """How often the Secrets and ConfigMaps of running pods are read again (their volumes follow)."""
+    event_log_size: int = 1000
+    """Changes of each kind the node's own store keeps (its kubelet's Events among them): a pass that
+    records more Events than that forwards the newest ones and drops the others, as a kubelet's event
+    recorder drops what is over its rate."""
 
 
 def references(pod: JsonObj) -> Set[Tuple[str, str]]:
@@ -112,7 +119,7 @@ class NodeAgent:
                            tick_seconds=spec.tick_seconds, runtime=spec.runtime, images=dict(spec.images),
                            runtime_dir=spec.runtime_dir, gc_seconds=3600.0, run_seconds=spec.run_seconds,
                            container_create_seconds=spec.container_create_seconds,
-                           sigterm_exit_seconds=spec.sigterm_exit_seconds)
+                           sigterm_exit_seconds=spec.sigterm_exit_seconds, event_log_size=spec.event_log_size)
         self.store = Store(config.event_log_size)
         self.cluster = Cluster(self.store, config)
         self.cluster.nodes[spec.name].ip = "127.0.0.1"
@@ -129,6 +136,7 @@ class NodeAgent:
         self._remote_events: Dict[Tuple[str, str], str] = {}
         """(namespace, local event name) -> the Event's name on the API server."""
         self._synced_at = 0.0
+        self._missing_at = 0.0
         self._tokens: Dict[Tuple[str, str], str] = {}
         self.registered = threading.Event()
 
@@ -356,6 +364,9 @@ class NodeAgent:
                 if time.monotonic() - self._synced_at >= self.spec.sync_seconds:
                     self._synced_at = time.monotonic()
                     self._sync_objects()
+                elif time.monotonic() - self._missing_at >= MISSING_SECONDS:
+                    self._missing_at = time.monotonic()
+                    self._fetch_missing()
             except Exception:  # keep running the node; the failure is logged with its traceback
                 log.exception("node %s: kubelet pass failed", self.spec.name)
 
@@ -397,7 +408,15 @@ class NodeAgent:
 
     def _push_events(self) -> None:
         with self.store.lock:
-            changes = self.store.events_after("events", self._event_cursor)
+            try:
+                changes = self.store.events_after("events", self._event_cursor)
+            except Expired:
+                # More Events since the last pass than the log holds (a burst of pods bound here): the
+                # ones still in it are forwarded, the older are dropped. Left unanswered, the same
+                # expiry stopped every later pass, and with it every status this node writes.
+                changes = list(self.store.logs.get("events", ()))
+                log.warning("node %s: more Events in one pass than its log holds (%d); the older ones are not "
+                            "recorded", self.spec.name, self.store.log_size)
             self._event_cursor = self.store.rv
         for change in changes:
             event = change.obj
@@ -420,10 +439,23 @@ class NodeAgent:
             except ApiError as e:
                 log.info("node %s: event %s/%s not recorded: %s", self.spec.name, namespace, name, e)
 
+    def _wanted(self) -> Set[Tuple[str, str, str]]:
+        """(resource, namespace, name) of every Secret and ConfigMap the pods here name; caller holds
+        the store's lock."""
+        return {(resource, p["metadata"]["namespace"], name)
+                for p in self.store.items("pods") for resource, name in references(p)}
+
+    def _fetch_missing(self) -> None:
+        """Read the Secrets and ConfigMaps named by pods here that the mirror does not hold yet: a pod
+        waits for its volume about a second, not ``sync_seconds`` (which read every one of them)."""
+        with self.store.lock:
+            missing = [key for key in self._wanted() if self.store.get(*key) is None]
+        for resource, namespace, name in sorted(missing):
+            self._fetch(resource, namespace, name)
+
     def _sync_objects(self) -> None:
         with self.store.lock:
-            wanted = {(resource, p["metadata"]["namespace"], name)
-                      for p in self.store.items("pods") for resource, name in references(p)}
+            wanted = self._wanted()
             held = {(r, o["metadata"]["namespace"], o["metadata"]["name"])
                     for r in MIRRORED_KINDS for o in self.store.items(r)}
         for resource, namespace, name in sorted(wanted):

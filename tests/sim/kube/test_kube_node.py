@@ -1,7 +1,8 @@
 """``podgahp sim node`` as a node of the real control plane, its containers run by runc from this
 machine's root filesystem: the real scheduler binds to it, ``kubectl logs`` reaches its log endpoint
-through the API server, and a node whose agent stops is marked not ready by the node lifecycle
-controller.
+through the API server, a node whose agent stops is marked not ready by the node lifecycle
+controller, and a burst of pods whose Events overflow the node's own log still has its statuses
+written.
 
 The real control plane alone: on the simulated API server the simulator's own kubelets are the nodes.
 What the node's containers do (signals and grace periods, deadlines, limits from their cgroups, the
@@ -100,3 +101,52 @@ def test_a_node_whose_agent_stops_is_marked_not_ready(real_cluster: KubeCluster)
             real_cluster.admin.call("DELETE", "/api/v1/nodes/" + name)
         except ApiError:
             pass
+
+
+@pytest.mark.timeout(150)
+def test_a_burst_of_events_over_the_nodes_log_still_has_every_status_written(real_engine: RealEngine) -> None:
+    """Pods bound at once to a node whose log keeps 2 changes: its first pass records more Events than
+    that. It forwards the newest, and every pod's status still reaches the API server (the expired
+    cursor once stopped every later pass of the node, and 1,000 pilots through a CE stalled so)."""
+    name = "burst-%d" % os.getpid()
+    spec = NodeSpec(name, taints=(ONLY_HERE,), tick_seconds=1.0, run_seconds=1.0, container_create_seconds=0.05,
+                    event_log_size=2)
+    names = ["b%d" % i for i in range(8)]
+    with joined_node(real_engine.cluster, spec) as agent:
+        for pod_name in names:
+            body = pod(agent, "true", name=pod_name, nodeName=name)
+            body["spec"]["containers"][0]["image"] = "pilot:1"
+            del body["spec"]["nodeSelector"]
+            create(real_engine, body)
+        for pod_name in names:
+            done = real_engine.wait_for_phase(real_engine.namespace, pod_name, "Succeeded", "Failed", timeout=60)
+            assert done["status"]["phase"] == "Succeeded", done["status"]
+        events = real_engine.api.get("/api/v1/namespaces/%s/events" % real_engine.namespace)["items"]
+        assert any(e["reason"] == "Started" and e["involvedObject"]["name"] in names for e in events)
+
+
+@pytest.mark.timeout(150)
+def test_a_secret_made_after_its_pod_is_read_without_waiting_for_the_full_sync(real_engine: RealEngine) -> None:
+    """A pilot's input Secret is made just after its pod: the node reads a Secret its pods name but it
+    lacks about every second, not only at the full read of every Secret (here once an hour)."""
+    name = "late-%d" % os.getpid()
+    spec = NodeSpec(name, taints=(ONLY_HERE,), tick_seconds=0.1, run_seconds=600, sync_seconds=3600)
+    with joined_node(real_engine.cluster, spec) as agent:
+        body = pod(agent, "true", name="late", nodeName=name,
+                   volumes=[{"name": "input", "secret": {"secretName": "late-input"}}])
+        body["spec"]["containers"][0]["image"] = "pilot:1"
+        del body["spec"]["nodeSelector"]
+        create(real_engine, body)
+
+        def waiting_as_the_node_last_heard() -> bool:
+            # the API server's answer to the node's status write (ContainerCreating) is back at the node:
+            # no later change of the pod makes the node look for the Secret again
+            with agent.store.lock:
+                seen = [p for p in agent._remote.values() if p["metadata"]["name"] == "late"]
+            statuses = (seen[0].get("status") or {}).get("containerStatuses") or [{}] if seen else [{}]
+            return ((statuses[0].get("state") or {}).get("waiting") or {}).get("reason") == "ContainerCreating"
+        wait_until(waiting_as_the_node_last_heard, "the pod waiting for its volume, as the node last heard")
+        real_engine.api.call("POST", "/api/v1/namespaces/%s/secrets" % real_engine.namespace, {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "late-input"}, "data": {}})
+        running = real_engine.wait_for_phase(real_engine.namespace, "late", "Running", "Failed", timeout=30)
+        assert running["status"]["phase"] == "Running", running["status"]
