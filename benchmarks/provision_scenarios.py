@@ -26,7 +26,8 @@ The provisioners, each at its own defaults:
   to the cluster; a pod ends as soon as nothing waits for it.
 
 Per scenario and provisioner: time until every job that can run has run (drain), pods created,
-pods that never ran a job, core-hours of started pilots without a job, most pods pending at once.
+pods that never ran a job, core-hours of started pilots without a job, most pods pending at once,
+pods that waited more than 2 minutes to be placed.
 
     .venv/bin/python benchmarks/provision_scenarios.py [--scenario S1 ...] [--knob NAME=VALUE ...]
 """
@@ -65,6 +66,7 @@ CE_ROUTE_S = 20
 CE_REPORT_S = 10
 DIRECT_CREATE_S = 2
 UNSCHEDULABLE_HOLD_S = 3600
+LONG_PENDING_S = 120
 
 
 # ------------------------------------------------------------------------------------------------
@@ -117,6 +119,10 @@ class Pod:
     on_start: Optional[Callable[["Pod"], None]] = None
     accounted: float = 0.0
     """Idle core-time accounted up to this time."""
+    pending_since: Optional[float] = None
+    """When it reached the cluster, while it waits there to be placed."""
+    pending_s: float = 0.0
+    """How long it waited to be placed (or until it was deleted, or the end of the run)."""
 
 
 @dataclass
@@ -225,7 +231,7 @@ class World:
     def submit_pod(self, pod: Pod) -> None:
         if pod.state != "creating":
             return
-        pod.state = "pending"
+        pod.state, pod.pending_since = "pending", self.now
         self.pending.append(pod)
         self.schedule_place()
 
@@ -248,11 +254,17 @@ class World:
                 self.used_gpus += pod.gpus
                 self.used_memory += pod.memory
                 pod.state = "starting"
+                self.placed(pod)
                 self.at(self.now + CONTAINER_START_S, lambda p=pod: self.container_started(p))
             else:
                 still.append(pod)
         self.pending = still
         self.peak_pending = max(self.peak_pending, len(still))
+
+    def placed(self, pod: Pod) -> None:
+        """The pod no longer waits to be placed: how long it waited."""
+        if pod.pending_since is not None:
+            pod.pending_s, pod.pending_since = self.now - pod.pending_since, None
 
     def container_started(self, pod: Pod) -> None:
         if pod.state != "starting":
@@ -274,6 +286,7 @@ class World:
     def delete(self, pod: Pod) -> None:
         """The provisioner deletes the pod (whatever it runs is requeued)."""
         if pod.state in ("creating", "pending"):
+            self.placed(pod)
             pod.state = "gone"
             if pod.on_end:
                 pod.on_end(pod)
@@ -729,6 +742,8 @@ class Figures:
     no_job: int
     idle_core_h: float
     peak_pending: int
+    long_pending: int = 0
+    """Pods that waited more than LONG_PENDING_S to be placed."""
     late_drain_s: Optional[float] = None
     seconds: float = 0.0
 
@@ -748,12 +763,15 @@ def run(scenario: Scenario, provisioner: str, knobs: Dict[str, str]) -> Figures:
     world = World(scenario)
     PROVISIONERS[provisioner](world, knobs)
     world.run()
+    for pod in world.pods:
+        world.placed(pod)
     drained, left = drain(scenario.jobs)
     late = None
     if scenario.late:
         late, _ = drain([j for j in scenario.jobs if j.project == scenario.late])
     return Figures(drained, left, len(world.pods), sum(1 for p in world.pods if not p.ran_job),
-                   world.idle_core_s / 3600, world.peak_pending, late, time.process_time() - started)
+                   world.idle_core_s / 3600, world.peak_pending,
+                   sum(1 for p in world.pods if p.pending_s > LONG_PENDING_S), late, time.process_time() - started)
 
 
 def minutes(seconds: Optional[float], left: int = 0) -> str:
@@ -764,7 +782,7 @@ def minutes(seconds: Optional[float], left: int = 0) -> str:
 
 def table(results: Dict[str, Dict[str, Figures]], chosen: Sequence[Scenario], names: Sequence[str]) -> str:
     lines = ["| scenario | provisioner | drain | pods created | pods that never ran a job | idle core-hours "
-             "| peak pending |", "|---|---|---:|---:|---:|---:|---:|"]
+             f"| peak pending | pending > {LONG_PENDING_S // 60} min |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for scenario in chosen:
         for name in names:
             f = results[scenario.name][name]
@@ -772,7 +790,7 @@ def table(results: Dict[str, Dict[str, Figures]], chosen: Sequence[Scenario], na
             if f.late_drain_s is not None or scenario.late:
                 drained += f" (late group {minutes(f.late_drain_s)})"
             lines.append(f"| {scenario.name} | {name} | {drained} | {f.pods:,} | {f.no_job:,} | "
-                         f"{f.idle_core_h:,.1f} | {f.peak_pending:,} |")
+                         f"{f.idle_core_h:,.1f} | {f.peak_pending:,} | {f.long_pending:,} |")
     return "\n".join(lines)
 
 

@@ -51,6 +51,9 @@ class GroupRecord:
     failures: int = 0
     """Its pilots in a row that ended (or got lost) without joining the pool."""
     failed_at: float = 0.0
+    unplaced: int = 0
+    """The most pilots it may have on their way since the cluster last left its pilots unplaced past the
+    start tolerance, doubled each cycle it plans more (0: no such limit)."""
 
     def hold(self, now: float, waiting: int) -> None:
         self.unmatched_at = now
@@ -66,7 +69,7 @@ class GroupRecord:
 
     @property
     def empty(self) -> bool:
-        return not self.unmatched_at and not self.failures
+        return not self.unmatched_at and not self.failures and not self.unplaced
 
 
 @dataclass

@@ -94,6 +94,12 @@ CASES = [
     Case("a pilot waiting to start past start_s: the cluster does not place more; the rest withdrawn",
          {SMALL: 100}, BUSY2 + waiting(n=1, age=200) + waiting(n=5, age=30, first=1), slots(BUSY2, claimed=True),
          {}, removed=3, note="to start"),
+    Case("a pilot waiting to start past start_s, supply enough for the jobs: withdrawn down to ramp_start all the "
+         "same", {SMALL: 50}, BUSY2 + waiting(n=10, age=200) + waiting(n=40, age=30, first=10),
+         slots(BUSY2, claimed=True), {}, removed=47, note="to start"),
+    Case("placed again after pilots went unplaced: ramp_start on their way, not the ramp's own", {SMALL: 100},
+         running(n=20), slots(running(n=20), claimed=True), {S: 3},
+         history=History({}, {S: GroupRecord(unplaced=3)})),
     Case("held pilots: the cluster does not place more", {SMALL: 40}, BUSY2 + waiting(n=1, held=True),
          slots(BUSY2, claimed=True), {}, note="to start"),
     Case("pilots not started and no longer needed are withdrawn", {SMALL: 2}, waiting(n=5), [], {}, removed=3),
