@@ -61,11 +61,13 @@ system-deps:
 k8s-control-plane: system-deps
 	$(PYTHON) -m harness control-plane
 
-# check: the import-layer contracts, mypy --strict, and the documentation site built with every warning
-# an error (mkdocs.yml: a broken link or anchor, a page the navigation leaves out).
+# check: the import-layer contracts, mypy --strict, the limits on a function's length and complexity
+# (tests/unit/test_function_size.py, radon), and the documentation site built with every warning an
+# error (mkdocs.yml: a broken link or anchor, a page the navigation leaves out).
 check: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/unit/test_function_size.py
 	$(VENV)/bin/mkdocs build --strict --quiet
 
 # The documentation site (docs/, mkdocs.yml), served on the loopback while its pages are edited.

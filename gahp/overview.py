@@ -9,7 +9,7 @@ two reads whatever the number of pilots: one schedd query and each backend's cen
 from __future__ import annotations
 
 import datetime
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from gahp.backends.base import RemoteJob
@@ -57,35 +57,39 @@ def _int(value: Any) -> int:
 def join(ads: Iterable[Mapping[str, Any]], jobs: Iterable[RemoteJob], now: datetime.datetime) -> List[PilotRow]:
     """A row per routed grid job of a backend, in job-id order, with its remote job (if a census has it)."""
     by_id = {j.job_id: j for j in jobs}
-    rows = []
-    for ad in ads:
-        grid_job_id = str(ad.get("GridJobId") or "")
-        named = gahp_job_ids(grid_job_id)
-        job_id = named[0] if named else ""
-        remote = by_id.get(job_id) if job_id else None
-        qdate = ad.get("QDate")
-        since = (remote.created if remote is not None and remote.created is not None
-                 else datetime.datetime.fromtimestamp(qdate, datetime.timezone.utc) if isinstance(qdate, int) else None)
-        clock = remote.listed_at if remote is not None and remote.listed_at is not None and remote.created else now
-        if remote is not None:
-            reason = remote.reason
-        elif job_id:
-            reason = "remote job gone"
-        else:
-            reason = "no remote job yet"
-        if JOB_STATUS.get(_int(ad.get("JobStatus"))) == "H" and ad.get("HoldReason"):
-            reason = f"held: {ad.get('HoldReason')}"
-        rows.append(PilotRow(
-            job=f"{ad.get('ClusterId')}.{ad.get('ProcId')}", source=str(ad.get("RoutedFromJobId") or ""),
-            owner=str(ad.get("Owner") or ""), route=str(ad.get("RouteName") or ""),
-            backend=gahp_type(ad.get("GridResource")) or "",
-            queue=(remote.queue if remote is not None else "") or str(ad.get("BatchQueue") or ""),
-            status=JOB_STATUS.get(_int(ad.get("JobStatus")), "?"),
-            remote=remote.name if remote is not None else job_id.rsplit("/", 1)[-1],
-            where=remote.where if remote is not None else "",
-            node=remote.node if remote is not None else "", phase=remote.state if remote is not None else "",
-            age_s=int((clock - since).total_seconds()) if since else None, reason=" ".join(reason.split())))
+    rows = [_row(ad, by_id, now) for ad in ads]
     return sorted(rows, key=lambda r: tuple(int(x) if x.isdigit() else 0 for x in r.job.split(".")))
+
+
+def _row(ad: Mapping[str, Any], by_id: Mapping[str, RemoteJob], now: datetime.datetime) -> PilotRow:
+    """One routed grid job's row: what its ad says, and what its remote job (if a census has it) says."""
+    named = gahp_job_ids(str(ad.get("GridJobId") or ""))
+    job_id = named[0] if named else ""
+    remote = by_id.get(job_id) if job_id else None
+    status = JOB_STATUS.get(_int(ad.get("JobStatus")), "?")
+    if status == "H" and ad.get("HoldReason"):
+        reason = f"held: {ad.get('HoldReason')}"
+    else:
+        reason = remote.reason if remote is not None else "remote job gone" if job_id else "no remote job yet"
+    row = PilotRow(
+        job=f"{ad.get('ClusterId')}.{ad.get('ProcId')}", source=str(ad.get("RoutedFromJobId") or ""),
+        owner=str(ad.get("Owner") or ""), route=str(ad.get("RouteName") or ""),
+        backend=gahp_type(ad.get("GridResource")) or "", queue=str(ad.get("BatchQueue") or ""), status=status,
+        remote=job_id.rsplit("/", 1)[-1], where="", node="", phase="", age_s=_age_s(ad, remote, now),
+        reason=" ".join(reason.split()))
+    if remote is None:
+        return row
+    return replace(row, queue=remote.queue or row.queue, remote=remote.name, where=remote.where, node=remote.node,
+                   phase=remote.state)
+
+
+def _age_s(ad: Mapping[str, Any], remote: Optional[RemoteJob], now: datetime.datetime) -> Optional[int]:
+    """Seconds since the remote job was created (as the census saw it), else since the grid job was queued."""
+    qdate = ad.get("QDate")
+    since = (remote.created if remote is not None and remote.created is not None
+             else datetime.datetime.fromtimestamp(qdate, datetime.timezone.utc) if isinstance(qdate, int) else None)
+    clock = remote.listed_at if remote is not None and remote.listed_at is not None and remote.created else now
+    return int((clock - since).total_seconds()) if since else None
 
 
 def matches(row: PilotRow, queue: Optional[str], node: Optional[str], phase: Optional[str],

@@ -103,30 +103,10 @@ class ProvisionSettings:
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> ProvisionSettings:
-        name = knobs.string(PREFIX + "NAME", f"podgahp@{socket.getfqdn()}")
-        if not NAME.fullmatch(name):
-            raise ConfigError(f"{PREFIX}NAME = {name!r}: at most 128 printable characters, without quotes, "
-                              "backslash or $ (pilots advertise it in the pool)")
-        group_by = tuple(knobs.names(PREFIX + "GROUP_BY", []))
-        for attribute in group_by:
-            if not ATTRIBUTE.fullmatch(attribute) or len(attribute) > 64:
-                raise ConfigError(f"{PREFIX}GROUP_BY: {attribute!r} is not a job attribute name")
-        kind = knobs.string(PREFIX + "PILOT_KIND", "shaped").lower()
-        if kind not in KINDS:
-            raise ConfigError(f"{PREFIX}PILOT_KIND = {kind!r} is not one of {', '.join(KINDS)}")
-        queue = knobs.optional(PREFIX + "PILOT_QUEUE")
-        if queue is not None and not ATTRIBUTE.fullmatch(queue):
-            raise ConfigError(f"{PREFIX}PILOT_QUEUE = {queue!r} is not a queue name")
-        environment = knobs.string(PREFIX + "PILOT_ENVIRONMENT", "")
-        if any(c in environment for c in "\"'\n$") or not all(
-                ATTRIBUTE.fullmatch(item.partition("=")[0]) and "=" in item for item in environment.split()):
-            raise ConfigError(f"{PREFIX}PILOT_ENVIRONMENT: NAME=value pairs separated by blanks, without quotes or $")
+        name, group_by, kind, queue = _name(knobs), _group_by(knobs), _kind(knobs), _queue(knobs)
+        environment, pool = _environment(knobs), _pool(knobs)
         job_filter = knobs.string(PREFIX + "JOB_FILTER", "true")
         _check_expression(PREFIX + "JOB_FILTER", job_filter)
-        pool = knobs.optional(PREFIX + "POOL")
-        if pool is not None and not ADDRESS.fullmatch(pool):
-            raise ConfigError(f"{PREFIX}POOL = {pool!r} is not a collector address "
-                              "(host[:port] or <sinful>, without blanks, quotes or $)")
         # As the GAHP's log: $(USER_LOG) (an HTCondor-CE's $(LOG)/user, mode 1777) is where the account
         # that owns the pilots can write; $(LOG) belongs to condor there.
         log_dir = knobs.raw("USER_LOG") or knobs.raw("LOG") or "/tmp"
@@ -155,6 +135,52 @@ class ProvisionSettings:
             pilot_token_file=knobs.optional(PREFIX + "PILOT_TOKEN_FILE"),
             log_file=knobs.string(PREFIX + "LOG", os.path.join(log_dir, f"PodgahpProvisionLog.{user_name()}")),
         )
+
+
+def _name(knobs: Knobs) -> str:
+    name = knobs.string(PREFIX + "NAME", f"podgahp@{socket.getfqdn()}")
+    if not NAME.fullmatch(name):
+        raise ConfigError(f"{PREFIX}NAME = {name!r}: at most 128 printable characters, without quotes, "
+                          "backslash or $ (pilots advertise it in the pool)")
+    return name
+
+
+def _group_by(knobs: Knobs) -> Tuple[str, ...]:
+    group_by = tuple(knobs.names(PREFIX + "GROUP_BY", []))
+    for attribute in group_by:
+        if not ATTRIBUTE.fullmatch(attribute) or len(attribute) > 64:
+            raise ConfigError(f"{PREFIX}GROUP_BY: {attribute!r} is not a job attribute name")
+    return group_by
+
+
+def _kind(knobs: Knobs) -> str:
+    kind = knobs.string(PREFIX + "PILOT_KIND", "shaped").lower()
+    if kind not in KINDS:
+        raise ConfigError(f"{PREFIX}PILOT_KIND = {kind!r} is not one of {', '.join(KINDS)}")
+    return kind
+
+
+def _queue(knobs: Knobs) -> Optional[str]:
+    queue = knobs.optional(PREFIX + "PILOT_QUEUE")
+    if queue is not None and not ATTRIBUTE.fullmatch(queue):
+        raise ConfigError(f"{PREFIX}PILOT_QUEUE = {queue!r} is not a queue name")
+    return queue
+
+
+def _environment(knobs: Knobs) -> str:
+    environment = knobs.string(PREFIX + "PILOT_ENVIRONMENT", "")
+    if any(c in environment for c in "\"'\n$") or not all(
+            ATTRIBUTE.fullmatch(item.partition("=")[0]) and "=" in item for item in environment.split()):
+        raise ConfigError(f"{PREFIX}PILOT_ENVIRONMENT: NAME=value pairs separated by blanks, without quotes or $")
+    return environment
+
+
+def _pool(knobs: Knobs) -> Optional[str]:
+    pool = knobs.optional(PREFIX + "POOL")
+    if pool is not None and not ADDRESS.fullmatch(pool):
+        raise ConfigError(f"{PREFIX}POOL = {pool!r} is not a collector address "
+                          "(host[:port] or <sinful>, without blanks, quotes or $)")
+    return pool
 
 
 def policy(knobs: Knobs) -> Policy:
