@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from contextlib import contextmanager
 
@@ -30,11 +30,12 @@ from gahp.blackhole import GuardSettings
 from gahp.config import Knobs
 from gahp.errors import GahpError
 from gahp.health import CeHealth, gather
+from gahp.jobads import READ as JOB_AD_READS, Editor, JobAdSettings, Written, plan as job_ad_plan, write as write_job_ads
 from gahp.logs import printable
 from gahp.orphans import REAP_MAX_DELETES, plan
 from gahp.overview import JOB_ATTRIBUTES, PilotRow, join
-from gahp.schedd import (GRID_UNIVERSE, SCHEDD_KNOBS, GridJobs, ScheddUnavailable, gahp_job_ids, gahp_type, grid_jobs,
-                          query)
+from gahp.schedd import (GRID_UNIVERSE, SCHEDD_KNOBS, GridJobs, ScheddUnavailable, edit_jobs, gahp_job_ids, gahp_type,
+                          grid_jobs, query)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ class ReapResult:
     censuses: List[Census] = field(default_factory=list)
     ce_names: Dict[str, str] = field(default_factory=dict)
     """Backend -> the CE's name for its remote jobs."""
+    job_ads: Written = field(default_factory=Written)
+    """The job-ad attributes written (:mod:`gahp.jobads`)."""
 
 
 @contextmanager
@@ -109,20 +112,30 @@ def reap(knobs: Optional[Knobs] = None, dry_run: bool = False) -> ReapResult:
     """One pass; raises GahpError (ScheddUnavailable, ConfigError) before any delete when it cannot know."""
     knobs = knobs or Knobs()
     settings = ReapSettings.from_knobs(knobs)
+    ads = JobAdSettings.from_knobs(knobs)
     with ce_views(knobs) as views:
         try:
-            grid = grid_jobs(settings.schedd_name, settings.schedd_pool)
+            grid = grid_jobs(settings.schedd_name, settings.schedd_pool, JOB_AD_READS if ads.enabled else ())
         except ScheddUnavailable as e:
             raise type(e)(f"{e} {SCHEDD_KNOBS}") from e
-        result = reap_views(views, grid, settings.grace_s, dry_run)
-    log.info("reap: %d remote jobs, %d orphans, %d deleted, %d errors, %d requests", result.jobs, result.orphans,
-             result.deleted, len(result.errors), result.requests)
+
+        def edit(jobs: Sequence[str], attribute: str, expression: str) -> int:
+            return edit_jobs(jobs, attribute, expression, settings.schedd_name, settings.schedd_pool)
+
+        result = reap_views(views, grid, settings.grace_s, dry_run, ads, edit)
+    log.info("reap: %d remote jobs, %d orphans, %d deleted, %d errors, %d requests; job ads: %d written in %d "
+             "transactions, %d left for the next pass", result.jobs, result.orphans, result.deleted,
+             len(result.errors), result.requests, result.job_ads.jobs, result.job_ads.transactions,
+             result.job_ads.deferred)
     return result
 
 
-def reap_views(views: List[CeView], grid: GridJobs, grace_s: float, dry_run: bool = False) -> ReapResult:
+def reap_views(views: List[CeView], grid: GridJobs, grace_s: float, dry_run: bool = False,
+               job_ads: JobAdSettings = JobAdSettings(enabled=False), edit: Optional[Editor] = None) -> ReapResult:
     """One pass over ``views`` (every backend's census) given the schedd's answer ``grid``: the orphans
-    of :func:`gahp.orphans.plan` deleted, or nothing anywhere when the plan refuses."""
+    of :func:`gahp.orphans.plan` deleted, or nothing anywhere when the plan refuses; with ``job_ads``
+    enabled, the attributes of :mod:`gahp.jobads` written through ``edit`` to the jobs of ``grid.ads``
+    (not in a dry run)."""
     result = ReapResult(censuses=_censuses(views, grid.job_ids), ce_names={v.backend: v.ce_name for v in views})
     for census in result.censuses:
         result.jobs += len(census.jobs)
@@ -139,6 +152,11 @@ def reap_views(views: List[CeView], grid: GridJobs, grace_s: float, dry_run: boo
         for job in decided.orphans[:REAP_MAX_DELETES]:
             _delete(view_of[id(job)], job, dry_run, result)
     result.requests = sum(v.requests for v in views)
+    if job_ads.enabled:
+        edits, deferred = job_ad_plan(grid.ads, [j for c in result.censuses for j in c.jobs],
+                                      [v.backend for v in views], job_ads.max_jobs)
+        result.job_ads = write_job_ads(edits, deferred, None if dry_run else edit)
+        result.errors.extend(result.job_ads.errors)
     return result
 
 
@@ -157,7 +175,8 @@ def _delete(view: CeView, job: RemoteJob, dry_run: bool, result: ReapResult) -> 
 def classad_lines(result: ReapResult) -> List[str]:
     """The pass as ``Attr = value`` lines for a schedd cron job (its PREFIX is prepended)."""
     lines = [f"Pods = {result.jobs}", f"Orphans = {result.orphans}", f"Deleted = {result.deleted}",
-             f"Errors = {len(result.errors)}", f"ApiRequests = {result.requests}"]
+             f"Errors = {len(result.errors)}", f"ApiRequests = {result.requests}",
+             f"JobAdsWritten = {result.job_ads.jobs}", f"JobAdTransactions = {result.job_ads.transactions}"]
     if result.errors:
         first = printable(result.errors[0][:500]).replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'LastError = "{first}"')

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Dict, FrozenSet, List, Optional, Sequence
+from typing import IO, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from gahp.errors import GahpError
 
@@ -50,6 +50,10 @@ class ScheddUnavailable(GahpError):
 
 class IncompleteAnswer(ScheddUnavailable):
     """The schedd answered, but the answer cannot be shown to hold every job; nothing may be deleted."""
+
+
+class EditRefused(GahpError):
+    """The schedd did not make an edit of job ads (no right to, or it failed); nothing of it was made."""
 
 
 def query(constraint: str, projection: List[str], name: Optional[str] = None,
@@ -275,9 +279,13 @@ class GridJobs:
     """Grid jobs in the answer."""
     schedd_name: str
     """The schedd's name (``Name`` of its ad): the gridmanager puts it in every sandbox id."""
+    ads: Tuple[Mapping[str, object], ...] = ()
+    """The grid jobs' ads as read: ``GridJobId`` and the attributes asked for (a value that is neither a
+    string, a number nor a boolean as an :class:`Expression`; an undefined one as None)."""
 
 
-def grid_jobs(name: Optional[str] = None, pool: Optional[str] = None) -> GridJobs:
+def grid_jobs(name: Optional[str] = None, pool: Optional[str] = None,
+              attributes: Sequence[str] = ()) -> GridJobs:
     """Every grid job of the schedd, or IncompleteAnswer / ScheddUnavailable.
 
     The answer is trusted only when it is shown to be whole: the schedd's own count of its grid jobs,
@@ -285,6 +293,7 @@ def grid_jobs(name: Optional[str] = None, pool: Optional[str] = None) -> GridJob
     received, and the schedd does not answer with an empty queue while its ad in the collector, at its
     last update, counted jobs (``TotalJobAds``). Either mismatch (a truncated answer, another schedd
     answering, a queue lost since the last update) means "cannot know": nothing is deleted this pass.
+    ``attributes``: more of each ad to read in the same query (:attr:`GridJobs.ads`).
     """
     import htcondor2
 
@@ -292,7 +301,9 @@ def grid_jobs(name: Optional[str] = None, pool: Optional[str] = None) -> GridJob
     try:
         schedd = locate(name, pool)
         summary = schedd.query(constraint=GRID_UNIVERSE, opts=htcondor2.QueryOpt.SummaryOnly)
-        ads = schedd.query(constraint=GRID_UNIVERSE, projection=["GridJobId"])
+        projection = ["GridJobId"] + [a for a in attributes if a != "GridJobId"]
+        ads = [{key: _read(ad.get(key)) for key in projection}
+               for ad in schedd.query(constraint=GRID_UNIVERSE, projection=projection)]
         collector = htcondor2.Collector(pool) if pool else htcondor2.Collector()
         location = (collector.locate(htcondor2.DaemonType.Schedd, name) if name
                     else collector.locate(htcondor2.DaemonType.Schedd))
@@ -306,8 +317,7 @@ def grid_jobs(name: Optional[str] = None, pool: Optional[str] = None) -> GridJob
     counts = summary[0] if summary else {}
     counted, queue_total = _count(counts.get("Jobs")), _count(counts.get("AllusersJobs"))
     total_ads = _count(advertised[0].get("TotalJobAds")) if advertised else None
-    return check_whole(where, schedd_name, [{"GridJobId": ad.get("GridJobId")} for ad in ads], counted,
-                       queue_total, total_ads)
+    return check_whole(where, schedd_name, ads, counted, queue_total, total_ads)
 
 
 def check_whole(where: str, schedd_name: str, ads: List[Dict[str, object]], counted: Optional[int],
@@ -326,7 +336,53 @@ def check_whole(where: str, schedd_name: str, ads: List[Dict[str, object]], coun
         raise IncompleteAnswer(f"{where} answers with an empty queue but its ad counted {advertised_total} "
                                "jobs at its last update: not trusting the answer this pass")
     ids = frozenset(job_id for ad in ads for job_id in gahp_job_ids(ad.get("GridJobId")))
-    return GridJobs(job_ids=ids, jobs=len(ads), schedd_name=schedd_name)
+    return GridJobs(job_ids=ids, jobs=len(ads), schedd_name=schedd_name, ads=tuple(ads))
+
+
+def _read(value: Any) -> object:
+    """A value of an ad the bindings gave, as :attr:`GridJobs.ads` holds it."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    import classad2
+
+    if value is classad2.Value.Undefined:
+        return None
+    return Expression(str(value))
+
+
+def edit_jobs(job_ids: Sequence[str], attribute: str, expression: str, name: Optional[str] = None,
+              pool: Optional[str] = None) -> int:
+    """Set ``attribute`` to ``expression`` (ClassAd text) in those of the grid jobs ``job_ids``
+    (``cluster.proc``) that still exist, in one transaction of the schedd (``name`` of ``pool``, default
+    the local one): the number edited. The jobs are chosen by a constraint, so a job that left the queue
+    since it was read is passed over instead of failing the others. Raises EditRefused when the schedd
+    does not make the edit (the identity may not edit some of the jobs: nothing is written), and
+    ScheddUnavailable when it cannot be asked."""
+    if not job_ids:
+        return 0
+    for job in job_ids:
+        if not re.fullmatch(r"[0-9]+\.[0-9]+", job):
+            raise ValueError(f"{job!r} is not a job id")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", attribute):
+        raise ValueError(f"{attribute!r} is not an attribute name")
+    listed = ", ".join(f'"{job}"' for job in job_ids)
+    constraint = f'{GRID_UNIVERSE} && member(strcat(ClusterId, ".", ProcId), {{{listed}}})'
+    try:
+        schedd = locate(name, pool)
+    except Exception as e:  # noqa: BLE001 - the bindings raise several kinds; any means "unknown"
+        raise ScheddUnavailable(f"{describe(name, pool)} cannot be reached: {e}") from e
+    try:
+        return int(schedd.edit(constraint, attribute, expression))
+    except Exception as e:  # noqa: BLE001 - the bindings raise HTCondorException for any refusal
+        failure = e
+    # The schedd refuses an edit whose constraint matches no job: every job of the list has gone.
+    try:
+        left = schedd.query(constraint=constraint, projection=["ClusterId"])
+    except Exception as e:  # noqa: BLE001
+        raise ScheddUnavailable(f"{describe(name, pool)} cannot be queried: {e}") from e
+    if not left:
+        return 0
+    raise EditRefused(f"{describe(name, pool)} did not set {attribute} in {len(left)} jobs: {failure}") from failure
 
 
 def _count(value: object) -> Optional[int]:

@@ -58,6 +58,9 @@ class RemoteJob:
     where: str = ""
     """Where it is, when a service has places (a namespace; with the cluster's context when the CE's
     queues use several clusters)."""
+    cluster: str = ""
+    """The cluster it is in, only where the CE's queues use several (a kubeconfig's context, else the
+    kubeconfig); empty otherwise."""
     node: str = ""
     """The machine it runs on, when the service says."""
     reason: str = ""

@@ -80,7 +80,7 @@ class KubernetesCeView(CeView):
                 continue
             for pod in listed:
                 if isinstance(pod, dict):
-                    census.jobs.append(self._remote(pod, api.server_time, _cluster(queue, clusters)))
+                    census.jobs.append(self._remote(pod, api.server_time, _cluster_name(queue, clusters)))
                     self._listed.setdefault(census.jobs[-1].job_id, []).append(
                         (api, str((pod.get("metadata") or {}).get("uid") or "")))
         return census
@@ -90,6 +90,7 @@ class KubernetesCeView(CeView):
         return sum(api.requests for api in self._apis.values())
 
     def _remote(self, pod: JsonObj, listed_at: Optional[datetime.datetime], cluster: str) -> RemoteJob:
+        """``cluster``: the cluster's name where the CE's queues use several, else empty."""
         view = PodRecord.of(pod)
         deleting = view.deleting
         queue = view.label(LABEL_QUEUE)
@@ -97,7 +98,8 @@ class KubernetesCeView(CeView):
             job_id=job_id_of(view.namespace, view.name), name=view.name, queue=queue, state=view.phase,
             health=view.phase if view.phase in HEALTH_STATES else "", sandbox=view.annotation(ANN_SANDBOX_ID),
             alive=view.phase in ALIVE and not deleting, deleting=deleting,
-            created=parse_time(view.created), listed_at=listed_at, where=view.namespace + cluster,
+            created=parse_time(view.created), listed_at=listed_at,
+            where=view.namespace + (f" (cluster {cluster})" if cluster else ""), cluster=cluster,
             node=view.node, reason=self._reason(view, queue, listed_at))
 
     def _reason(self, pod: PodRecord, queue: str, now: Optional[datetime.datetime]) -> str:
@@ -143,9 +145,15 @@ class KubernetesCeView(CeView):
             look.close()
 
 
-def _cluster(queue: QueueSettings, clusters: Set[Tuple[Any, Any]]) -> str:
-    """`` (cluster <context or kubeconfig>)`` when the CE's queues use several clusters, else empty."""
+def _cluster_name(queue: QueueSettings, clusters: Set[Tuple[Any, Any]]) -> str:
+    """The queue's cluster (its context, else its kubeconfig) when the CE's queues use several, else empty."""
     if len(clusters) < 2:
         return ""
     kubeconfig, context = queue.cluster_key
-    return f" (cluster {context or kubeconfig or 'in-cluster'})"
+    return str(context or kubeconfig or "in-cluster")
+
+
+def _cluster(queue: QueueSettings, clusters: Set[Tuple[Any, Any]]) -> str:
+    """`` (cluster <context or kubeconfig>)`` when the CE's queues use several clusters, else empty."""
+    name = _cluster_name(queue, clusters)
+    return f" (cluster {name})" if name else ""

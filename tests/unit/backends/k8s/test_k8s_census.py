@@ -165,7 +165,7 @@ def test_classad_lines_quote_errors() -> None:
 
 def test_an_error_text_forges_no_attribute_of_the_schedds_ad() -> None:
     lines = classad_lines(ReapResult(errors=['pod "x\nPodgahpReapDeleted = 999\x1b[2J" refused\r']))
-    assert len(lines) == 6 and all(line.isprintable() for line in lines)
+    assert len(lines) == 8 and all(line.isprintable() for line in lines)
     assert lines[-1].startswith('LastError = "pod \\"x\\\\x0aPodgahpReapDeleted = 999')
 
 
