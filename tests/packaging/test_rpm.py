@@ -92,6 +92,7 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
         "/usr/bin/podgahp": "podgahp", f"{site}/gahp/server.py": "podgahp",
         f"{site}/gahp/data/ce-router-defaults.conf": "podgahp",
         "/etc/condor/config.d/60-podgahp-ce-schedd2.conf": "podgahp-ce",
+        "/usr/share/podgahp/podgahp.cpf": "podgahp-ce",
         "/usr/share/man/man1/podgahp.1.gz": "podgahp",
         f"{site}/podgahp_sim/k8s/sim.py": "podgahp-sim", f"{site}/podgahp_sim/lancium/sim.py": "podgahp-sim",
         "/usr/share/podgahp/ce-config/standalone/condor_config": "podgahp-standalone",

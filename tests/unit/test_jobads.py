@@ -241,3 +241,11 @@ def _help_text(tree: ast.AST, constant: ast.Constant) -> bool:
             if any(n is constant for n in ast.walk(node.value)):
                 return True
     return False
+
+
+def test_the_print_format_shows_every_attribute_and_no_other_of_podgahps() -> None:
+    """A Podgahp* name of the shipped print format that the pass does not write would be a column of
+    "-" for ever."""
+    cpf = (ROOT / "ce-config/podgahp.cpf").read_text()
+    named = {w for line in cpf.splitlines() if not line.startswith("#") for w in line.split() if w.startswith("Podgahp")}
+    assert named == set(ATTRIBUTES)
