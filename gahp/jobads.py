@@ -19,7 +19,8 @@ service's answer: made printable, at most :data:`MAX_VALUE` characters, quoted b
 
 A job is written only when it is a grid job of a backend of this CE (``GridResource``), its
 ``GridJobId`` names a remote job of the census, and that remote job was made for this very job: its
-sandbox is the one ``GridJobId`` names and ends in this job's ``<cluster>.<proc>``. A grid job that names
+sandbox is the one ``GridJobId`` names and ends in this job's ``<cluster>.<proc>`` (where the census
+says the sandbox: a pod's annotation; a Lancium job named by a grid job is listed without it). A grid job that names
 no remote job yet (a new route of a source job that carries the last pilot's values) has the attributes
 set to ``undefined``. A job whose remote job the census does not have keeps its last values.
 
@@ -124,8 +125,13 @@ def _current(value: object) -> Optional[str]:
 
 
 def _made_for(remote: RemoteJob, sandbox: str, cluster: object, proc: object) -> bool:
+    """Whether ``remote`` was made for the job ``cluster.proc`` whose ``GridJobId`` names ``sandbox``. A
+    remote job whose sandbox the census does not say (a Lancium job a grid job names is listed without
+    its details) is the grid job's as the census takes it: by ``GridJobId``."""
+    if not remote.sandbox:
+        return True
     end = _SANDBOX_END.search(remote.sandbox)
-    return (bool(sandbox) and remote.sandbox == sandbox and end is not None
+    return (remote.sandbox == sandbox and end is not None
             and (end.group(1), end.group(2)) == (str(cluster), str(proc)))
 
 

@@ -164,3 +164,17 @@ def test_q_health_and_reap_cover_two_clusters_and_lancium(make_pool: Callable[..
     assert lancium_orphan not in lancium_sim.jobs() or lancium_sim.job(lancium_orphan)["status"] == "delete pending"
     assert not _gone(kube_sim, cpu_pod) and not _gone(second_sim, opp_pod)
     assert lancium_sim.job(int(lancium_job.split("/")[1]))["status"] == "running"
+
+    # The pass wrote where each pilot is into its grid job: the cluster too, as the queues use two.
+    ads = {ad["RoutedFromJobId"]: ad for ad in pool.q("RoutedFromJobId =!= undefined", [
+        "RoutedFromJobId", "PodgahpPod", "PodgahpNode", "PodgahpPhase", "PodgahpCluster"])}
+    cpu_ad, opp_ad, lan_ad = ads[f"{cpu}.0"], ads[f"{opportunistic}.0"], ads[f"{lancium}.0"]
+    assert (cpu_ad["PodgahpPod"], cpu_ad["PodgahpPhase"]) == (cpu_pod, "Running"), cpu_ad
+    assert (opp_ad["PodgahpPod"], opp_ad["PodgahpPhase"]) == (opp_pod, "Running"), opp_ad
+    assert cpu_ad["PodgahpCluster"] and opp_ad["PodgahpCluster"] and cpu_ad["PodgahpCluster"] != opp_ad["PodgahpCluster"]
+    assert rows[f"{cpu}.0"]["where"].endswith(f"(cluster {cpu_ad['PodgahpCluster']})")
+    assert cpu_ad["PodgahpNode"] == rows[f"{cpu}.0"]["node"] != ""
+    # Lancium's job: its number and state; Lancium names no node, and the CE's pods' clusters are not its.
+    assert (lan_ad["PodgahpPod"], lan_ad["PodgahpPhase"], lan_ad["PodgahpNode"]) == (
+        lancium_job.split("/")[1], "running", ""), lan_ad
+    assert "PodgahpCluster" not in lan_ad

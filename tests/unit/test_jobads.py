@@ -117,6 +117,17 @@ def test_jobs_that_are_not_this_ces_pilot_of_that_pod_are_not_written(case: str)
     assert plan([job], [remote], ["k8s"], 100) == ([], 0)
 
 
+def test_a_remote_job_listed_without_its_sandbox_is_the_grid_job_that_names_it() -> None:
+    """A Lancium job a grid job names is listed without its details (no sandbox): GridJobId decides."""
+    remote = RemoteJob(job_id="lancium/1000", name="1000", queue="lancium", state="running", health="Running",
+                       alive=True, sandbox="", created=None, listed_at=NOW)
+    job = dict(ad(None, 6, resource="batch lancium"), GridJobId=f"batch lancium {sandbox(6)} lancium/1000")
+    edits, _ = plan([job], [remote], ["lancium"], 100)
+    assert {(e.attribute, e.value) for e in edits} == {("PodgahpPod", "1000"), ("PodgahpPhase", "running"),
+                                                       ("PodgahpNode", ""), ("PodgahpReason", "")}
+    assert plan([job], [remote], ["k8s"], 100) == ([], 0)  # not a backend of this pass's views
+
+
 def test_a_grid_job_with_no_remote_job_yet_loses_values_it_carries() -> None:
     """A source job routed again carries the last pilot's values into its new grid job."""
     carried = ad(None, 8, PodgahpPod="pilot-old-1", PodgahpPhase="Succeeded")
