@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from gahp.backends.base import RemoteJob
 from gahp.config import Knobs
@@ -146,30 +146,29 @@ def plan(ads: Iterable[Mapping[str, object]], jobs: Iterable[RemoteJob], backend
     many jobs that needed a write are left for the next pass (beyond ``max_jobs``). A pure function."""
     by_id = {j.job_id: j for j in jobs}
     served = set(backends)
-    changes: List[Tuple[Tuple[int, int], str, Dict[str, Optional[str]]]] = []
-    for ad in ads:
-        cluster, proc = _int(ad.get("ClusterId")), _int(ad.get("ProcId"))
-        if cluster is None or proc is None or gahp_type(ad.get("GridResource")) not in served:
-            continue
-        named = gahp_job_ids(ad.get("GridJobId"))
-        if named:
-            remote = by_id.get(named[0])
-            words = str(ad.get("GridJobId")).split(" ")
-            if remote is None or not _made_for(remote, words[2] if len(words) > 2 else "", cluster, proc):
-                continue  # not listed (gone, or its place could not be read), or not made for this job
-            values = wanted(remote)
-        else:
-            values = wanted(None)
-        differ = {a: v for a, v in values.items() if _current(ad.get(a)) != v}
-        if differ:
-            changes.append(((cluster, proc), f"{cluster}.{proc}", differ))
-    changes.sort()
+    changes = sorted(c for c in (_change(ad, by_id, served) for ad in ads) if c is not None)
     groups: Dict[Tuple[str, Optional[str]], List[str]] = {}
     for _, job, differ in changes[:max_jobs]:
         for attribute, value in differ.items():
             groups.setdefault((attribute, value), []).append(job)
     edits = [Edit(a, v, tuple(j)) for (a, v), j in groups.items()]
     return edits, max(0, len(changes) - max_jobs)
+
+
+def _change(ad: Mapping[str, object], by_id: Mapping[str, RemoteJob],
+            served: Set[str]) -> Optional[Tuple[Tuple[int, int], str, Dict[str, Optional[str]]]]:
+    """(sort key, job id, attributes that differ) of one grid job that needs a write, else None."""
+    cluster, proc = _int(ad.get("ClusterId")), _int(ad.get("ProcId"))
+    if cluster is None or proc is None or gahp_type(ad.get("GridResource")) not in served:
+        return None
+    named = gahp_job_ids(ad.get("GridJobId"))
+    remote = by_id.get(named[0]) if named else None
+    if named:
+        words = str(ad.get("GridJobId")).split(" ")
+        if remote is None or not _made_for(remote, words[2] if len(words) > 2 else "", cluster, proc):
+            return None  # not listed (gone, or its place could not be read), or not made for this job
+    differ = {a: v for a, v in wanted(remote).items() if _current(ad.get(a)) != v}
+    return ((cluster, proc), f"{cluster}.{proc}", differ) if differ else None
 
 
 #: Writes one group: (job ids, attribute, ClassAd expression) -> jobs edited; raises GahpError.

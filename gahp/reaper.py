@@ -153,11 +153,17 @@ def reap_views(views: List[CeView], grid: GridJobs, grace_s: float, dry_run: boo
             _delete(view_of[id(job)], job, dry_run, result)
     result.requests = sum(v.requests for v in views)
     if job_ads.enabled:
-        edits, deferred = job_ad_plan(grid.ads, [j for c in result.censuses for j in c.jobs],
-                                      [v.backend for v in views], job_ads.max_jobs)
-        result.job_ads = write_job_ads(edits, deferred, None if dry_run else edit)
-        result.errors.extend(result.job_ads.errors)
+        _write_job_ads(views, grid, result, job_ads.max_jobs, None if dry_run else edit)
     return result
+
+
+def _write_job_ads(views: List[CeView], grid: GridJobs, result: ReapResult, max_jobs: int,
+                   edit: Optional[Editor]) -> None:
+    """The attributes of :mod:`gahp.jobads` for the census of this pass, written through ``edit``."""
+    edits, deferred = job_ad_plan(grid.ads, [j for c in result.censuses for j in c.jobs],
+                                  [v.backend for v in views], max_jobs)
+    result.job_ads = write_job_ads(edits, deferred, edit)
+    result.errors.extend(result.job_ads.errors)
 
 
 def _delete(view: CeView, job: RemoteJob, dry_run: bool, result: ReapResult) -> None:
