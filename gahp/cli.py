@@ -250,6 +250,10 @@ def reap(dry_run: bool) -> None:
     """Delete this CE's remote jobs (pods in every cluster its queues name, Lancium jobs) whose HTCondor
     job no longer exists (run by the CE as a schedd cron job).
 
+    Each pass also writes each routed pilot's pod, node, phase and why it waits into its job ad
+    (PodgahpPod, PodgahpNode, PodgahpPhase, PodgahpReason, PodgahpCluster): condor_ce_q -allusers -pr
+    /usr/share/podgahp/podgahp.cpf shows them (PODGAHP_REAP_JOB_ATTRIBUTES).
+
     Prints ClassAd attributes for the schedd's ad; exits non-zero, deleting nothing, when the schedd
     or a service cannot be asked."""
     from gahp import health
@@ -412,7 +416,10 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
     age and why a pilot waits.
 
     Reads the schedd holding the routed jobs (as podgahp reap does) and lists this CE's remote jobs once
-    per cluster and namespace (Kubernetes) or account (Lancium), whatever the number of pilots."""
+    per cluster and namespace (Kubernetes) or account (Lancium), whatever the number of pilots.
+
+    condor_ce_q -allusers -pr /usr/share/podgahp/podgahp.cpf shows the same in condor_ce_q, as the last
+    pass of podgahp reap saw it."""
     import json
 
     from gahp.errors import GahpError
@@ -501,6 +508,7 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
         click.echo(tracing.json_text(last, outcome, elapsed))
     else:
         click.echo(tracing.verdict(last, outcome, elapsed))
+        click.echo(f"  every pilot of the CE, where it runs and why it waits: {tracing.CE_Q}")
     if outcome != "completed":
         if not as_json:
             click.echo(f"  (read {source.describe()})", err=True)

@@ -360,6 +360,9 @@ def test_pilot(queue: Optional[str], directory: Optional[str] = None) -> Tuple[D
 
 MARK = {DONE: "ok", WAITING: "..", FAILED: "!!"}
 
+#: Where an admin sees every pilot's pod, node, phase and reason (ce-config/podgahp.cpf, podgahp-ce).
+CE_Q = "condor_ce_q -allusers -pr /usr/share/podgahp/podgahp.cpf (or podgahp q)"
+
 
 # Every detail, event and ping finding carries what users and the remote side wrote (Owner, HoldReason,
 # RouteName, GridResource, BatchQueue, paths, a pod's Events and conditions): each printed line is made
