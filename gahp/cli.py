@@ -198,15 +198,17 @@ def _whole_node(backend: str) -> str:
 @routes.command("convert")
 @click.argument("config_file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--emulated-ce/--no-ce", "ce", default=True, show_default=True,
-              help="Prove the conversion behind HTCondor-CE's router transforms (the old routes behind "
-                   "HTCondor-CE 23.0's defaults), or without a CE.")
+              help="Convert for an HTCondor-CE (each route keeps its meaning behind the CE's router transforms) "
+                   "and prove it there (the old routes behind HTCondor-CE 23.0's defaults), or for a plain pool.")
 @click.option("--no-proof", is_flag=True, help="Convert only; do not route pilots through both forms.")
 def routes_convert(config_file: str, ce: bool, no_proof: bool) -> None:
     """Print CONFIG_FILE with its JOB_ROUTER_ENTRIES as JOB_ROUTER_ROUTE_* routes (the syntax of
     HTCondor 24.10 and later); on standard error, what to know and the proof: the same pilots
     routed through the old and the converted routes by HTCondor's own tools.
 
-    Exits 1 when the proof finds a difference (the converted file is printed either way)."""
+    Exits 1 when a route cannot be converted faithfully or the proof finds a difference: such a route
+    is still converted as closely as it can be, after a '# podgahp: CHECK' comment saying what
+    differs, and every other route is converted as well."""
     import tempfile
 
     from gahp import routes as routes_lib
@@ -240,7 +242,13 @@ def routes_convert(config_file: str, ce: bool, no_proof: bool) -> None:
         click.echo(f"note: {note}", err=True)
     if proofs:
         click.echo(routes_lib.proof_text(proofs, "emulated" if ce else "plain"), err=True, nl=False)
-    if any(p.differences for p in proofs):
+    if conversion.checks:
+        click.echo("CHECK: what the converted file does not do as the old one did (each is marked '# podgahp: CHECK' "
+                   "in it; the routes are converted as closely as they can be, every other route as it was):",
+                   err=True)
+        for check in conversion.checks:
+            click.echo(f"  {check}", err=True)
+    if conversion.checks or any(p.differences for p in proofs):
         raise click.exceptions.Exit(1)
 
 

@@ -26,6 +26,7 @@ from gahp import plugins
 from gahp.errors import InvalidJob, RoutesError
 from gahp.job import PilotJob, ce_requirements
 from gahp.routes.convert import bad_entry_line, parse_entries
+from gahp.routes.macros import keep_undefined
 from gahp.routes.pilots import RouteCondition, condition, meets, pilot_for
 from gahp.routes.report import Report, Route, SampleResult
 from gahp.routes.samples import SAMPLES, Sample, samples_text
@@ -166,7 +167,15 @@ class _Check:
         try:
             ads = parse_entries(text)
         except RoutesError:
-            self.problems.append(self._bad_entry(where))
+            undefined = self._undefined_macros()
+            if undefined:
+                self.problems.append(
+                    f"{where}: JOB_ROUTER_ENTRIES refers to macros this configuration does not define "
+                    f"({', '.join(undefined)}): HTCondor expands them to nothing, and the entries are then not "
+                    f"ClassAds; if the rest of the site's configuration defines them, convert them with "
+                    f"`podgahp routes convert {self.path}`, which keeps them as $(...) references")
+            else:
+                self.problems.append(self._bad_entry(where))
             return []
         entries = []
         for index, ad in enumerate(ads):
@@ -191,6 +200,10 @@ class _Check:
                 "maxWallTime, default_* handling) to routes in JOB_ROUTER_ENTRIES; HTCondor-CE 23.0 used "
                 "JOB_ROUTER_DEFAULTS for that instead")
         return entries
+
+    def _undefined_macros(self) -> List[str]:
+        """The macros JOB_ROUTER_ENTRIES refers to that nothing defines."""
+        return list(keep_undefined([self.tools.raw("JOB_ROUTER_ENTRIES") or ""], self.tools.raw).needed)
 
     def _bad_entry(self, where: str) -> str:
         """Where JOB_ROUTER_ENTRIES stops being ClassAds, and what to do."""

@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
-from gahp.errors import RoutesError
+from gahp.errors import InvalidJob, RoutesError
+from gahp.files import read_input
+from gahp.routes.ce_meaning import ce_statements
 from gahp.routes.config_text import Statement
+from gahp.routes.macros import KeptMacros, keep_undefined
 from gahp.routes.sources import SafeConfig
 from gahp.routes.submit_ad import LIST_SEPARATORS, ad_value, delete_attributes
 
@@ -73,6 +76,10 @@ class OldRoutes:
     route_names: Optional[str] = None
     names_in_file: bool = False
     entries_file: str = ""
+    file_entries: str = ""
+    """The text of JOB_ROUTER_ENTRIES_FILE (read as it is: the JobRouter expanded no macro in it)."""
+    macros: KeptMacros = field(default_factory=KeptMacros)
+    """Macros the file does not define, kept as tokens in ``entries`` and ``defaults``."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,10 @@ class ConvertedRoute:
     entry: str
     notes: Tuple[str, ...] = ()
     grid_resource: str = ""
+    checks: Tuple[str, ...] = ()
+    """What the converted route does not do as the old one did (written as ``# podgahp: CHECK``)."""
+    universe: int = 9
+    """The universe it routes jobs to (TargetUniverse: 5 an HTCondor pool, 9 the grid)."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,31 @@ class Conversion:
     text: str
     routes: Tuple[ConvertedRoute, ...]
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    problems: Tuple[str, ...] = field(default_factory=tuple)
+    """What of the file could not be converted at all (an entry that is not a ClassAd)."""
+
+    @property
+    def checks(self) -> Tuple[str, ...]:
+        """What was not converted, then every route's CHECK as ``route <name>: <what differs>``."""
+        return self.problems + tuple(f"route {r.name}: {c}" for r in self.routes for c in r.checks)
+
+
+CHECK_MARK = "# podgahp: CHECK "
+
+
+def mark_checks(conversion: Conversion, found: Dict[str, Sequence[str]]) -> Conversion:
+    """``conversion`` with ``found`` (route name -> what differs) written as ``# podgahp: CHECK``
+    comments before each route's block, and kept in its routes' ``checks``."""
+    lines = conversion.text.splitlines()
+    routes = []
+    for route in conversion.routes:
+        new = tuple(c for c in found.get(route.name, ()) if c not in route.checks)
+        if new:
+            start = lines.index(f"JOB_ROUTER_ROUTE_{route.name} @=jrt")
+            lines[start:start] = [CHECK_MARK + c for c in new]
+            route = replace(route, checks=route.checks + new)
+        routes.append(route)
+    return Conversion("\n".join(lines) + "\n", tuple(routes), conversion.notes, conversion.problems)
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,7 +136,8 @@ class Conversion:
 
 
 def read_old_routes(safe: SafeConfig, path: str) -> OldRoutes:
-    """The old-syntax routes of ``path``, read by HTCondor (``safe`` holds only that file)."""
+    """The old-syntax routes of ``path``, read by HTCondor (``safe`` holds only that file); the
+    macros the file does not define are kept (:mod:`gahp.routes.macros`)."""
     path = os.path.abspath(path)
     safe.include(path)
     tools = safe.tools()
@@ -110,18 +147,21 @@ def read_old_routes(safe: SafeConfig, path: str) -> OldRoutes:
         if found:
             raise RoutesError(f"{path}:{found[0].first + 1}: {knob} runs a program, which podgahp never does: run it "
                               "yourself, put what it prints into JOB_ROUTER_ENTRIES and convert that")
+    raw = [tools.raw(knob) or "" for knob in ("JOB_ROUTER_ENTRIES", "JOB_ROUTER_DEFAULTS")]
+    kept = keep_undefined(raw, tools.raw)
+    if kept.references:
+        safe.add(kept.definitions())
+        tools = safe.tools()
     entries = tools.value("JOB_ROUTER_ENTRIES") or ""
-    entries_file = tools.value("JOB_ROUTER_ENTRIES_FILE") or ""
-    if entries_file.strip():
+    entries_file = (tools.value("JOB_ROUTER_ENTRIES_FILE") or "").strip()
+    file_entries = ""
+    if entries_file:
         try:
-            from gahp.files import read_input
-            from gahp.errors import InvalidJob
-
-            data = read_input(entries_file.strip(), "JOB_ROUTER_ENTRIES_FILE", 4 * 1024 * 1024, "a routes file")
+            data = read_input(entries_file, "JOB_ROUTER_ENTRIES_FILE", 4 * 1024 * 1024, "a routes file")
         except InvalidJob as e:
             raise RoutesError(str(e)) from None
-        entries = data.decode("utf-8", "replace") + "\n" + entries
-    if not entries.strip():
+        file_entries = data.decode("utf-8", "replace")
+    if not entries.strip() and not file_entries.strip():
         raise RoutesError(f"{path}: no JOB_ROUTER_ENTRIES (nor JOB_ROUTER_ENTRIES_FILE): nothing to convert")
     names_at = [s for s in copy.statements if s.knob == "JOB_ROUTER_ROUTE_NAMES"]
     return OldRoutes(
@@ -129,7 +169,7 @@ def read_old_routes(safe: SafeConfig, path: str) -> OldRoutes:
         defaults=tools.value("JOB_ROUTER_DEFAULTS") or "",
         merge_defaults=(tools.value("MERGE_JOB_ROUTER_DEFAULT_ADS") or "").strip().lower() in _TRUE,
         route_names=tools.value("JOB_ROUTER_ROUTE_NAMES"), names_in_file=bool(names_at),
-        entries_file=entries_file.strip())
+        entries_file=entries_file, file_entries=file_entries, macros=kept)
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,6 +190,109 @@ def parse_entries(text: str, what: str = "JOB_ROUTER_ENTRIES") -> List[classad2.
     if not ads:
         raise RoutesError(f"{what} is not a list of ClassAds ([ ... ] [ ... ])")
     return ads
+
+
+@dataclass(frozen=True)
+class OldEntry:
+    """One entry the JobRouter kept: its ad, the knob it came from and its place there (0-based)."""
+
+    ad: classad2.ClassAd
+    knob: str
+    index: int
+
+
+def _wrapped(text: str) -> str:
+    """Entries as the JobRouter parses them: text that does not start with ``[`` is one ad's body."""
+    stripped = text.strip()
+    return stripped if not stripped or stripped.startswith("[") else f"[ {stripped} ]"
+
+
+def leading_entries(text: str) -> Tuple[List[classad2.ClassAd], bool]:
+    """The entries of ``text`` up to the first that is not a ClassAd, and whether there is one:
+    the JobRouter parsed ``[ ... ]`` after ``[ ... ]`` and stopped at the first it could not."""
+    ads: List[classad2.ClassAd] = []
+    for piece in _pieces(text):
+        try:
+            ad = classad2.parseOne(piece, classad2.ParserType.New) if piece.startswith("[") else None
+        except Exception:  # noqa: BLE001 - the bindings raise a bare exception type on parse errors
+            ad = None
+        if not isinstance(ad, classad2.ClassAd) or not piece.endswith("]"):
+            return ads, True
+        ads.append(ad)
+    return ads, False
+
+
+def _pieces(text: str) -> List[str]:
+    """``text`` cut after each top-level ``]`` (strings and comments skipped); the rest, unclosed,
+    is the last piece."""
+    pieces: List[str] = []
+    depth, start, i, n = 0, None, 0, len(text)
+    while i < n:
+        c = text[i]
+        if start is None and not c.isspace():
+            start = i
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif text.startswith("//", i):
+            i = text.find("\n", i) if text.find("\n", i) >= 0 else n
+            continue
+        elif text.startswith("/*", i):
+            i = text.find("*/", i) + 2 if text.find("*/", i) >= 0 else n
+            continue
+        elif c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0 and start is not None:
+                pieces.append(text[start:i + 1])
+                start = None
+        i += 1
+    if start is not None and text[start:].strip():
+        pieces.append(text[start:].strip())
+    return pieces
+
+
+def old_entries(old: OldRoutes) -> Tuple[List[OldEntry], List[str], List[str]]:
+    """The entries the JobRouter used, in its order, a note for each one replaced, and what it
+    could not read (an entry that is not a ClassAd: it ignored that one and the rest).
+
+    HTCondor 23's JobRouter read ``JOB_ROUTER_ENTRIES_FILE``, then ``JOB_ROUTER_ENTRIES``; an entry
+    of a name already read replaces the earlier one, in the earlier one's place, unless it says
+    ``OverrideRoutingEntry = false`` (then it is the one dropped)."""
+    kept: List[OldEntry] = []
+    notes: List[str] = []
+    problems: List[str] = []
+    for knob, text in (("JOB_ROUTER_ENTRIES_FILE", old.file_entries), ("JOB_ROUTER_ENTRIES", old.entries)):
+        ads, broken = leading_entries(_wrapped(text))
+        if broken:
+            where = f"{old.entries_file}: entry {len(ads) + 1}"
+            if knob == "JOB_ROUTER_ENTRIES":
+                statement = [s for s in old.statements if s.knob == knob and s.kind in ("assign", "block")]
+                line = bad_entry_line(old.lines, statement[-1]) if statement else None
+                where = f"{old.path}:{line + 1}" if line is not None else f"{old.path}: entry {len(ads) + 1}"
+            said = (f"{where}: this entry of {knob} is not a ClassAd (an unclosed string or bracket, a missing ';')")
+            if not ads:
+                raise RoutesError(f"{said}: fix it and convert again")
+            problems.append(f"{said}: the JobRouter ignored it and what follows it, and so does the conversion; "
+                            "fix it and convert again")
+        for index, ad in enumerate(ads):
+            name = ad_value(ad, "Name")
+            earlier = [i for i, e in enumerate(kept) if isinstance(name, str) and name
+                       and ad_value(e.ad, "Name") == name]
+            entry = OldEntry(ad, knob, index)
+            if not earlier:
+                kept.append(entry)
+                continue
+            if ad_value(ad, "OverrideRoutingEntry") is False:
+                notes.append(f"entry {index + 1} of {knob} is named {name!r} like an earlier entry and says "
+                             "OverrideRoutingEntry = false: the JobRouter ignored it, so it is not converted")
+                continue
+            notes.append(f"entry {index + 1} of {knob} is named {name!r} like entry {kept[earlier[0]].index + 1} of "
+                         f"{kept[earlier[0]].knob}: it replaces that one, in its place, as the JobRouter did")
+            kept[earlier[0]] = entry
+    return kept, notes, problems
 
 
 def merged_defaults(text: str, merge: bool) -> classad2.ClassAd:
@@ -210,15 +353,15 @@ def inline(route: classad2.ClassAd, expr: classad2.ExprTree, untarget: bool) -> 
 
 
 def _default_macro(name: str, route: classad2.ClassAd, expr: classad2.ExprTree, evaluate: bool) -> str:
-    """The ``default_*`` macro line for a CE default given as ``expr``."""
+    """The ``default_*`` macro line for a CE default given as ``expr`` (RoutesError: none can say it)."""
     text = inline(route, expr, untarget=True) if evaluate else str(expr)
     tree = classad2.ExprTree(text)
     value = tree.eval() if not [r for r in classad2.ClassAd().externalRefs(tree) if r] else None
     if name == "default_queue":
         if isinstance(value, str):
             return f"{name} = {_literal(value)[1:-1]}"
-        raise RoutesError(f"{name} = {text}: HTCondor-CE reads default_queue as plain text inside a string, so it must "
-                          "be a string, not an expression; write the queue out")
+        raise RoutesError(f"{name} = {text} is an expression, and HTCondor-CE reads default_queue as plain text inside "
+                          "a string: not converted (the pilots without a queue get none); write the queue out")
     if isinstance(value, (int, float)) and not isinstance(value, bool) or name == "default_pilot_job_env" and \
             isinstance(value, str):
         return f"{name} = {_literal(value)}"
@@ -236,10 +379,12 @@ def _route_name(value: object, index: int) -> Tuple[str, Optional[str]]:
     return name, (None if name == value else f"was named {value!r}")
 
 
-def convert_entry(route: classad2.ClassAd, index: int) -> ConvertedRoute:
-    """The ``JOB_ROUTER_ROUTE_<name>`` block for one merged route ad."""
+def convert_entry(route: classad2.ClassAd, index: int, ce: bool = True) -> ConvertedRoute:
+    """The ``JOB_ROUTER_ROUTE_<name>`` block for one merged route ad; with ``ce``, with what it needs
+    to mean the same behind HTCondor-CE's transforms (:mod:`gahp.routes.ce_meaning`)."""
     name, renamed = _route_name(ad_value(route, "Name"), index)
     notes: List[str] = [f"route {name} {renamed}"] if renamed else []
+    checks: List[str] = []
     settings: List[Tuple[int, str]] = []
     defaults: List[str] = []
     kept: List[str] = []
@@ -259,7 +404,10 @@ def convert_entry(route: classad2.ClassAd, index: int) -> ConvertedRoute:
                              "reads (HTCondor's own converter writes UNIVERSE 5, which that transform does not see: "
                              "its whole-node pilots would ask for 1 core)")
         elif lower in _CE_DEFAULTS:
-            defaults.append(_default_macro(_CE_DEFAULTS[lower], route, expr, evaluate=True))
+            try:
+                defaults.append(_default_macro(_CE_DEFAULTS[lower], route, expr, evaluate=True))
+            except RoutesError as e:
+                checks.append(str(e))
         elif lower == "default_cerequirements":
             edits["SET"].append(f"SET default_CERequirements {expr}")
             notes.append(f"route {name}: default_CERequirements is read from the job by HTCondor-CE: written as "
@@ -267,11 +415,19 @@ def convert_entry(route: classad2.ClassAd, index: int) -> ConvertedRoute:
                          "does not read)")
         elif _ce_default_edit(lower) is not None:
             target, evaluate = _ce_default_edit(lower)  # type: ignore[misc]
-            defaults.append(_default_macro(target, route, expr, evaluate=evaluate))
+            try:
+                defaults.append(_default_macro(target, route, expr, evaluate=evaluate))
+            except RoutesError as e:
+                checks.append(str(e))
+                continue
             notes.append(f"route {name}: {attr} written as the macro {target}, which HTCondor-CE's transforms read "
                          f"(HTCondor's own converter writes SET {target}, a job attribute the CE ignores)")
         else:
-            edit = _edit(attr, route, expr, name)
+            try:
+                edit = _edit(attr, route, expr, name)
+            except RoutesError as e:
+                checks.append(f"{e}: not converted")
+                continue
             if edit is not None:
                 edits[edit[0]].append(edit[1])
             else:
@@ -286,10 +442,18 @@ def convert_entry(route: classad2.ClassAd, index: int) -> ConvertedRoute:
         lines.append(f"  REQUIREMENTS {requirements}")
     for _, keyword in _EDITS:
         lines += [f"  {e}" for e in edits[keyword]]
+    if ce:
+        added = ce_statements(route, name)
+        if added.statements:
+            lines.append("  # podgahp: what HTCondor-CE 23.0's own route defaults did for this route")
+            lines += [f"  {statement}" for statement in added.statements]
+            notes += added.notes
     lines.append("@jrt")
     resource = ad_value(route, "GridResource")
+    universe = route.eval("TargetUniverse") if "TargetUniverse" in route else 9
     return ConvertedRoute(name, "\n".join(lines), repr(route), tuple(notes),
-                          resource if isinstance(resource, str) else "")
+                          resource if isinstance(resource, str) else "", tuple(checks),
+                          universe if isinstance(universe, int) else 9)
 
 
 def _ce_default_edit(lower: str) -> Optional[Tuple[str, bool]]:
@@ -312,7 +476,7 @@ def _edit(attr: str, route: classad2.ClassAd, expr: classad2.ExprTree, name: str
         if keyword == "COPY":
             value = route.eval(attr)
             if not isinstance(value, str) or not value:
-                raise RoutesError(f"route {name}: {attr} must name the attribute to copy to, as a string")
+                raise RoutesError(f"{attr} must name the attribute to copy to, as a string")
             return keyword, f"COPY {target} {value}"
         if keyword == "DELETE":
             return keyword, f"DELETE {target}"
@@ -377,27 +541,25 @@ def _complete_ads(text: str) -> int:
     return count
 
 
-def convert_routes(old: OldRoutes) -> Conversion:
-    """Rewrite ``old``'s file with its entries as ``JOB_ROUTER_ROUTE_*`` routes (see the module)."""
+def convert_routes(old: OldRoutes, ce: bool = True) -> Conversion:
+    """Rewrite ``old``'s file with its entries as ``JOB_ROUTER_ROUTE_*`` routes (see the module);
+    ``ce``: for an HTCondor-CE (the routes keep their meaning behind its transforms)."""
     defaults = merged_defaults(old.defaults, old.merge_defaults) if old.defaults.strip() else classad2.ClassAd()
-    try:
-        entries = parse_entries(old.entries)
-    except RoutesError as e:
-        knob = [s for s in old.statements if s.knob == "JOB_ROUTER_ENTRIES" and s.kind in ("assign", "block")]
-        line = bad_entry_line(old.lines, knob[-1]) if knob else None
-        if line is None:
-            raise
-        raise RoutesError(f"{old.path}:{line + 1}: this entry of JOB_ROUTER_ENTRIES is not a ClassAd (an unclosed "
-                          "string or bracket, a missing ';'): fix it and convert again") from None
+    entries, replaced, problems = old_entries(old)
     routes: List[ConvertedRoute] = []
-    for index, entry in enumerate(entries, start=1):
-        route = convert_entry(merge(defaults, entry), index)
+    for number, entry in enumerate(entries, start=1):
+        route = convert_entry(merge(defaults, entry.ad), number, ce)
         if route.name in {r.name for r in routes}:
-            raise RoutesError(f"{old.path}: two entries are named {route.name}; route names must be unique")
+            raise RoutesError(f"{old.path}: two entries become routes named {route.name} (route names keep only "
+                              "letters, digits and '_'): rename one")
         routes.append(route)
-    comments = _entry_comments(old, len(routes))
+    comments = _entry_comments(old, max(1, len(leading_entries(_wrapped(old.entries))[0])))
+    routes = [_restored(r, old.macros) for r in routes]
     listed = [n for n in LIST_SEPARATORS.split(old.route_names or "") if n]
-    notes: List[str] = [n for r in routes for n in r.notes]
+    notes: List[str] = replaced + [n for r in routes for n in r.notes]
+    if old.macros.needed:
+        notes.append("the routes need from the rest of the configuration: " + ", ".join(old.macros.needed)
+                     + " (not defined in this file: kept as $(...) references, which the routes expand where they run)")
     if old.names_in_file:
         for route in routes:
             if route.name.upper() not in {n.upper() for n in listed}:
@@ -405,6 +567,7 @@ def convert_routes(old: OldRoutes) -> Conversion:
                              "use it before and does not now; add it to the list to use it")
     blocks: List[str] = ["##  Routes converted from JOB_ROUTER_ENTRIES by podgahp routes convert"
                          + (" (JOB_ROUTER_DEFAULTS merged into each)" if old.defaults.strip() else "") + "."]
+    blocks += [CHECK_MARK + p for p in problems]
     if not old.names_in_file:
         names = " ".join(r.name for r in routes)
         blocks += ["##  Matched in this order (the old syntax had no order: their REQUIREMENTS should exclude",
@@ -415,15 +578,25 @@ def convert_routes(old: OldRoutes) -> Conversion:
                    "else",
                    f"  JOB_ROUTER_ROUTE_NAMES = {names}",
                    "endif"]
-    for index, route in enumerate(routes):
+    for entry, route in zip(entries, routes):
         blocks.append("")
-        blocks += comments.get(index, [])
+        blocks += comments.get(entry.index, []) if entry.knob == "JOB_ROUTER_ENTRIES" else []
         blocks += [f"##  Note: {n}" for n in route.notes]
+        blocks += [CHECK_MARK + c for c in route.checks]
         blocks.append(route.block)
     out = _replace(old, blocks)
     header = ["##  Converted to JOB_ROUTER_ROUTE_* routes by podgahp routes convert; the other lines are",
               "##  those of the original file, which used JOB_ROUTER_ENTRIES.", ""]
-    return Conversion("\n".join(header + out).rstrip("\n") + "\n", tuple(routes), tuple(notes))
+    return Conversion("\n".join(header + out).rstrip("\n") + "\n", tuple(routes), tuple(notes), tuple(problems))
+
+
+def _restored(route: ConvertedRoute, macros: KeptMacros) -> ConvertedRoute:
+    """``route`` with the macros the file does not define back as ``$(...)`` references."""
+    if not macros.references:
+        return route
+    return replace(route, block=macros.restore(route.block), notes=tuple(macros.restore(n) for n in route.notes),
+                   grid_resource=macros.restore(route.grid_resource),
+                   checks=tuple(macros.restore(c) for c in route.checks))
 
 
 def _replace(old: OldRoutes, replacement: List[str]) -> List[str]:

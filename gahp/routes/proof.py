@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -26,10 +26,12 @@ import classad2
 from gahp import plugins
 from gahp.errors import InvalidJob, RoutesError
 from gahp.job import split_env_v2
-from gahp.routes.check import job_id, lay_out, parse_listing, pilots, route
-from gahp.routes.convert import (Conversion, OldRoutes, convert_routes, merge, merged_defaults, parse_entries,
-                                 read_old_routes)
-from gahp.routes.samples import Sample, samples_text
+from gahp.routes.check import job_id, lay_out, parse_listing, route
+from gahp.routes.pilots import RouteCondition, pilot_for
+from gahp.routes.report import Route
+from gahp.routes.convert import (Conversion, OldRoutes, convert_routes, mark_checks, merge, merged_defaults,
+                                 old_entries, read_old_routes)
+from gahp.routes.samples import SAMPLES, Sample, samples_text
 from gahp.routes.sources import CE_ROUTER_EMULATION, CE_ROUTER_ENTRIES_DEFAULTS, CE_ROUTER_GENERATED, SafeConfig
 from gahp.routes.submit_ad import ad_value, gahp_view, grid_type
 
@@ -58,7 +60,8 @@ class RouteProof:
         return bool(self.pilots) and not self.differences
 
 
-def _observed(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "") -> Tuple[Dict[str, object], str]:
+def _observed(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "",
+              vanilla: bool = False) -> Tuple[Dict[str, object], str]:
     """What the destination of a routed pilot receives: for a podgahp route (``batch <backend>`` of a
     registered backend) what podgahp reads from the gridmanager's submit ad; for any other route
     the routed job's own requests."""
@@ -66,7 +69,7 @@ def _observed(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "")
         routed["GridResource"] = grid_resource
     resource = ad_value(routed, "GridResource")
     if not (isinstance(resource, str) and grid_type(resource)[0] in plugins.backend_names()):
-        return _requests(routed), ""
+        return _requests(routed, vanilla), ""
     try:
         job = gahp_view(routed, "proof_" + job_id(sample).replace(".", "_"))[1]
     except InvalidJob as e:
@@ -80,10 +83,11 @@ def _observed(routed: classad2.ClassAd, sample: Sample, grid_resource: str = "")
 SLOT = '[ TotalCpus = 16; TotalMemory = 64000; TotalGPUs = 0; Cpus = 16; Memory = 64000; Gpus = 0 ]'
 
 
-def _requests(routed: classad2.ClassAd) -> Dict[str, object]:
+def _requests(routed: classad2.ClassAd, vanilla: bool) -> Dict[str, object]:
     """A routed job's requests as its batch system reads them from the job itself, matched to a
     slot of :data:`SLOT`."""
-    slot = classad2.parseOne(SLOT)
+    # Only a job routed to the vanilla universe is matched to a slot; a grid job's batch system reads it alone.
+    slot = classad2.parseOne(SLOT) if vanilla else classad2.ClassAd()
 
     def value(name: str) -> object:
         if name not in routed:
@@ -108,12 +112,29 @@ def _compare(pilot: str, old: Dict[str, object], new: Dict[str, object], what: s
             for name, label in FIELDS if old.get(name) != new.get(name)]
 
 
-def _new_form(tmp: str, text: str, mode: str) -> Tuple[SafeConfig, str]:
+def every_shape(routes: Sequence[Route], constraint: Optional[str]) -> List[Sample]:
+    """For every route, each sample pilot's shape made to reach it: the sample with what the route's
+    REQUIREMENTS ask for, and none of the earlier routes' (a shape that cannot reach it is left out)."""
+    conditions = [RouteCondition(r.name, r.requirements) for r in routes]
+    found: List[Sample] = []
+    for index, condition in enumerate(conditions):
+        for number, sample in enumerate(SAMPLES):
+            built = pilot_for(condition, conditions[:index], constraint, sample, 1000 * (index + 1) + number)
+            if built is not None:
+                found.append(replace(built, name=sample.name, description=f"{sample.description}, {built.description}"))
+    return found
+
+
+def _new_form(tmp: str, text: str, mode: str, macros: str = "") -> Tuple[SafeConfig, str]:
+    """The converted ``text`` laid out for ``mode``; ``macros``: definitions of the macros the
+    file needs from the rest of the configuration, the values the old routes were read with."""
     os.makedirs(tmp, mode=0o711, exist_ok=True)
     path = os.path.join(tmp, "converted.conf")
     Path(path).write_text(text)
     os.chmod(path, 0o644)
     safe = SafeConfig(os.path.join(tmp, "config"))
+    if macros:
+        safe.add(macros)
     lay_out(safe, path, mode, "")
     return safe, path
 
@@ -133,19 +154,21 @@ def _old_form(old: OldRoutes, tmp: str, mode: str, samples_by_route: Dict[str, L
         safe.include_data(CE_ROUTER_ENTRIES_DEFAULTS)
         safe.include_data(CE_ROUTER_GENERATED)
     safe.include(old.path)
+    if old.macros.references:
+        safe.add(old.macros.proof_definitions())
     tools = safe.tools()
     defaults_text = tools.value("JOB_ROUTER_DEFAULTS") or ""
     merge_flag = (tools.value("MERGE_JOB_ROUTER_DEFAULT_ADS") or "").strip().lower() in ("true", "1", "yes", "t")
     defaults = merged_defaults(defaults_text, merge_flag) if defaults_text.strip() else classad2.ClassAd()
     knobs: List[str] = []
     names: Dict[str, str] = {}
-    for index, entry in enumerate(parse_entries(old.entries), start=1):
-        merged = merge(defaults, entry)
+    for index, entry in enumerate(old_entries(old)[0], start=1):
+        merged = merge(defaults, entry.ad)
         name = ad_value(merged, "Name")
         clean = re.sub(r"[^A-Za-z0-9_]", "_", name) if isinstance(name, str) and name else f"Route_{index}"
         merged[f"set_{_MARK}"] = clean
         names[clean] = f"R{index}"
-        knobs.append(f"{_OLD_KNOB}R{index} @=podgahp_old\n{repr(merged)}\n@podgahp_old\n")
+        knobs.append(f"{_OLD_KNOB}R{index} @=podgahp_old\n{old.macros.restore(repr(merged))}\n@podgahp_old\n")
     routes_file = os.path.join(safe.tmp, "old-routes.conf")
     Path(routes_file).write_text("".join(knobs))
     os.chmod(routes_file, 0o644)
@@ -192,11 +215,11 @@ def _htcondor_form(old: OldRoutes, tmp: str, mode: str) -> Optional[SafeConfig]:
 
 def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[RouteProof]:
     """Route the same pilots through ``old``'s routes and ``conversion``'s; one proof per route."""
-    new, _ = _new_form(os.path.join(tmp, "new"), conversion.text, mode)
+    new, _ = _new_form(os.path.join(tmp, "new"), conversion.text, mode, old.macros.proof_definitions())
     tools = new.tools()
     proc = tools.run(["condor_job_router_info", "-diagnostic", "-config"])
     routes = parse_listing(new.translate(proc.stdout + proc.stderr))
-    samples, _ = pilots(routes, tools.value("JOB_ROUTER_SOURCE_JOB_CONSTRAINT"))
+    samples = every_shape(routes, tools.value("JOB_ROUTER_SOURCE_JOB_CONSTRAINT"))
     routed = _routed_by_router(new, samples, os.path.join(tmp, "new"))
     by_id = {job_id(s): s for s in samples}
     by_route: Dict[str, List[Sample]] = {}
@@ -221,8 +244,9 @@ def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[R
                 differences.append(f"pilot {sample.name}: the old route's Requirements do not take it, the converted "
                                    "route's REQUIREMENTS do")
                 continue
-            old_seen, old_error = _observed(old_ad, sample, converted.grid_resource)
-            new_seen, new_error = _observed(routed[source], sample)
+            vanilla = converted.universe == 5
+            old_seen, old_error = _observed(old_ad, sample, converted.grid_resource, vanilla)
+            new_seen, new_error = _observed(routed[source], sample, vanilla=vanilla)
             if old_error or new_error:
                 differences.append(f"pilot {sample.name}: {old_error or 'fine'} under the old route, "
                                    f"{new_error or 'fine'} under the converted one")
@@ -233,7 +257,7 @@ def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[R
                 if their_ad is None:
                     theirs.append(f"pilot {sample.name}: no route of HTCondor's conversion takes it")
                 else:
-                    their_seen, _ = _observed(their_ad, sample)
+                    their_seen, _ = _observed(their_ad, sample, vanilla=vanilla)
                     theirs += _compare(sample.name, old_seen, their_seen, "HTCondor's conversion")
         proofs.append(RouteProof(converted.name, tuple(compared), tuple(differences),
                                  tuple(theirs) if theirs is not None else None))
@@ -266,7 +290,11 @@ def convert_and_prove(path: str, mode: str = "emulated", proof: bool = True) -> 
         os.chmod(tmp, 0o711)  # run as root, HTCondor's tools read some files as the condor user
         safe = SafeConfig(os.path.join(tmp, "read"))
         old = read_old_routes(safe, path)
-        conversion = convert_routes(old)
+        conversion = convert_routes(old, ce=mode != "plain")
         if safe.warnings:
-            conversion = Conversion(conversion.text, conversion.routes, tuple(safe.warnings) + conversion.notes)
-        return conversion, (prove(old, conversion, mode, tmp) if proof else [])
+            conversion = Conversion(conversion.text, conversion.routes, tuple(safe.warnings) + conversion.notes,
+                                    conversion.problems)
+        if not proof:
+            return conversion, []
+        proofs = prove(old, conversion, mode, tmp)
+        return mark_checks(conversion, {p.route: p.differences for p in proofs if p.differences}), proofs

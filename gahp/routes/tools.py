@@ -61,6 +61,14 @@ class Tools:
         out = proc.stdout
         return out[:-1] if out.endswith("\n") else out
 
+    def raw(self, name: str) -> Optional[str]:
+        """``name``'s value as written, its macros not expanded (None when undefined)."""
+        proc = self.run(["condor_config_val", "-raw", name])
+        if proc.returncode != 0:
+            return None
+        out = proc.stdout
+        return out[:-1] if out.endswith("\n") else out
+
     def config_error(self, probe: str) -> Optional[str]:
         """HTCondor's own message when the configuration does not read at all, else None (knob
         ``probe`` is set by the configuration's first line)."""

@@ -7,6 +7,7 @@ keeps them."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -153,15 +154,71 @@ def test_ce_defaults_become_the_macros_the_ce_reads() -> None:
     assert "default_CERequirements is read from the job" in said
 
 
-@pytest.mark.parametrize("entry, message", [
-    ('[ name = "A"; set_default_queue = strcat("q", Owner) ]', "default_queue"),
-    ('[ name = "A"; GridResource = "batch k8s" ] [ name = "A"; GridResource = "batch k8s" ]', "two entries are named A"),
-    ('[ name = "A"; Requirements = ', ":2: this entry of JOB_ROUTER_ENTRIES is not a ClassAd"),
-    ('[ name = "A"; copy_X = 5 ]', "copy_X must name the attribute to copy to"),
-], ids=["queue-expression", "duplicate", "parse-error", "copy-target"])
-def test_what_cannot_be_converted_is_refused_saying_why(entry: str, message: str) -> None:
-    with pytest.raises(RoutesError, match=re.escape(message)):
-        convert_routes(old_routes(f"JOB_ROUTER_ENTRIES @=jre\n{entry}\n@jre\n"))
+def test_an_entry_that_is_not_a_classad_is_refused_at_its_line() -> None:
+    with pytest.raises(RoutesError, match=re.escape(":2: this entry of JOB_ROUTER_ENTRIES is not a ClassAd")):
+        convert_routes(old_routes('JOB_ROUTER_ENTRIES @=jre\n[ name = "A"; Requirements = \n@jre\n'))
+
+
+@pytest.mark.parametrize("entry, check", [
+    ('set_default_queue = strcat("q", Owner)', 'default_queue = strcat("q",Owner) is an expression'),
+    ("copy_X = 5", "copy_X must name the attribute to copy to, as a string: not converted"),
+], ids=["queue-expression", "copy-target"])
+def test_what_cannot_be_said_is_converted_as_closely_as_it_can_after_a_check(entry: str, check: str) -> None:
+    text = f'JOB_ROUTER_ENTRIES @=jre\n[ name = "A"; set_Foo = 1; {entry} ]\n[ name = "B"; set_Bar = 2 ]\n@jre\n'
+    conversion = convert_routes(old_routes(text))
+    assert len(conversion.checks) == 1 and conversion.checks[0].startswith(f"route A: {check}")
+    assert blocks(conversion.text) == {"A": ["SET Foo 1"], "B": ["SET Bar 2"]}
+    lines = conversion.text.splitlines()
+    assert lines[lines.index("JOB_ROUTER_ROUTE_A @=jrt") - 1].startswith(f"# podgahp: CHECK {check}")
+
+
+def test_an_entry_of_a_name_already_read_replaces_it_in_its_place_as_the_router_did() -> None:
+    text = ('JOB_ROUTER_ENTRIES @=jre\n[ name = "A"; set_X = 2 ]\n[ name = "C"; set_X = 3 ]\n'
+            '[ name = "B"; set_X = 5; OverrideRoutingEntry = false ]\n@jre\n')
+    old = replace(old_routes(text), file_entries='[ name = "B"; set_X = 4 ] [ name = "A"; set_X = 1 ]',
+                  entries_file="/etc/condor-ce/entries")
+    conversion = convert_routes(old)
+    assert [r.name for r in conversion.routes] == ["B", "A", "C"]
+    assert blocks(conversion.text) == {"B": ["SET X 4"],
+                                       "A": ["SET X 2"], "C": ["SET X 3"]}
+    said = " ".join(conversion.notes)
+    assert "entry 1 of JOB_ROUTER_ENTRIES is named 'A' like entry 2 of JOB_ROUTER_ENTRIES_FILE: it replaces" in said
+    assert "entry 3 of JOB_ROUTER_ENTRIES is named 'B' like an earlier entry and says OverrideRoutingEntry = false" \
+        in said
+
+
+CE_ROUTES = """\
+JOB_ROUTER_ENTRIES @=jre
+[ name = "Mem"; GridResource = "batch k8s"; set_RequestMemory = 16000 ]
+[ name = "Cpus"; GridResource = "batch k8s"; eval_set_RequestCpus = 8; set_default_CERequirements = "RequestCpus" ]
+[ name = "CpusUnread"; GridResource = "batch k8s"; eval_set_RequestCpus = 8 ]
+[ name = "PoolCpus"; TargetUniverse = 5; set_RequestCpus = 8 ]
+[ name = "Wall"; GridResource = "batch k8s"; eval_set_BatchRuntime = 3600 ]
+[ name = "WallSet"; GridResource = "batch k8s"; set_BatchRuntime = 3600 ]
+[ name = "Env"; GridResource = "batch k8s"; copy_environment = "site_env"; copy_BatchRuntime = "orig_BatchRuntime" ]
+[ name = "Queue"; GridResource = "batch k8s"; set_BatchQueue = "q" ]
+[ name = "RemoteQueue"; GridResource = "batch k8s"; set_BatchQueue = "q"; set_remote_queue = "q" ]
+@jre
+"""
+
+
+def test_for_a_ce_a_route_gets_what_the_ces_own_defaults_did_for_it() -> None:
+    added = {name: [s for s in statements if s.split()[0] in ("EVALSET", "COPY", "RENAME", "DELETE", "SET")
+                    and s not in plain]
+             for (name, statements), plain in zip(blocks(convert_routes(old_routes(CE_ROUTES)).text).items(),
+                                                   blocks(convert_routes(old_routes(CE_ROUTES), ce=False)
+                                                          .text).values())}
+    assert added == {
+        "Mem": ["EVALSET maxMemory RequestMemory"],
+        "Cpus": ["EVALSET xcount RequestCpus"],
+        "CpusUnread": [],  # the batch system reads remote_SMPGranularity, the same either way
+        "PoolCpus": ["EVALSET xcount RequestCpus"],
+        "Wall": ["COPY BatchRuntime orig_BatchRuntime", "RENAME maxWallTime orig_maxWallTime"],
+        "WallSet": ["COPY orig_BatchRuntime BatchRuntime"],
+        "Env": ["DELETE orig_environment"],  # its copy of BatchRuntime is the CE's own
+        "Queue": ['EVALSET remote_queue batch_queue ?: (queue ?: "$(default_queue)")'],
+        "RemoteQueue": [],
+    }
 
 
 def test_defaults_of_several_ads_are_merged_only_when_told() -> None:
