@@ -121,7 +121,8 @@ clean:
 # pilots; the CE as a whole (1,000 pilots through real HTCondor daemons with the shipped CE
 # configuration, and with one knob changed); Lancium under random API faults; podgahp provision's
 # decisions against the PRP provisioner's and COBalD's in a model world; a user job's wait for a new
-# pilot pod, hop by hop, with real pilots (runc); last, the blahp's kubernetes_*.sh scripts (trixie
+# pilot pod, hop by hop, with real pilots (runc); what podgahp reap's job-ad writes cost the schedd
+# (1,000 grid jobs in a real schedd: transactions and seconds per pass); last, the blahp's kubernetes_*.sh scripts (trixie
 # root, kubectl) and podgahp on the same pilots (its 50 kubectl at once load the machine for a minute
 # after: the others do not start in its wake). About 24 minutes on the 2-core machine.
 bench: $(VENV)/.installed system-deps k8s-control-plane
@@ -131,6 +132,7 @@ bench: $(VENV)/.installed system-deps k8s-control-plane
 	$(VENV)/bin/python benchmarks/e2e_ce.py --pilots 1000
 	$(VENV)/bin/python benchmarks/lancium_faults.py
 	$(VENV)/bin/python benchmarks/audit_log.py
+	$(VENV)/bin/python benchmarks/reap_job_ads.py --pilots 1000
 	$(VENV)/bin/python benchmarks/provision_scenarios.py
 	$(VENV)/bin/python benchmarks/pilot_start.py --rounds 6
 	$(VENV)/bin/python benchmarks/blahp_k8s.py --pilots 200

@@ -354,10 +354,11 @@ def edit_jobs(job_ids: Sequence[str], attribute: str, expression: str, name: Opt
               pool: Optional[str] = None) -> int:
     """Set ``attribute`` to ``expression`` (ClassAd text) in those of the grid jobs ``job_ids``
     (``cluster.proc``) that still exist, in one transaction of the schedd (``name`` of ``pool``, default
-    the local one): the number edited. The jobs are chosen by a constraint, so a job that left the queue
-    since it was read is passed over instead of failing the others. Raises EditRefused when the schedd
-    does not make the edit (the identity may not edit some of the jobs: nothing is written), and
-    ScheddUnavailable when it cannot be asked."""
+    the local one): the number edited. The transaction names the jobs (the schedd looks each up); when
+    it fails, as it does when one of them has left the queue since it was read, one that chooses them by
+    a constraint (the schedd reads every job of its queue) passes over the jobs gone. Raises
+    EditRefused when the schedd does not make the edit (the identity may not edit some of the jobs:
+    nothing is written), and ScheddUnavailable when it cannot be asked."""
     if not job_ids:
         return 0
     for job in job_ids:
@@ -371,6 +372,10 @@ def edit_jobs(job_ids: Sequence[str], attribute: str, expression: str, name: Opt
         schedd = locate(name, pool)
     except Exception as e:  # noqa: BLE001 - the bindings raise several kinds; any means "unknown"
         raise ScheddUnavailable(f"{describe(name, pool)} cannot be reached: {e}") from e
+    try:
+        return int(schedd.edit(list(job_ids), attribute, expression))
+    except Exception:  # noqa: BLE001 - the bindings raise HTCondorException for any refusal
+        pass  # a job gone, or a refusal: the constraint tells which
     try:
         return int(schedd.edit(constraint, attribute, expression))
     except Exception as e:  # noqa: BLE001 - the bindings raise HTCondorException for any refusal

@@ -221,3 +221,50 @@ def test_the_real_process_says_when_the_schedds_start_cannot_be_read(nowhere: No
             queries.start_time()
     finally:
         queries.close()
+
+
+class _EditingSchedd:
+    """A schedd that refuses the edits ``refuse`` names ("ids", "constraint") and answers queries with ``left``."""
+
+    def __init__(self, refuse: "tuple[str, ...]", left: List[Dict[str, object]]) -> None:
+        self.refuse, self.left = refuse, left
+        self.calls: List[object] = []
+
+    def edit(self, spec: object, attribute: str, value: str) -> int:
+        kind = "ids" if isinstance(spec, list) else "constraint"
+        self.calls.append((kind, spec, attribute, value))
+        if kind in self.refuse:
+            raise RuntimeError("Unable to edit jobs")
+        return len(spec) if isinstance(spec, list) else 1
+
+    def query(self, constraint: str, projection: List[str]) -> List[Dict[str, object]]:
+        self.calls.append(("query", constraint))
+        return self.left
+
+
+@pytest.mark.parametrize("refuse, left, expected", [
+    ((), [], 2),                                        # one transaction naming the jobs
+    (("ids",), [], 1),                                  # a job gone: the constraint passes over it
+    (("ids", "constraint"), [], 0),                     # every job gone: nothing to write, no error
+    (("ids", "constraint"), [{"ClusterId": 7}], None),  # refused while the jobs are there: an error
+], ids=["named", "one-gone", "all-gone", "refused"])
+def test_an_edit_names_its_jobs_and_passes_over_the_jobs_gone(monkeypatch: pytest.MonkeyPatch, refuse: "tuple[str, ...]",
+                                                              left: List[Dict[str, object]],
+                                                              expected: Optional[int]) -> None:
+    fake = _EditingSchedd(refuse, left)
+    monkeypatch.setattr(schedd, "locate", lambda name=None, pool=None: fake)
+    if expected is None:
+        with pytest.raises(schedd.EditRefused, match="did not set PodgahpNode in 1 jobs"):
+            schedd.edit_jobs(["7.0", "8.1"], "PodgahpNode", '"cpu-1"')
+    else:
+        assert schedd.edit_jobs(["7.0", "8.1"], "PodgahpNode", '"cpu-1"') == expected
+    assert fake.calls[0] == ("ids", ["7.0", "8.1"], "PodgahpNode", '"cpu-1"')
+    if refuse:
+        constraint = 'JobUniverse == 9 && member(strcat(ClusterId, ".", ProcId), {"7.0", "8.1"})'
+        assert fake.calls[1] == ("constraint", constraint, "PodgahpNode", '"cpu-1"')
+
+
+@pytest.mark.parametrize("job, attribute", [("7", "A"), ("7.0 || true", "A"), ("7.0", "A = 1; B"), ("7.0", "")])
+def test_an_edit_takes_only_job_ids_and_attribute_names(job: str, attribute: str) -> None:
+    with pytest.raises(ValueError):
+        schedd.edit_jobs([job], attribute or "", '"x"')
