@@ -37,7 +37,7 @@ from gahp.errors import InvalidJob, RoutesError
 from gahp.files import read_input
 from gahp.routes.ce_meaning import ce_statements
 from gahp.routes.config_text import Statement
-from gahp.routes.macros import KeptMacros, keep_undefined
+from gahp.routes.macros import TOKEN_PREFIX, KeptMacros, keep_undefined
 from gahp.routes.sources import SafeConfig
 from gahp.routes.submit_ad import LIST_SEPARATORS, ad_value, delete_attributes
 
@@ -440,6 +440,11 @@ def convert_entry(route: classad2.ClassAd, index: int, ce: bool = True) -> Conve
     lines += [f"  {m}" for _, m in sorted(settings)] + [f"  {d}" for d in defaults] + [f"  {k}" for k in kept]
     if requirements is not None:
         lines.append(f"  REQUIREMENTS {requirements}")
+        kept_here = sorted(set(re.findall(TOKEN_PREFIX + r"\d+_", requirements)))
+        if kept_here:
+            checks.append(f"REQUIREMENTS refers to {', '.join(kept_here)}, which this file does not define, and the "
+                          "JobRouter expands no macro in a route's REQUIREMENTS (it drops the route as not valid): "
+                          "write the value in")
     for _, keyword in _EDITS:
         lines += [f"  {e}" for e in edits[keyword]]
     if ce:

@@ -27,6 +27,7 @@ from gahp import plugins
 from gahp.errors import InvalidJob, RoutesError
 from gahp.job import split_env_v2
 from gahp.routes.check import job_id, lay_out, parse_listing, route
+from gahp.routes.macros import TOKEN_PREFIX
 from gahp.routes.pilots import RouteCondition, pilot_for
 from gahp.routes.report import Route
 from gahp.routes.convert import (Conversion, OldRoutes, convert_routes, mark_checks, merge, merged_defaults,
@@ -143,10 +144,16 @@ def _routed_by_router(safe: SafeConfig, samples: Sequence[Sample], tmp: str) -> 
     return route(safe.tools(), samples, tmp)[0]
 
 
+#: The JobRouter's own limits of a route that sets none, and the knobs that replace them.
+_LIMITS = (("MaxJobs", "JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE", 100),
+           ("MaxIdleJobs", "JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE", 50))
+
+
 def _old_form(old: OldRoutes, tmp: str, mode: str, samples_by_route: Dict[str, List[Sample]],
-              grid: Dict[str, str]) -> Dict[str, classad2.ClassAd]:
+              limits: Dict[str, Tuple[str, str]]) -> Dict[str, classad2.ClassAd]:
     """Each pilot transformed by the old route it belongs to (``condor_transform_ads``); a pilot
-    the old route's Requirements refuse comes back without the route's mark."""
+    the old route's Requirements refuse comes back without the route's mark. ``limits`` gets each
+    old route's MaxJobs and MaxIdleJobs, as the JobRouter read them."""
     safe = SafeConfig(os.path.join(tmp, "old"))
     if mode != "plain":
         safe.add("COLLECTOR_HOST = $(FULL_HOSTNAME):9619")
@@ -167,6 +174,8 @@ def _old_form(old: OldRoutes, tmp: str, mode: str, samples_by_route: Dict[str, L
         name = ad_value(merged, "Name")
         clean = re.sub(r"[^A-Za-z0-9_]", "_", name) if isinstance(name, str) and name else f"Route_{index}"
         merged[f"set_{_MARK}"] = clean
+        limits[clean] = tuple(_limit(merged, attribute, tools.value(knob), default)  # type: ignore[assignment]
+                              for attribute, knob, default in _LIMITS)
         names[clean] = f"R{index}"
         knobs.append(f"{_OLD_KNOB}R{index} @=podgahp_old\n{old.macros.restore(repr(merged))}\n@podgahp_old\n")
     routes_file = os.path.join(safe.tmp, "old-routes.conf")
@@ -191,6 +200,17 @@ def _old_form(old: OldRoutes, tmp: str, mode: str, samples_by_route: Dict[str, L
             cluster, proc_id = ad_value(ad, "ClusterId"), ad_value(ad, "ProcId")
             out[f"{cluster}.{proc_id}"] = ad
     return out
+
+
+def _limit(route: classad2.ClassAd, attribute: str, knob: Optional[str], default: int) -> str:
+    if attribute in route:
+        return str(_literal_or_text(route, attribute))
+    return (knob or "").strip() or str(default)
+
+
+def _literal_or_text(route: classad2.ClassAd, attribute: str) -> object:
+    value = route.eval(attribute)
+    return str(route.lookup(attribute)) if isinstance(value, classad2.Value) else value
 
 
 def _htcondor_form(old: OldRoutes, tmp: str, mode: str) -> Optional[SafeConfig]:
@@ -227,8 +247,9 @@ def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[R
         name = ad_value(ad, "RouteName")
         if isinstance(name, str) and source in by_id:
             by_route.setdefault(name, []).append(by_id[source])
-    grid = {r.name: r.grid_resource for r in conversion.routes}
-    old_ads = _old_form(old, tmp, mode, by_route, grid)
+    old_limits: Dict[str, Tuple[str, str]] = {}
+    old_ads = _old_form(old, tmp, mode, by_route, old_limits)
+    new_limits = {r.name: (r.max_jobs, r.max_idle_jobs) for r in routes}
     htcondor = _htcondor_form(old, tmp, mode)
     htcondor_routed = _routed_by_router(htcondor, samples, os.path.join(tmp, "htcondor")) if htcondor else None
     proofs = []
@@ -259,6 +280,11 @@ def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[R
                 else:
                     their_seen, _ = _observed(their_ad, sample, vanilla=vanilla)
                     theirs += _compare(sample.name, old_seen, their_seen, "HTCondor's conversion")
+        differences += [f"route limit {attribute}: {before} under the old route, {after} under the converted route"
+                        for (attribute, _, _), before, after in zip(_LIMITS, old_limits.get(converted.name, ("", "")),
+                                                                    new_limits.get(converted.name, ("", "")))
+                        if converted.name in old_limits and converted.name in new_limits and before != after
+                        and TOKEN_PREFIX not in before]  # a macro the file does not define: its value is unknown
         proofs.append(RouteProof(converted.name, tuple(compared), tuple(differences),
                                  tuple(theirs) if theirs is not None else None))
     return proofs

@@ -16,7 +16,8 @@ import pytest
 
 from gahp.routes import RoutesError
 from gahp.routes.config_text import statements
-from gahp.routes.convert import OldRoutes, convert_routes, inline
+from gahp.routes.convert import OldRoutes, convert_routes, inline, mark_checks
+from gahp.routes.macros import keep_undefined
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -266,3 +267,39 @@ def test_every_shipped_route_sends_cpus_and_disk_both_ways() -> None:
         assert names[:2] == ["RequestCpus", "RequestDisk"], name
         for extra in names[2:]:  # every further name is set by the route itself
             assert any(line.startswith(f"SET {extra} ") for line in statements), (name, extra)
+
+
+def test_the_entries_before_one_that_is_not_a_classad_are_converted_as_the_router_used_them() -> None:
+    text = ('JOB_ROUTER_ENTRIES @=jre\n[ name = "A"; set_Note = "a ] in a string"; /* ] */ set_X = 1 ]\n'
+            '[ name = "B"; set_Q = "unclosed; ]\n[ name = "C" ]\n@jre\n')
+    conversion = convert_routes(old_routes(text))
+    assert [r.name for r in conversion.routes] == ["A"]
+    assert blocks(conversion.text) == {"A": ['SET Note "a ] in a string"', "SET X 1"]}
+    assert conversion.checks == ("/etc/condor-ce/config.d/50-routes.conf:3: this entry of JOB_ROUTER_ENTRIES is not a "
+                                 "ClassAd (an unclosed string or bracket, a missing ';'): the JobRouter ignored it and "
+                                 "what follows it, and so does the conversion; fix it and convert again",)
+    assert "# podgahp: CHECK /etc/condor-ce/config.d/50-routes.conf:3: this entry" in conversion.text
+
+
+def test_a_macro_the_file_does_not_define_in_requirements_is_a_check() -> None:
+    kept = keep_undefined(['[ name = "A"; Requirements = target.RequestCpus <= $(SITE_MAX); set_X = $(SITE_X) ]'],
+                          lambda name: None)
+    text = 'JOB_ROUTER_ENTRIES @=jre\n[ name = "A"; Requirements = target.RequestCpus <= podgahp_macro_0_; ' \
+           'set_X = podgahp_macro_1_ ]\n@jre\n'
+    conversion = convert_routes(replace(old_routes(text), macros=kept))
+    assert blocks(conversion.text) == {"A": ["REQUIREMENTS RequestCpus <= $(SITE_MAX)", "SET X $(SITE_X)"]}
+    assert conversion.checks == ("route A: REQUIREMENTS refers to $(SITE_MAX), which this file does not define, and "
+                                 "the JobRouter expands no macro in a route's REQUIREMENTS (it drops the route as not "
+                                 "valid): write the value in",)
+    assert "the routes need from the rest of the configuration: SITE_MAX, SITE_X" in " ".join(conversion.notes)
+
+
+def test_what_the_proof_finds_is_marked_before_the_route() -> None:
+    conversion = convert_routes(old_routes('JOB_ROUTER_ENTRIES @=jre\n[ name = "A" ]\n[ name = "B" ]\n@jre\n'))
+    marked = mark_checks(conversion, {"B": ["pilot wholenode: cores 8 under the old route, 16 under the converted"]})
+    lines = marked.text.splitlines()
+    assert lines[lines.index("JOB_ROUTER_ROUTE_B @=jrt") - 1] == \
+        "# podgahp: CHECK pilot wholenode: cores 8 under the old route, 16 under the converted"
+    assert marked.checks == ("route B: pilot wholenode: cores 8 under the old route, 16 under the converted",)
+    assert mark_checks(marked, {"B": ["pilot wholenode: cores 8 under the old route, 16 under the converted"]}) \
+        .text == marked.text
