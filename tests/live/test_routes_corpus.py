@@ -192,3 +192,39 @@ def test_corpus_file(acquired: Installation, scratch: str, name: str) -> None:
     assert [r["name"] for r in after["routes"]] == htcondor_routes(inst, workdir, converted_path)
     for text in case.problems if case.valid is False else ():  # the same mistake, now at its line of the converted file
         assert any(re.sub(r"^:\d+: ", "", text) in p for p in after["problems"]), after["problems"]
+
+
+ENTRIES_FILE = """\
+[ name = "B"; GridResource = "batch k8s"; Requirements = target.queue =?= "b"; set_default_maxMemory = 1000; ]
+[ name = "A"; GridResource = "batch k8s"; Requirements = target.queue =?= "a"; set_default_xcount = 4; ]
+"""
+WITH_ENTRIES_FILE = """\
+JOB_ROUTER_USE_DEPRECATED_ROUTER_ENTRIES = True
+JOB_ROUTER_ENTRIES_FILE = {entries_file}
+JOB_ROUTER_ENTRIES @=jre
+# B as the site wants it now
+[ name = "B"; GridResource = "batch k8s"; Requirements = target.queue =?= "b"; set_default_maxMemory = 3000; ]
+@jre
+"""
+
+
+def test_entries_file_then_entries_converted_as_the_router_read_them(acquired: Installation, scratch: str) -> None:
+    """JOB_ROUTER_ENTRIES_FILE is read, then JOB_ROUTER_ENTRIES, whose B replaces the file's B (in its
+    place) as HTCondor 23's JobRouter replaced it; the proof finds both routes the same."""
+    inst, path = acquired, f"{scratch}/routes.conf"
+    inst.host_path(f"{scratch}/entries").write_text(ENTRIES_FILE)
+    inst.host_path(path).write_text(WITH_ENTRIES_FILE.format(entries_file=f"{scratch}/entries"))
+    if inst.condor_version.startswith("23."):  # the JobRouter that reads both: B from JOB_ROUTER_ENTRIES
+        proc = inst.run(["condor_job_router_info", "-config"], env={"CONDOR_CONFIG": path}, check=False)
+        listing = {r.name: r for r in parse_listing(proc.stdout + proc.stderr)}
+        assert sorted(listing) == ["A", "B"] and "SET default_maxMemory 3000" in proc.stdout, proc.stdout
+    code, converted, err = podgahp(inst, "convert", path)
+    assert code == 0, err
+    assert re.findall(r"^JOB_ROUTER_ROUTE_(\w+) @=jrt$", converted, re.M) == ["B", "A"]
+    assert "default_maxMemory = 3000" in converted and "default_maxMemory = 1000" not in converted
+    assert "default_xcount = 4" in converted and "# B as the site wants it now" in converted
+    assert "##  (JOB_ROUTER_ENTRIES_FILE of line 2 converted below)" in converted
+    assert "note: entry 1 of JOB_ROUTER_ENTRIES is named 'B' like entry 1 of JOB_ROUTER_ENTRIES_FILE: it replaces " \
+           "that one, in its place, as the JobRouter did" in err
+    for route in ("A", "B"):
+        assert re.search(rf"^  {route}: same for 7 pilot", err, re.M), err
