@@ -10,7 +10,9 @@ tools, convert the old syntax.
 * :mod:`.submit_ad` — the submit ad the gridmanager would build from a routed job, and podgahp's view of it;
 * :mod:`.check` and :mod:`.report` — ``podgahp routes check``;
 * :mod:`.convert` and :mod:`.proof` — ``podgahp routes convert``: ``JOB_ROUTER_ENTRIES`` to
-  ``JOB_ROUTER_ROUTE_*``, proven by routing the same pilots through both.
+  ``JOB_ROUTER_ROUTE_*``, proven by routing the same pilots through both; :mod:`.macros` keeps the
+  macros a file does not define, :mod:`.ce_meaning` adds what HTCondor-CE 23.0's own route defaults
+  did for a route.
 
 Must not know any backend or client library: what a backend does with the ad is its own business.
 ClassAds are parsed and unparsed only through ``classad2``.

@@ -2,8 +2,11 @@
 23.x and 24.0 only) rewritten as ``JOB_ROUTER_ROUTE_<name>`` transforms, without loss.
 
 HTCondor reads the file (:func:`read_old_routes`: comments, continuations, ``@=`` blocks, macros,
-includes, nothing run); :func:`convert_routes` then rewrites each entry, merged with
-``JOB_ROUTER_DEFAULTS`` as the JobRouter merges them:
+includes, nothing run; the macros the file does not define kept, :mod:`gahp.routes.macros`), and the
+entries are taken as HTCondor 23's JobRouter took them (:func:`old_entries`: ``JOB_ROUTER_ENTRIES_FILE``
+then ``JOB_ROUTER_ENTRIES``, a later entry of a name replacing the earlier, none after one that is not
+a ClassAd); :func:`convert_routes` then rewrites each entry, merged with ``JOB_ROUTER_DEFAULTS`` as the
+JobRouter merges them:
 
 * ``Requirements`` → ``REQUIREMENTS`` (references to the route's own attributes inlined, ``TARGET.``
   dropped: a route's requirements now see the job directly);
@@ -16,7 +19,12 @@ includes, nothing run); :func:`convert_routes` then rewrites each entry, merged 
   or a plain ``default_*`` attribute — → the ``default_*`` **macros** the CE's transforms read
   (HTCondor's own converter writes ``SET default_*``, a job attribute the CE never reads);
   ``default_CERequirements``, which the CE reads from the job, → ``SET default_CERequirements``;
-* any other attribute → a macro of the same name, as HTCondor's converter keeps it.
+* any other attribute → a macro of the same name, as HTCondor's converter keeps it;
+* for an HTCondor-CE, what the CE's 23.0 route defaults did for the route
+  (:mod:`gahp.routes.ce_meaning`).
+
+What no statement can say is still converted, as closely as it can be, after a ``# podgahp: CHECK``
+comment (:attr:`ConvertedRoute.checks`; the proof adds what it finds different, :func:`mark_checks`).
 
 The rest of the file stays as it was, comments included; the comments inside
 ``JOB_ROUTER_ENTRIES`` go with the route they were written in. ``JOB_ROUTER_ROUTE_NAMES``: where the
