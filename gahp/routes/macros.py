@@ -27,6 +27,10 @@ REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.]*)(?::([^()]*))?\)")
 TOKEN_PREFIX = "podgahp_macro_"
 #: Most macros followed from one file's routes (a site file names a handful).
 MAX_MACROS = 200
+#: Knobs of the old syntax a route file refers to for what came before it (HTCondor-CE 23.0's
+#: ``JOB_ROUTER_DEFAULTS = $(JOB_ROUTER_DEFAULTS_GENERATED) [...]``): the CE's own defaults, which
+#: its transforms now apply, so read alone they stay nothing, as before.
+NOT_KEPT = ("JOB_ROUTER_DEFAULTS", "JOB_ROUTER_DEFAULTS_GENERATED", "JOB_ROUTER_ENTRIES")
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ def keep_undefined(raw_values: Iterable[str], lookup: Callable[[str], Optional[s
     kept: List[Tuple[str, str, str]] = []
     needed: List[str] = []
     for name in order:
-        if seen[name.upper()] is not None:
+        if seen[name.upper()] is not None or name.upper() in NOT_KEPT:
             continue
         forms = spelled[name.upper()]
         defaults = {default for default, _ in forms}

@@ -46,3 +46,8 @@ def test_tokens_of_ten_and_more_macros_restore_each_its_own() -> None:
 def test_a_file_of_endless_macros_is_refused() -> None:
     with pytest.raises(RoutesError, match="more than"):
         keep_undefined([" ".join(f"$(M{i})" for i in range(MAX_MACROS + 1))], lookup)
+
+
+def test_the_ces_own_route_defaults_stay_nothing_as_before() -> None:
+    kept = keep_undefined(["$(JOB_ROUTER_DEFAULTS_GENERATED) [ set_default_maxMemory = 128; ]"], lookup)
+    assert kept.references == () and kept.needed == ()
