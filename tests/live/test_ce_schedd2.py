@@ -73,6 +73,7 @@ def test_gahps_of_the_site_schedd_write_where_the_ces_tools_read(make_pool: Call
 
     home = iwd(ce)
     cluster = ce.submit(pilot_submit(home, "schedd2", run_seconds=2), cwd=home)
+    running = ce.submit(pilot_submit(home, "stays", run_seconds=300), cwd=home)
     routed: List[Dict[str, Any]] = site.wait_for(
         lambda: site.jobs(f'RoutedFromJobId =?= "{cluster}.0"', ["ClusterId", "GridJobId"]),
         timeout=90, what="the routed pilot in the site's schedd")
@@ -92,7 +93,7 @@ def test_gahps_of_the_site_schedd_write_where_the_ces_tools_read(make_pool: Call
     def created() -> Optional[str]:
         lines = ce.run([podgahp, "health"]).stdout.splitlines()
         figures = dict(line.split(" = ", 1) for line in lines if " = " in line)
-        return figures.get("GahpPodsCreated") if figures.get("GahpPodsCreated") == "1" else None
+        return figures.get("GahpPodsCreated") if figures.get("GahpPodsCreated") == "2" else None  # both pilots
     ce.wait_for(created, timeout=60, interval=1, what="the site GAHP's figures in the CE's podgahp health")
     entries = os.listdir(ce.path(user_log))
     own = [e for e in entries if e.startswith("Podgahp.pilot.")]
@@ -101,3 +102,21 @@ def test_gahps_of_the_site_schedd_write_where_the_ces_tools_read(make_pool: Call
     assert any(n.startswith("PodgahpStats.") for n in inside) and "PodgahpLog.k8s.pilot" in inside, inside
     gahp_log = ce.path(f"{user_log}/{own[0]}/PodgahpLog.k8s.pilot").read_text()
     assert "Permission denied" not in gahp_log, gahp_log
+
+    # podgahp reap, as the CE's schedd cron job runs it (condor, the CE's configuration), writes where
+    # the pilot is into its routed job in the site's schedd; the CE's router copies it to the source job.
+    def pod() -> Optional[str]:
+        ads = site.q(f'RoutedFromJobId =?= "{running}.0"', ["GridJobId"])
+        words = str(ads[0].get("GridJobId") or "").split() if ads else []
+        return words[3].rsplit("/", 1)[1] if len(words) == 4 else None
+    name = site.wait_for(pod, timeout=90, interval=1, what="the second pilot's pod")
+    reaped = ce.run([podgahp, "reap"], user="condor", check=False)
+    assert reaped.returncode == 0 and "Errors = 0" in reaped.stdout, (reaped.stdout, reaped.stderr)
+    (routed_ad,) = site.q(f'RoutedFromJobId =?= "{running}.0"', ["PodgahpPod", "PodgahpNode"])
+    assert routed_ad["PodgahpPod"] == name and routed_ad["PodgahpNode"], routed_ad
+
+    def copied() -> Optional[Dict[str, Any]]:
+        ads = ce.q(f"ClusterId == {running}", ["PodgahpPod", "PodgahpNode"])
+        return ads[0] if ads and ads[0].get("PodgahpPod") == name else None
+    source = ce.wait_for(copied, timeout=60, interval=1, what="the pod's attributes copied to the source job")
+    assert source["PodgahpNode"] == routed_ad["PodgahpNode"]

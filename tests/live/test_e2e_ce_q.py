@@ -61,6 +61,8 @@ def test_condor_q_shows_each_pilots_pod_node_phase_and_why_it_waits(make_pool: C
             return None
         if run["PHASE"] != "Running" or wait["PHASE"] != "Pending" or not wait["REASON"]:
             return None
+        if run["ST"] != "R":
+            return None  # the pass may see the pod run before the gridmanager's next status poll does
         if (source_run["PHASE"], source_wait["PHASE"]) != ("Running", "Pending"):
             return None  # the router copies them back at its next poll
         return rows
