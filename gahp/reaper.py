@@ -7,8 +7,10 @@ names (each cluster and namespace of the Kubernetes queues; the Lancium account)
 * ``podgahp reap``, run by the CE's own condor as a schedd cron job (``50-podgahp-reap-defaults.conf``)
   with the CE's configuration, asks the schedd which grid jobs exist and deletes the remote jobs no
   grid job holds, by the rules of :mod:`gahp.orphans` (if the schedd cannot be asked, or its answer
-  cannot be shown to be whole, nothing is deleted). Its output is ClassAd attributes, which the schedd
-  merges into its own ad (``condor_ce_status -schedd -l`` shows them), with the health figures;
+  cannot be shown to be whole, nothing is deleted), and writes where each routed pilot is into its job
+  ad, from the same query and census (:mod:`gahp.jobads`: ``condor_ce_q -pr podgahp.cpf`` shows it).
+  Its output is ClassAd attributes, which the schedd merges into its own ad (``condor_ce_status
+  -schedd -l`` shows them), with the health figures;
 * ``podgahp q`` joins the routed grid jobs with their remote jobs (:mod:`gahp.overview`);
 * ``podgahp health`` adds the GAHPs' counters and black-hole states up (:mod:`gahp.health`) with
   the remote jobs per queue and state.
