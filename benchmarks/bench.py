@@ -187,9 +187,10 @@ class ControlPlaneCluster:
     """:class:`SimProcess`'s counterpart on the real control plane (tests/engines.py: Kubernetes' own
     kube-apiserver, etcd, scheduler and controller-manager, as ``make k8s-control-plane`` builds them)
     with the simulator's kubelet as its nodes, in this process. Its request counts are the API
-    server's own (``apiserver_request_total``), of the pilots' pods and Secrets (the nodes' status
-    writes, leases and the controllers' objects are not podgahp's); its CPU is kube-apiserver's and
-    etcd's."""
+    server's own (``apiserver_request_total``) of pods and Secrets in a namespace (``scope``
+    ``namespace``): the pilots', for the nodes, the scheduler and the controllers watch and list
+    cluster-wide, and the nodes write pods' status through a subresource, which is not counted. Its
+    CPU and memory are kube-apiserver's and etcd's."""
 
     def __init__(self, nodes: Sequence[Any], namespaces: Sequence[str]) -> None:
         from engines import control_plane_binaries
@@ -199,15 +200,42 @@ class ControlPlaneCluster:
         for namespace in namespaces:
             self.cluster.add_namespace(namespace)
         self._baseline: Dict[Tuple[str, str], int] = {}
+        self._samples: List[Tuple[float, int, int, int]] = []
+        self._stop = threading.Event()
 
     def cpu_s(self) -> float:
         return sum(cpu_s(self.cluster.plane.procs[name].pid) for name in ("kube-apiserver", "etcd"))
+
+    def sample(self, namespace: str) -> None:
+        """Count the pods of ``namespace`` by phase every second from now on (:meth:`timeline`), from
+        the API server's watch cache (a LIST at resourceVersion 0)."""
+        def loop() -> None:
+            while not self._stop.wait(1.0):
+                try:
+                    items = self.cluster.admin.get(f"/api/v1/namespaces/{namespace}/pods",
+                                                   {"resourceVersion": "0"}).get("items") or []
+                except (OSError, ValueError, RuntimeError):
+                    continue
+                phases = [(p.get("status") or {}).get("phase") for p in items]
+                done = sum(1 for p in phases if p in ("Succeeded", "Failed"))
+                self._samples.append((time.time(), len(items), done + phases.count("Running"), done))
+        threading.Thread(target=loop, name="sampler", daemon=True).start()
+
+    def timeline(self) -> List[Tuple[float, int, int, int]]:
+        """(time, pods there, pods running or done, pods done) every second since :meth:`sample` (a pod
+        deleted once done no longer counts: the caller keeps the highest counts)."""
+        return list(self._samples)
+
+    def rss_mb(self, name: str) -> float:
+        """Resident memory of ``kube-apiserver`` or ``etcd`` now, in MB."""
+        return memory_mb(self.cluster.plane.procs[name].pid)[0]
 
     def write_kubeconfig(self, path: str, namespace: str = "default") -> str:
         return self.cluster.write_kubeconfig(path, namespace=namespace)
 
     def _counts(self) -> Dict[Tuple[str, str], int]:
-        """(verb, resource) -> requests served, for the pods and Secrets themselves (no subresource)."""
+        """(verb, resource) -> requests served in a namespace, for the pods and Secrets themselves (no
+        subresource)."""
         import re
 
         counts: Dict[Tuple[str, str], int] = {}
@@ -215,7 +243,8 @@ class ControlPlaneCluster:
             if not line.startswith("apiserver_request_total{"):
                 continue
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.rindex("}")]))
-            if labels.get("resource") in ("pods", "secrets") and not labels.get("subresource"):
+            if labels.get("resource") in ("pods", "secrets") and not labels.get("subresource") \
+                    and labels.get("scope") == "namespace":
                 key = (labels.get("verb", ""), labels["resource"])
                 counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
         return counts
@@ -223,16 +252,75 @@ class ControlPlaneCluster:
     def clear_requests(self) -> None:
         self._baseline = self._counts()
 
-    def count(self, method: Optional[str] = None) -> int:
-        """Requests since :meth:`clear_requests`: ``method`` POST, PUT, PATCH or DELETE, or every one
-        (reads of pods only: the nodes read the Secrets of their pods again and again)."""
+    def count(self, method: Optional[str] = None, watch: Optional[bool] = None) -> int:
+        """Requests since :meth:`clear_requests`: ``method`` POST, PUT, PATCH, DELETE, GET, LIST or
+        WATCH, or every one (reads of pods only: the nodes read the Secrets of their pods); ``watch``
+        True counts only watches, False leaves them out."""
         total = 0
         for (verb, resource), n in self._counts().items():
+            if watch is not None and (verb == "WATCH") != watch:
+                continue
             if method is None and (resource == "pods" or verb not in ("GET", "LIST", "WATCH")) or verb == method:
                 total += n - self._baseline.get((verb, resource), 0)
         return total
 
+    def clone(self, namespace: str, pods: int, threads: int = 4) -> List[str]:
+        """SimProcess's ``clone`` through the API server: the one pod of ``namespace`` (a running
+        pilot) made ``pods`` pilots in all, each its own name, sandbox key and output paths, bound to
+        the original's node, each with its Secret (made first, so the node finds it when the pod
+        comes, then owned by the pod); returns the names once every pod runs as the API server
+        says. Made by the admin, ``threads`` requests at once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from gahp.backends.k8s.identity import KEY_LENGTH
+        from gahp.backends.k8s.spec import ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, LABEL_SANDBOX
+
+        admin, base = self.cluster.admin, f"/api/v1/namespaces/{namespace}"
+        (original,) = admin.get(base + "/pods")["items"]
+        meta0, spec = original["metadata"], original["spec"]
+        secret0 = admin.get(base + "/secrets/" + meta0["name"])
+
+        def make(i: int) -> str:
+            key = f"{i:0{KEY_LENGTH}x}"
+            name = f"pilot-{key}-1"
+            labels = dict(meta0.get("labels") or {}, **{LABEL_SANDBOX: key})
+            annotations = dict(meta0.get("annotations") or {}, **{
+                ANN_SANDBOX_ID: f"bench_{i}.0", ANN_OUT: f"/var/lib/condor-ce/spool/{i}/p.out",
+                ANN_ERR: f"/var/lib/condor-ce/spool/{i}/p.err"})
+            admin.call("POST", base + "/secrets", {
+                "apiVersion": "v1", "kind": "Secret", "type": secret0.get("type", "Opaque"),
+                "metadata": {"name": name, "labels": dict(secret0["metadata"].get("labels") or {})},
+                "data": secret0.get("data") or {}})
+            made = admin.call("POST", base + "/pods", {
+                "apiVersion": "v1", "kind": "Pod", "spec": spec,
+                "metadata": {"name": name, "labels": labels, "annotations": annotations}})
+            owner = dict(secret0["metadata"]["ownerReferences"][0], name=name, uid=made["metadata"]["uid"])
+            admin.call("PATCH", f"{base}/secrets/{name}", {"metadata": {"ownerReferences": [owner]}},
+                       content_type="application/merge-patch+json")
+            return name
+
+        with ThreadPoolExecutor(threads) as pool:
+            names = [meta0["name"]] + list(pool.map(make, range(1, pods)))
+        deadline = time.monotonic() + 3600
+        while self._not_running(namespace):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {pods} pods of {namespace} did not all run")
+            time.sleep(5)
+        return names
+
+    def _not_running(self, namespace: str) -> int:
+        """Pods of ``namespace`` not running, from the API server's watch cache (resourceVersion 0: a
+        LIST with a limit is read from etcd, and with 10,000 pods on a busy machine outlasted the
+        client's 30 s); -1 when the API server did not answer in time."""
+        try:
+            listed = self.cluster.admin.get(f"/api/v1/namespaces/{namespace}/pods",
+                                            {"fieldSelector": "status.phase!=Running", "resourceVersion": "0"})
+        except OSError:
+            return -1
+        return len(listed.get("items") or [])
+
     def close(self) -> None:
+        self._stop.set()
         self.cluster.stop()
 
     def __enter__(self) -> "ControlPlaneCluster":

@@ -19,18 +19,27 @@ period. Each figure of the shipped configuration is the median of
 ``--repeat`` runs, the two backends taking turns, with the median ratio of the pairs; each variant
 (one knob changed) runs once with podgahp, to show the knob's effect.
 
+With ``--engine real`` podgahp's cluster is the real control plane (Kubernetes' own kube-apiserver,
+etcd, scheduler and controller-manager, the simulator's kubelet as one large node), the CE's identity
+a ServiceAccount bound to the shipped Role (docs/podgahp-rbac.yaml); the table is then followed by
+what the API server served per pilot (its own ``apiserver_request_total`` of the pilots' namespace)
+and the CPU of kube-apiserver and etcd per pilot (the simulator's, on the simulated cluster).
+
     .venv/bin/python benchmarks/e2e_ce.py --pilots 1000
+    .venv/bin/python benchmarks/e2e_ce.py --engine real --pilots 1000 --repeat 1 --variants
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import tempfile
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,10 +47,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "live"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench import Row, SimProcess, add_dependency_wheels, alternate, load, medians, ratio  # noqa: E402
+from bench import (ControlPlaneCluster, Row, SimProcess, add_dependency_wheels, alternate, load, medians,  # noqa: E402
+                   ratio)
 from e2e import (COMPLETED, HELD, K8S_KNOBS, NAMESPACE, iwd, pilot_submit, routes_config)  # noqa: E402
+from engines import RealEngine, shipped_role  # noqa: E402
 from harness import Installation, Pool, get_installation  # noqa: E402
 from podgahp_sim.k8s import SimConfig, SimNode  # noqa: E402
+from podgahp_sim.kube.node import NodeSpec  # noqa: E402
 
 #: How long each pilot runs, in the simulated cluster and in the memory backend alike.
 RUN_SECONDS = 10
@@ -164,16 +176,54 @@ def _pace(times: List[Tuple[float, int]], count: int, end: float) -> float:
     return count / max(last - first, 1.0)
 
 
-def run(installation: Installation, backend: str, pilots: int, extra: str = "") -> Row:
-    node = SimNode("big", cpu="10000", memory="100000Gi", pods=100000)
-    with SimProcess(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE)),
-                    priority_classes={"podgahp-opportunistic": -100}) as sim:
-        pool = _pool(installation, backend, sim.kubeconfig_text(NAMESPACE), extra)
+Cluster = Union[SimProcess, ControlPlaneCluster]
+
+#: The priority class of the shipped routes' opportunistic queue.
+PRIORITY_CLASSES = {"podgahp-opportunistic": -100}
+
+
+@contextlib.contextmanager
+def _cluster(engine: str) -> Iterator[Tuple[Cluster, str]]:
+    """The cluster of a run, one node large enough for every pilot, and the CE's kubeconfig for it: the
+    simulated API server (its own process), or the real control plane, where the CE is a ServiceAccount
+    bound to the shipped Role."""
+    if engine != "real":
+        node = SimNode("big", cpu="10000", memory="100000Gi", pods=100000)
+        with SimProcess(SimConfig(nodes=(node,), namespaces=("default", NAMESPACE)),
+                        priority_classes=PRIORITY_CLASSES) as sim:
+            yield sim, sim.kubeconfig_text(NAMESPACE)
+        return
+    with ControlPlaneCluster([NodeSpec("big", cpus="10000", memory="100000Gi", pods=100000, tick_seconds=0.5)],
+                             (NAMESPACE,)) as plane:
+        ce = RealEngine(plane.cluster, NAMESPACE)
+        try:
+            ce.enforce_role(shipped_role())
+            for name, value in PRIORITY_CLASSES.items():
+                ce.add_priority_class(name, value)
+            with tempfile.TemporaryDirectory() as tmp:
+                text = Path(ce.write_kubeconfig(os.path.join(tmp, "kubeconfig"))).read_text()
+            yield plane, text
+        finally:
+            ce.close()
+
+
+def _sample(sim: Cluster) -> None:
+    if isinstance(sim, ControlPlaneCluster):
+        sim.sample(NAMESPACE)
+    else:
+        sim.sample()
+
+
+def run(installation: Installation, backend: str, pilots: int, extra: str = "", engine: str = "simulated") -> Row:
+    with _cluster(engine if backend == "k8s" else "simulated") as (sim, kubeconfig):
+        pool = _pool(installation, backend, kubeconfig, extra)
         try:
             home = iwd(pool)
             meter = CpuMeter(pool)
             after_router_pass(pool)
-            sim.sample()
+            _sample(sim)
+            sim.clear_requests()
+            cluster_cpu = sim.cpu_s()
             started = time.time()
             cluster = pool.submit(pilot_submit(home, "bench", run_seconds=RUN_SECONDS, count=pilots), cwd=home)
             routed: List[Tuple[float, int]] = []
@@ -201,6 +251,9 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
                     raise SystemExit(f"not every pilot completed within 1800 s ({backend})")
                 time.sleep(1.0)
             cpu = meter.stop()
+            cluster_cpu_ms = (sim.cpu_s() - cluster_cpu) * 1000 / pilots
+            requests = (sim.count() / pilots, sum(sim.count(m) for m in ("POST", "PUT", "PATCH", "DELETE")) / pilots) \
+                if isinstance(sim, ControlPlaneCluster) else (0.0, 0.0)
             timeline = [(t - started, created, ran) for t, created, ran, _ in sim.timeline()]
         finally:
             pool.stop()
@@ -221,7 +274,8 @@ def run(installation: Installation, backend: str, pilots: int, extra: str = "") 
     if backend == "k8s":
         created = [(t, c) for t, c, _ in timeline]
         row.update(pods_per_s=_pace(created, pilots, completed_s), first_pod_s=_first(created, 1) or completed_s,
-                   all_ran_s=_first([(t, r) for t, _, r in timeline], pilots) or completed_s)
+                   all_ran_s=_first([(t, r) for t, _, r in timeline], pilots) or completed_s,
+                   cluster_cpu_ms=cluster_cpu_ms, api_per_pilot=requests[0], writes_per_pilot=requests[1])
     return row
 
 
@@ -243,6 +297,9 @@ def main() -> None:
                         help="knob changes to run once each with podgahp (names of VARIANTS); none: skip")
     parser.add_argument("--series", default="trixie", help="HTCondor of the harness: trixie (23.x), sid (25.x)")
     parser.add_argument("--timeline", action="store_true", help="print how far each stage got, every 5 s of each run")
+    parser.add_argument("--engine", choices=("simulated", "real"), default="simulated",
+                        help="podgahp's cluster: the simulated API server, or the real control plane "
+                             "(make k8s-control-plane)")
     args = parser.parse_args()
     global TIMELINE
     TIMELINE = args.timeline
@@ -251,19 +308,28 @@ def main() -> None:
     try:
         wheels = add_dependency_wheels(installation)
         installation.install_podgahp()
-        print(f"`benchmarks/e2e_ce.py`: {args.pilots} pilots of {RUN_SECONDS} s, HTCondor {args.series}, podgahp "
+        print(f"`benchmarks/e2e_ce.py --engine {args.engine}`: {args.pilots} pilots of {RUN_SECONDS} s, HTCondor {args.series}, podgahp "
               f"{wheels}; median of {args.repeat} runs of each backend taking turns; {load()} at the start")
         print()
         print("| configuration | routed/s | first pod s | pods/s | submits answered/s | all pods ran s | all completed s "
               "| schedd CPU s | JobRouter CPU s | gridmanager CPU s | GAHP CPU s | GAHP CPU ms/pilot |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        runs = alternate(["k8s", "memory"], args.repeat, lambda backend: run(installation, backend, args.pilots))
+        runs = alternate(["k8s", "memory"], args.repeat,
+                         lambda backend: run(installation, backend, args.pilots, engine=args.engine))
         if args.repeat:
             _print("shipped, podgahp k8s", medians(runs["k8s"]))
             _print("shipped, memory backend", medians(runs["memory"]))
         for name in args.variants:
-            _print(f"`{name}`, podgahp k8s", run(installation, "k8s", args.pilots, VARIANTS[name]))
+            _print(f"`{name}`, podgahp k8s", run(installation, "k8s", args.pilots, VARIANTS[name], args.engine))
         print()
+        if args.repeat:
+            k8s = medians(runs["k8s"])
+            if args.engine == "real":
+                print(f"kube-apiserver + etcd CPU per pilot: {k8s['cluster_cpu_ms']:.1f} ms; API requests of the "
+                      f"pilots' namespace per pilot, as the API server counts them: {k8s['api_per_pilot']:.1f} "
+                      f"({k8s['writes_per_pilot']:.1f} writes)")
+            else:
+                print(f"simulator CPU per pilot: {k8s['cluster_cpu_ms']:.1f} ms")
         if not args.repeat:
             return
         pairs = ", ".join(f"{k['completed_s'] / m['completed_s']:.2f}" for k, m in zip(runs["k8s"], runs["memory"]))
