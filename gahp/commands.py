@@ -1,7 +1,7 @@
 """The ``BLAH_*`` commands: each request's arguments turned into backend calls and result fields.
 
 Owns what a request means: parsing the submit ad into a :class:`~gahp.job.PilotJob`, calling the
-backend, and rendering success as result fields (``0 NULL <jobid>``, ``0 NULL <code> <ad>``).
+GAHP's verbs (:class:`Verbs`: the agent, :class:`gahp.agent.Agent`, around the backend), and rendering success as result fields (``0 NULL <jobid>``, ``0 NULL <code> <ad>``).
 Failures are raised as :mod:`gahp.errors` and rendered by the server. Knows nothing about the wire
 format's escaping or about any particular backend.
 """
@@ -9,22 +9,38 @@ format's escaping or about any particular backend.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Protocol
 
 from gahp import logs, protocol
-from gahp.backends.base import Backend
 from gahp.errors import GahpError
 from gahp.job import PilotJob, parse_submit_ad
+from gahp.jobstate import JobState
 
 log = logging.getLogger(__name__)
 
 OK = ["0", protocol.NULL]
 
 
-class Commands:
-    """The handlers of one GAHP process, bound to its backend."""
+class Verbs(Protocol):
+    """What the commands ask of the GAHP, whatever its backend."""
 
-    def __init__(self, backend: Backend, admit: Optional[Callable[[PilotJob], None]] = None) -> None:
+    def ping(self) -> None: ...
+
+    def submit(self, job: PilotJob) -> str: ...
+
+    def status(self, job_id: str) -> JobState: ...
+
+    def status_now(self, job_id: str) -> Optional[JobState]: ...
+
+    def cancel(self, job_id: str) -> None: ...
+
+    def refresh_proxy(self, job_id: str, proxy_path: str) -> None: ...
+
+
+class Commands:
+    """The handlers of one GAHP process, bound to its verbs."""
+
+    def __init__(self, backend: Verbs, admit: Optional[Callable[[PilotJob], None]] = None) -> None:
         self.backend = backend
         self.admit = admit
         """Raises when a job may not be submitted at all (:class:`gahp.provenance.RouteCheck`)."""

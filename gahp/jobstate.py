@@ -20,6 +20,10 @@ class Phase(enum.Enum):
     HELD = "held"
     REMOVED = "removed"
 
+    @property
+    def final(self) -> bool:
+        """The end: completed, held or removed (an answer of this phase is given for good)."""
+        return self in (Phase.COMPLETED, Phase.HELD, Phase.REMOVED)
 
 
 #: BLAHP ``<jobstatus>`` code for each phase (1 IDLE, 2 RUNNING, 3 REMOVED, 4 COMPLETED, 5 HELD).

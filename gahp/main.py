@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Callable, NoReturn, Optional
+from typing import Callable, NoReturn, Optional, Union
 
 from gahp import __version__, logs
 from gahp.backends import backend_class
-from gahp.backends.base import Backend
+from gahp.agent import Agent
 from gahp.commands import Commands
 from gahp.config import Knobs, ServerSettings
 from gahp.errors import ConfigError, GahpError
@@ -27,17 +27,11 @@ from gahp.server import Server
 log = logging.getLogger(__name__)
 
 
-class UnusableBackend(Backend):
-    """Stands in for a backend that could not be built; every call reports why."""
-
-    name = "unusable"
+class UnusableBackend:
+    """Stands in for the agent of a backend that could not be built; every request reports why."""
 
     def __init__(self, backend: str, reason: str) -> None:
         self._message = f"podgahp {backend} backend is not usable: {reason}"
-
-    @classmethod
-    def from_knobs(cls, knobs: Knobs) -> Backend:
-        raise NotImplementedError
 
     def _fail(self) -> NoReturn:
         raise ConfigError(self._message)
@@ -51,17 +45,29 @@ class UnusableBackend(Backend):
     def status(self, job_id: str) -> JobState:
         self._fail()
 
+    def status_now(self, job_id: str) -> Optional[JobState]:
+        return None
+
     def cancel(self, job_id: str) -> None:
         self._fail()
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         self._fail()
 
+    def start(self) -> None:
+        """Nothing to begin."""
 
-def build_backend(name: str, knobs: Knobs) -> Backend:
-    """The named backend built from ``knobs``, or an :class:`UnusableBackend` saying why not."""
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+GahpVerbs = Union[Agent, UnusableBackend]
+
+
+def build_backend(name: str, knobs: Knobs) -> GahpVerbs:
+    """The agent of the named backend built from ``knobs``, or an :class:`UnusableBackend` saying why not."""
     try:
-        return backend_class(name).from_knobs(knobs)
+        return Agent(backend_class(name).from_knobs(knobs))
     except GahpError as e:
         reason = str(e)
     except Exception as e:  # noqa: BLE001 - e.g. a client library that fails to import
@@ -88,7 +94,7 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
     where = logs.setup(settings)
     log.info("podgahp %s starting: backend %s, log %s, CONDOR_CONFIG=%s", __version__, backend_name,
              where, os.environ.get("CONDOR_CONFIG", "(unset)"))
-    backend: Backend
+    backend: GahpVerbs
     if settings_error:
         log.error("%s", settings_error)
         backend = UnusableBackend(backend_name, settings_error)

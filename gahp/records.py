@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, List, Optional, Sequence
 
+from gahp.errors import BackendError
+
 log = logging.getLogger(__name__)
 
 #: Records older than this are pruned (longer than any pilot runs: Lancium's longest run is 30 days).
@@ -118,6 +120,15 @@ class JobRecords:
         except FileNotFoundError:  # the directory was removed since it was made: make it again, once
             self._made = False
             self._write(self._writable(), name, data)
+
+    def note(self, record: JobRecord, made: str = "the job") -> None:
+        """Record a job before anything can make it run (what it was made for, where its outputs go);
+        BackendError when the record cannot be written: then ``made`` (``the pod``) must not be made."""
+        try:
+            self.put(record)
+        except (OSError, ValueError) as e:
+            raise BackendError(f"{made} cannot be recorded, so it is not made: {e} (PODGAHP_STATE_DIR must be a "
+                               f"directory where job owners can write, mode 1777 like $(USER_LOG))") from e
 
     @staticmethod
     def _write(directory: str, name: str, data: bytes) -> None:

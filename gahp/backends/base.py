@@ -1,11 +1,15 @@
 """The interface every backend implements, and nothing else: what it must do, and what it may.
 
-A backend turns the five things the gridmanager asks of a batch system into calls to one remote
-service (:class:`Backend`). It knows nothing about the BLAHP wire format: it takes a
-:class:`~gahp.job.PilotJob`, returns job ids and :class:`~gahp.jobstate.JobState` values, and raises
-:mod:`gahp.errors` classes. Every method may be called from several worker threads at once, and from
-a process that has never seen the job before (the gridmanager restarts GAHPs freely), so a job id
-alone must be enough to act.
+A backend is an adapter over one remote service (:class:`Backend`): a handful of verbs, *create* a
+job's remote object, *observe* a job (its state-table row, its queue, the record the state came from,
+its outputs to write), *remove* one, *ping*, and what the CE-wide tools list. The rules every backend
+obeys are not its own: :class:`gahp.agent.Agent` wraps every call, the same way for every backend
+(admission, the per-job lock, final answers, outputs, the black-hole verdict, the figures, the job
+records and their cancels). A backend knows nothing about the BLAHP wire format nor about those rules:
+it takes a :class:`~gahp.job.PilotJob`, returns job ids and :class:`~gahp.jobstate.JobState` values
+in :class:`Seen` and :class:`Created`, and raises :mod:`gahp.errors` classes. Every verb may be called
+from several worker threads at once, and from a process that has never seen the job before (the
+gridmanager restarts GAHPs freely), so a job id alone must be enough to act.
 
 Declared capabilities beyond the five verbs: a backend whose :meth:`Backend.ce_view` gives a
 :class:`CeView` is covered by the CE-wide tools, ``podgahp reap`` (:meth:`CeView.census` and
@@ -22,10 +26,12 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, FrozenSet, List, Optional, Tuple
 
+from gahp.blackhole import GuardSettings
 from gahp.config import Knobs
 from gahp.hops import Hop
 from gahp.job import PilotJob
 from gahp.jobstate import JobState
+from gahp.records import JobRecords
 
 #: The four states ``podgahp health`` counts remote jobs in, per queue (``Queue_<q>_Pods<state>``).
 HEALTH_STATES = ("Pending", "Running", "Succeeded", "Failed")
@@ -126,14 +132,80 @@ class CeView(abc.ABC):
         """Close connections; called once when the tool is done."""
 
 
+@dataclass(frozen=True)
+class Place:
+    """Whose and where a backend's jobs are: what the agent keeps its rules for them by."""
+
+    ce_name: str
+    """This CE in the names of the GAHP's state files and remote objects (``$(FULL_HOSTNAME)``)."""
+    user: str
+    """The job owner this GAHP runs as."""
+    blackhole: GuardSettings
+    """``PODGAHP_BLACKHOLE_*`` and ``PODGAHP_STATE_DIR``, as every backend reads them."""
+    cancel_retry_max_s: float = 3600.0
+    """How long a failed removal is tried again in the background."""
+    backoff_s: float = 1.0
+    """The first wait between two tries of a removal (it doubles, up to :attr:`backoff_max_s`)."""
+    backoff_max_s: float = 60.0
+
+
+#: ``Out``/``Err`` writer of a finished job: True once written, False while the service prepares them;
+#: OSError when they cannot be written (the agent holds the job).
+Outputs = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A job as the backend observed it: its state-table row, and what the agent needs to answer it."""
+
+    state: JobState
+    """The backend's state table applied to its record of the job."""
+    queue: str = ""
+    """The queue the job was made for (the black-hole guard's); "" when unknown."""
+    cause: str = ""
+    """What the backend says of a held job, for the guard (the row's key and message)."""
+    outputs: Optional[Outputs] = None
+    """Writes the job's ``Out``/``Err`` before it is reported completed."""
+    started: bool = False
+    """The job is known to have run (an idle row is answered running)."""
+    source: Optional[object] = None
+    """The record :attr:`state` came from, when the same record always gives the same state: while the
+    backend hands out that very object again (:meth:`Backend.cached`), the last answer is given again."""
+    answered: Optional[Callable[[JobState], None]] = None
+    """Told the answer the agent gave (a backend that marks the remote object, or keeps it)."""
+
+
+@dataclass(frozen=True)
+class Created:
+    """A submit's remote job."""
+
+    job_id: str
+    """Printable, no spaces, self-describing (``<name>/...``)."""
+    made: bool
+    """This call made it (False: the sandbox's job was there already, and is the pilot)."""
+
+
 class Backend(abc.ABC):
-    """One remote service that runs pilots."""
+    """An adapter over one remote service that runs pilots; see the module docstring."""
 
     #: The batch type this backend serves (``GridResource = "batch <name>"``).
     name: ClassVar[str]
     #: How a pilot asking for a whole node (``WantWholeNode``, forwarded as ``WholeNodes``) is given
     #: one, in a sentence for ``podgahp routes check`` (which knobs decide, what is refused).
     whole_node: ClassVar[str] = "this backend gives it the cores and memory it asks for, no more"
+    #: What the service's job is called in messages (``pod``, ``Lancium job``).
+    noun: ClassVar[str] = "remote job"
+    #: The service, in messages (``the API server``).
+    service: ClassVar[str] = "the service"
+    #: What a removal is called (``deleted``, ``cancelled``), and what happens to one that failed
+    #: should the GAHP exit first (a phrase after "; ", empty when nothing more).
+    removed: ClassVar[str] = "removed"
+    after_failed_removal: ClassVar[str] = ""
+
+    place: Place
+    """Set by the backend's constructor."""
+    records: JobRecords
+    """What this GAHP recorded of its jobs: lent by the agent (:meth:`bind`) before any verb."""
 
     @classmethod
     @abc.abstractmethod
@@ -147,52 +219,82 @@ class Backend(abc.ABC):
         say). ``podgahp routes check`` asks it of every pilot a route sends here."""
         return None
 
-    @abc.abstractmethod
-    def ping(self) -> None:
-        """Check that the service answers and this identity may run pilots there.
-
-        Raises a :class:`~gahp.errors.GahpError` whose message tells an admin what to fix.
-        """
-
-    @abc.abstractmethod
-    def submit(self, job: PilotJob) -> str:
-        """Start the pilot and return its job id: printable, no spaces, self-describing.
-
-        Idempotent per ``job.sandbox_id``: while a live remote job exists for the sandbox, return
-        its id instead of starting another. Raises :class:`~gahp.errors.InvalidJob` or
-        :class:`~gahp.errors.BackendError` for permanent refusals, :class:`~gahp.errors.TransientError`
-        when the service could not be reached.
-        """
+    def bind(self, records: JobRecords, tidied: Callable[[str], None]) -> None:
+        """Called once by the agent: the job records to read and to write a job's into before it is made
+        (:meth:`~gahp.records.JobRecords.note`), and what to call with the job id of each of the GAHP's
+        own finished jobs the backend's clean-up deleted (its record, answers and figures are the agent's)."""
+        self.records = records
+        self.tidied = tidied
 
     @abc.abstractmethod
-    def status(self, job_id: str) -> JobState:
-        """The pilot's current state; a job that vanished without an outcome is ``Phase.REMOVED``.
+    def queue_of(self, job: PilotJob) -> str:
+        """The queue a pilot would be made in (the black-hole guard's name for it); raises
+        :class:`~gahp.errors.InvalidJob` or ConfigError for a queue this backend does not serve."""
 
-        Outputs (``Out``/``Err``) are in place before a ``Phase.COMPLETED`` state is returned.
-        Raises :class:`~gahp.errors.TransientError` only when the state cannot be known right now.
-        """
+    def queues(self) -> Tuple[str, ...]:
+        """Every queue this backend serves (when every one is closed as a black hole, ping fails)."""
+        return ()
 
-    def status_now(self, job_id: str) -> Optional[JobState]:
-        """The pilot's state if it can be known at once, from memory, without I/O or waiting; None
-        when :meth:`status` must be asked (on a worker thread). The server answers a status from here
-        on its reading thread, so this must never block."""
+    @abc.abstractmethod
+    def ping(self) -> List[str]:
+        """What is wrong with the service or this identity's rights there, each a sentence telling an
+        admin what to fix (empty: all is well); raises a :class:`~gahp.errors.GahpError` when even that
+        cannot be found out."""
+
+    @abc.abstractmethod
+    def create(self, job: PilotJob) -> Created:
+        """Start the pilot: idempotent per ``job.sandbox_id`` (while a live remote job exists for the
+        sandbox, return it, ``made=False``). The job is recorded (``self.records.note``) before anything
+        can make it run. Raises :class:`~gahp.errors.InvalidJob` or
+        :class:`~gahp.errors.BackendError` for permanent refusals (QuotaExceeded and Invalid count
+        against the queue), :class:`~gahp.errors.TransientError` when the service could not be reached."""
+
+    @abc.abstractmethod
+    def observe(self, job_id: str) -> Seen:
+        """The job as the service has it now, through the state table; a job that vanished without an
+        outcome is ``Phase.REMOVED``. May do I/O; called with the job's lock held. Raises
+        :class:`~gahp.errors.TransientError` only when the state cannot be known right now."""
+
+    def cached(self, job_id: str) -> Optional[object]:
+        """The backend's record of the job from memory, without I/O (:attr:`Seen.source`); None when it
+        has none in memory."""
         return None
 
+    def observe_cached(self, job_id: str, source: Optional[object]) -> Optional[Seen]:
+        """The job observed at once, from ``source`` (:meth:`cached`'s) or memory, without I/O or waiting;
+        None when :meth:`observe` must be asked on a worker (a job whose outputs are to be written)."""
+        return None
+
+    def check(self, job_id: str) -> None:
+        """InvalidJob (nothing sent to the service) for a job id this GAHP may not act on."""
+
     @abc.abstractmethod
-    def cancel(self, job_id: str) -> None:
-        """Stop and delete the pilot. Idempotent: unknown, finished or already deleted is success."""
+    def remove(self, job_id: str) -> None:
+        """Stop and delete the job's remote object. Idempotent: unknown, finished or already deleted is
+        success; a failure is tried again in the background by the agent."""
 
     @abc.abstractmethod
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         """Replace the pilot's X.509 proxy with the file at ``proxy_path``."""
+
+    def forget(self, job_id: str) -> None:
+        """Drop what the backend keeps in memory of a job the agent forgot (cancelled, cleaned up)."""
+
+    def totals(self) -> Tuple[int, int, float]:
+        """(requests, errors, seconds waited) of the service's API so far, for the figures."""
+        return 0, 0, 0.0
 
     def start(self) -> None:
         """Begin, in the background, what makes the first requests fast (connections, caches).
         Called once when the GAHP starts serving; must not block, and must not fail: a problem
         found here is the first request's to report."""
 
+    def stop(self) -> None:
+        """Make no new request from now on (a request waiting to be tried again gives up): the first
+        step of closing."""
+
     def close(self) -> None:
-        """Stop background work (watches, caches). Called once when the GAHP exits."""
+        """Stop background work (watches, caches), then close connections. Called once when the GAHP exits."""
 
     @classmethod
     def ce_view(cls, knobs: Knobs) -> Optional[CeView]:

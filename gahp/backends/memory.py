@@ -1,18 +1,19 @@
 """An in-memory backend for tests and for trying the protocol without any remote service, and the
 smallest correct backend: the template a new one starts from (``docs/new-backend.md``).
 
-It goes through the kit as every backend does: its submit is admitted by the black-hole guard and
-recorded (:mod:`gahp.records`: what the gridmanager sent, the proof that this GAHP made the job), its
-status is its own state table applied to its "remote record" and then the GAHP-wide rules
-(:class:`gahp.backends.pipeline.Pipeline`: outputs written back inside the job's directory, never
-back, final answers, the black-hole verdict, the figures), and its errors are the tree's. Having no
-service, it needs no HTTP door (:mod:`gahp.backends.http`) and declares no CE-wide view.
+It is an adapter as every backend is (:class:`gahp.backends.base.Backend`): its *create* records the
+job (:mod:`gahp.records`: what the gridmanager sent, the proof that this GAHP made the job) before
+it exists, its *observe* is its own state table applied to its "remote record", and the agent
+(:class:`gahp.agent.Agent`) does the rest (admission, outputs written back inside the job's
+directory, never back, final answers, the black-hole verdict, the figures, cancels kept in the
+record); its errors are the tree's. Having no service, it needs no HTTP door
+(:mod:`gahp.backends.http`) and declares no CE-wide view.
 
 Its "remote record" is the job id itself, ``memory/<sandbox>/<submit ms>.<serial>/<exit code>``, so a
 fresh process reports the same states: a pilot is idle for ``PODGAHP_MEMORY_IDLE_SECONDS``, runs for
 ``PODGAHP_MEMORY_RUN_SECONDS``, then completes with the exit code of its ``PODGAHP_SIM_EXIT_CODE``
-environment variable (default 0) and a one-line ``Out`` naming the command. A cancel is kept in the
-job's record. Knobs for tests only, in no shipped configuration file: ``PODGAHP_MEMORY_IDLE_SECONDS``
+environment variable (default 0) and a one-line ``Out`` naming the command; a job whose record says
+it was cancelled is removed. Knobs for tests only, in no shipped configuration file: ``PODGAHP_MEMORY_IDLE_SECONDS``
 (default 1), ``PODGAHP_MEMORY_RUN_SECONDS`` (default 2), ``PODGAHP_MEMORY_DELAY_SECONDS`` (every call
 sleeps that long first; default 0); and the job environment variables ``PODGAHP_SIM_SUBMIT_ERROR``
 (submit is refused with that text) and ``PODGAHP_SIM_CRASH`` (submit raises an unexpected exception).
@@ -27,10 +28,9 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
-from gahp.backends.base import Backend
-from gahp.backends.pipeline import Pipeline
+from gahp.backends.base import Backend, Created, Place, Seen
 from gahp.blackhole import GuardSettings
 from gahp.config import Knobs, user_name
 from gahp.errors import BackendError, InvalidJob
@@ -102,35 +102,34 @@ def job_state(job_id: str, submitted: float, exit_code: int, settings: MemorySet
 
 class MemoryBackend(Backend):
     name = "memory"
+    noun = "memory job"
 
     def __init__(self, settings: MemorySettings, user: Optional[str] = None) -> None:
         self.settings = settings
-        self.pipeline = Pipeline("memory", settings.ce_name, user or user_name(), settings.blackhole,
-                                 lambda: (0, 0, 0.0))
-        """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
+        self.place = Place(settings.ce_name, user or user_name(), settings.blackhole)
         self._lock = threading.Lock()
         self._live: "OrderedDict[str, str]" = OrderedDict()
         """Sandbox id -> the job id of its last submit in this process (a repeated submit reuses it)."""
         self._commands: "OrderedDict[str, str]" = OrderedDict()
         """Job id -> the command it ran, for its ``Out``."""
         self._serial = 0
-        self.pipeline.start()
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> MemoryBackend:
         return cls(MemorySettings.from_knobs(knobs))
 
-    def close(self) -> None:
-        self.pipeline.close()
-
     def _delay(self) -> None:
         if self.settings.delay_s:
             time.sleep(self.settings.delay_s)
 
-    def ping(self) -> None:
-        self._delay()
+    def queue_of(self, job: PilotJob) -> str:
+        return job.queue or QUEUE
 
-    def submit(self, job: PilotJob) -> str:
+    def ping(self) -> List[str]:
+        self._delay()
+        return []
+
+    def create(self, job: PilotJob) -> Created:
         self._delay()
         env: Mapping[str, str] = dict(job.environment)
         if "PODGAHP_SIM_CRASH" in env:
@@ -141,62 +140,47 @@ class MemoryBackend(Backend):
             exit_code = int(env.get("PODGAHP_SIM_EXIT_CODE", "0"))
         except ValueError:
             raise InvalidJob("PODGAHP_SIM_EXIT_CODE is not an integer") from None
-        self.pipeline.admit(job.queue or QUEUE)
         with self._lock:
             existing = self._live.get(job.sandbox_id)
             if existing is not None and self._phase(existing) not in (Phase.COMPLETED, Phase.REMOVED):
-                return existing
+                return Created(existing, made=False)
             self._serial += 1
             job_id = job_id_of(job.sandbox_id, int(time.time() * 1000), self._serial, exit_code)
-            self.pipeline.record(JobRecord(key=job_id, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
-                                           stderr=job.stderr, made_at=time.time()))
+            self.records.note(JobRecord(key=job_id, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
+                                        stderr=job.stderr, made_at=time.time()), "the memory job")
             _remember(self._live, job.sandbox_id, job_id)
             _remember(self._commands, job_id, " ".join((job.executable, *job.arguments)))
-        self.pipeline.forget(job_id)
-        return job_id
+        return Created(job_id, made=True)
 
     def _phase(self, job_id: str) -> Phase:
         submitted, exit_code = parse_job_id(job_id)
         return job_state(job_id, submitted, exit_code, self.settings, time.time()).phase
 
-    def _state(self, job_id: str) -> JobState:
-        submitted, exit_code = parse_job_id(job_id)
-        record = self.pipeline.records.get(job_id)
-        if record is not None and record.cancel:
-            return JobState(Phase.REMOVED, batch_id=job_id)
-        return job_state(job_id, submitted, exit_code, self.settings, time.time())
-
-    def status(self, job_id: str) -> JobState:
+    def observe(self, job_id: str) -> Seen:
         self._delay()
-        with self.pipeline.lock(job_id):
-            return self.pipeline.report(job_id, self._state(job_id), queue=QUEUE,
-                                        outputs=lambda: self._write_outputs(job_id), outputs_of="memory job")
+        submitted, exit_code = parse_job_id(job_id)
+        record = self.records.get(job_id)
+        if record is not None and record.cancel:
+            return Seen(JobState(Phase.REMOVED, batch_id=job_id), queue=QUEUE)
+        return Seen(job_state(job_id, submitted, exit_code, self.settings, time.time()), queue=QUEUE,
+                    outputs=lambda: self._write_outputs(job_id))
 
-    def status_now(self, job_id: str) -> Optional[JobState]:
+    def observe_cached(self, job_id: str, source: Optional[object]) -> Optional[Seen]:
         """Idle and running answers at once, as the Kubernetes backend gives them from its watch copy
-        (so the two compare on the same path); the end (outputs to write) and a configured delay go
-        to a worker."""
-        final = self.pipeline.reports.final(job_id)
-        if final is not None or self.settings.delay_s:
-            return final
+        (so the two compare on the same path); the end (outputs to write), a job whose record may say
+        it was cancelled and a configured delay go to a worker."""
+        if self.settings.delay_s:
+            return None
         try:
             submitted, exit_code = parse_job_id(job_id)
         except InvalidJob:
             return None
         state = job_state(job_id, submitted, exit_code, self.settings, time.time())
-        if state.phase is Phase.COMPLETED:
-            return None
-        lock = self.pipeline.lock(job_id)
-        if not lock.acquire(blocking=False):  # a worker is busy with this job: never wait here
-            return None
-        try:
-            return self.pipeline.report(job_id, state, queue=QUEUE)
-        finally:
-            lock.release()
+        return None if state.phase is Phase.COMPLETED else Seen(state, queue=QUEUE)
 
     def _write_outputs(self, job_id: str) -> bool:
         """``Out`` names the command (when this process ran it), ``Err`` is empty; where the record says."""
-        record = self.pipeline.records.get(job_id)
+        record = self.records.get(job_id)
         if record is None:
             return True  # nothing recorded: nowhere to write
         command = self._commands.get(job_id) or f"sandbox {record.sandbox_id}"
@@ -206,16 +190,12 @@ class MemoryBackend(Backend):
             write_output(record.iwd, record.stderr, [])
         return True
 
-    def cancel(self, job_id: str) -> None:
-        self._delay()
+    def check(self, job_id: str) -> None:
         parse_job_id(job_id)
-        record = self.pipeline.records.get(job_id)
-        if record is not None and record.cancel != "done":
-            try:
-                self.pipeline.records.put(dataclasses.replace(record, cancel="done"))
-            except OSError as e:
-                raise BackendError(f"the cancel cannot be recorded: {e}") from e
-        self.pipeline.forget(job_id)
+
+    def remove(self, job_id: str) -> None:
+        """Nothing remote to remove: the record the agent marks says the job was cancelled."""
+        self._delay()
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         self._delay()

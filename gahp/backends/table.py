@@ -3,8 +3,8 @@
 A backend reduces its remote record to a key of its table (:class:`Classified`: the key, and the
 message, exit code or signal that go with it) and keeps one :class:`Rule` per key, in one mapping
 with a tested row each (``STATE_TABLE`` in the backend's ``state`` module). :func:`answer` turns a
-row and what the record says of the job into the :class:`~gahp.jobstate.JobState` the pipeline
-takes (:mod:`gahp.backends.pipeline`), the same way for every backend: a held row holds with its
+row and what the record says of the job into the :class:`~gahp.jobstate.JobState` a backend's
+*observe* gives the agent (:mod:`gahp.agent`), the same way for every backend: a held row holds with its
 hold from the registry (:mod:`gahp.holds`), a completed row carries the exit status. Knows nothing of
 any service.
 """

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.memory import MemoryBackend
 from gahp.commands import Commands
 from gahp.config import Knobs
@@ -30,7 +31,7 @@ def test_one_info_line_per_submit_naming_what_was_asked_and_what_it_became(
         caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o1777)
-    backend = MemoryBackend.from_knobs(Knobs({"PODGAHP_STATE_DIR": str(state)}))
+    backend = Agent(MemoryBackend.from_knobs(Knobs({"PODGAHP_STATE_DIR": str(state)})))
     commands = Commands(backend)
     ad = (f'[ Cmd = "/bin/sleep"; Iwd = "{tmp_path}"; JobDirectory = "home_bl_ce_7.0"; NodeNumber = 4; '
           'RequestMemory = 2048; gridtype = "k8s" ]')

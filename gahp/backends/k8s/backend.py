@@ -1,11 +1,12 @@
 """The Kubernetes backend: one Pod (plus an input Secret it owns) per routed pilot.
 
-Owns the five verbs over the backend's modules: :mod:`~gahp.backends.k8s.settings` (knobs, queues),
+Owns the adapter's verbs over the backend's modules: :mod:`~gahp.backends.k8s.clusters` (which
+cluster and namespace a queue uses), :mod:`~gahp.backends.k8s.settings` (knobs, queues),
 :mod:`~gahp.backends.k8s.api` (the client calls, through the kit's HTTP door),
 :mod:`~gahp.backends.k8s.submit` (one pod per sandbox, whatever answers get lost),
 :mod:`~gahp.backends.k8s.cache` (the per-namespace LIST + WATCH copy status reads),
 :mod:`~gahp.backends.k8s.state` (the state table) and :mod:`~gahp.backends.k8s.output` (``Out``/``Err``);
-every answer goes through the kit's pipeline (:mod:`gahp.backends.pipeline`). Job ids are
+the agent (:class:`gahp.agent.Agent`) keeps every rule around them. Job ids are
 ``k8s/<namespace>/<pod>``; everything else a fresh process needs is in the pod's labels and
 annotations and the job's record. Finished pods are kept for a while after their outcome was
 reported, then deleted by a periodic clean-up pass (:mod:`~gahp.backends.k8s.retention`), which also
@@ -18,11 +19,10 @@ import datetime
 import logging
 import os
 import threading
-import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from gahp import holds
-from gahp.backends.base import Backend
+from gahp.backends.base import Backend, Created, Place, Seen
 from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.cache import CLOSE_WAIT_SECONDS, PodCache
@@ -37,13 +37,12 @@ from gahp.backends.k8s.spec import ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, PR
 from gahp.backends.k8s.state import classify, job_state
 from gahp.backends.k8s.submit import Submitter, is_live
 from gahp.backends.k8s.view import PodRecord, decode_pod
-from gahp.backends.pipeline import Pipeline
-from gahp.cancels import CancelRetries
 from gahp.config import Knobs, user_name
-from gahp.errors import BackendError, ConfigError, Conflict, GahpError, InvalidJob, NotFound, TransientError
+from gahp.errors import ConfigError, Conflict, GahpError, InvalidJob, NotFound
 from gahp.files import read_input
 from gahp.jobstate import JobState, Phase
 from gahp.job import PilotJob
+from gahp.records import JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +67,10 @@ class KubernetesBackend(Backend):
                   "_MEMORY_MB where set, else the largest node the queue's pods may run on (which needs list on "
                   "nodes), within the queue's MAX_CPUS and MAX_MEMORY_MB; the pilot is held with the reason where "
                   "the queue cannot (PODGAHP_K8S_<QUEUE>_WHOLE_NODE = hold, or no size to be found)")
+    noun = "pod"
+    service = "the API server"
+    removed = "deleted"
+    after_failed_removal = "podgahp reap deletes the pod once its job is gone"
 
     @classmethod
     def queue_problem(cls, queue: Optional[str], knob: Callable[[str], Optional[str]]) -> Optional[str]:
@@ -84,15 +87,14 @@ class KubernetesBackend(Backend):
         self._stop = threading.Event()
         self._reaper: Optional[threading.Thread] = None
         self._warming: Optional[threading.Thread] = None
+        self.place = Place(settings.ce_name, self.user, settings.blackhole, settings.cancel_retry_max_s,
+                           settings.backoff_s, settings.backoff_max_s)
         self.clusters = Clusters(settings, self.user, self._start_reaper)
         """Which cluster and namespace each queue uses, their clients and watch copies (:mod:`.clusters`)."""
-        self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.backoff_s, settings.backoff_max_s)
-        self.pipeline = Pipeline("k8s", settings.ce_name, self.user, settings.blackhole, self.clusters.totals)
-        """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
-        self.records, self.guard, self.stats, self.reports = (self.pipeline.records, self.pipeline.guard,
-                                                              self.pipeline.stats, self.pipeline.reports)
-        self.pipeline.start()
-        self.submitter = Submitter(settings, self.pipeline, self.user, self.clusters.cluster)
+
+    def bind(self, records: JobRecords, tidied: Callable[[str], None]) -> None:
+        super().bind(records, tidied)
+        self.submitter = Submitter(self.settings, records, self.user, self.clusters.cluster)
         """Submits: :mod:`gahp.backends.k8s.submit`."""
 
     @classmethod
@@ -119,10 +121,6 @@ class KubernetesBackend(Backend):
         self._warming.start()
 
     def _warm_up(self) -> None:
-        try:
-            self.records.prune()
-        except OSError as e:
-            log.warning("old job records cannot be pruned: %s", e)
         for queue in self.settings.queues.values():
             try:
                 self.clusters.cluster(queue)
@@ -142,91 +140,78 @@ class KubernetesBackend(Backend):
 
     # -- ping ------------------------------------------------------------------------------
 
-    def ping(self) -> None:
-        """Check what a site gets wrong before pilots fail (:func:`gahp.backends.k8s.ping.setup_problems`)."""
+    def queues(self) -> Tuple[str, ...]:
+        return tuple(q.name for q in self.settings.queues.values())
+
+    def ping(self) -> List[str]:
+        """What a site gets wrong before pilots fail (:func:`gahp.backends.k8s.ping.setup_problems`)."""
         try:
             targets = self.clusters.targets()
         except ConfigError as e:
             raise ConfigError(f"ping: {e}") from e
-        problems = setup_problems(targets, self.settings.ce_name, self.user)
-        closed = [h for h in self.guard.health() if h.closed]
-        for health in closed:
-            log.warning("ping: queue %s is closed as a black hole until %s: %s", health.queue,
-                        time.strftime("%H:%M:%S UTC", time.gmtime(health.closed_until)), health.cause)
-        if closed and {h.queue for h in closed} >= {q.name for q in self.settings.queues.values()}:
-            problems.append("every queue is closed as a black hole (" + "; ".join(
-                f"{h.queue}: {h.cause}" for h in closed) + ")")
-        if problems:
-            raise BackendError("; ".join(problems))
+        return setup_problems(targets, self.settings.ce_name, self.user)
 
     # -- submit ----------------------------------------------------------------------------
 
-    def submit(self, job: PilotJob) -> str:
-        """One pod per sandbox, whatever answers get lost (:mod:`gahp.backends.k8s.submit`), once the
-        queue is admitted (not closed as a black hole)."""
-        self.pipeline.admit(self.settings.queue(job.queue).name)
+    def totals(self) -> Tuple[int, int, float]:
+        return self.clusters.totals()
+
+    def queue_of(self, job: PilotJob) -> str:
+        return self.settings.queue(job.queue).name
+
+    def create(self, job: PilotJob) -> Created:
+        """One pod per sandbox, whatever answers get lost (:mod:`gahp.backends.k8s.submit`)."""
         result = self.submitter.submit(job)
-        self.pipeline.forget(result.job_id)
-        return result.job_id
+        return Created(result.job_id, made=result.made is not None)
 
     # -- status ----------------------------------------------------------------------------
 
-    def status(self, job_id: str) -> JobState:
-        """The pod (watch copy, else one GET) through the state table, then the GAHP-wide rules
-        (:meth:`gahp.backends.pipeline.Pipeline.report`: outputs, never back, final answers, the
-        black-hole verdict); a pod whose final outcome was reported is marked so."""
-        with self.pipeline.lock(job_id):
-            final = self.reports.final(job_id)
-            if final is not None:
-                return final
-            pod, api, _ = self.clusters.find(job_id)
-            if pod is None or api is None:
-                log.info("[%s] pod not found: reporting it removed", job_id)
-                return self.pipeline.report(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]),
-                                            queue="")
-            queue = self.clusters.queue_of(pod)
-            classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
-                                  disruption_action=queue.disruption_action)
-            state = job_state(pod, classified, job_id)
-            answer = self.pipeline.report(
-                job_id, state, queue=queue.name, cause=f"{classified.key}: {classified.message}".rstrip(": "),
-                outputs=lambda: write_outputs(api, pod, state, job_id, self.settings.output_max_bytes,
-                                              self.records.get(job_id)), outputs_of="pod",
-                # A pod whose phase cannot be read but that has started is past idle.
-                started=classified.key == "Unknown" and bool(pod.start_time),
-                source=pod if classified.key in ("Pending", "Running") else None)
-            if (answer.phase is Phase.COMPLETED or (answer.phase is Phase.HELD and pod.finished
-                                                    and answer.hold_subcode != holds.OUTPUT.subcode)):
-                self._mark_reported(api, pod, job_id)
-            return answer
-
-    def status_now(self, job_id: str) -> Optional[JobState]:
-        """From the watch copy, without I/O: a final answer given before, or a pod that is pending or
-        running (a pod that ended needs its outputs written: that is :meth:`status`'s, on a worker).
-        A pod unchanged since the last poll gets the answer derived from it then (:meth:`Reports.again`)."""
-        parts = job_id.split("/")
-        if len(parts) != 3 or parts[0] != "k8s":
-            return self.reports.final(job_id)
-        caches = self.clusters.watched(parts[1])
-        cache = caches[0] if len(caches) == 1 and caches[0].synced else None
-        pod = cache.get(parts[2]) if cache is not None else None
-        known = self.reports.again(job_id, pod)
-        if known is not None or pod is None:
-            return known
+    def observe(self, job_id: str) -> Seen:
+        """The pod (watch copy, else one GET) through the state table; a pod whose final outcome is
+        reported is marked so."""
+        pod, api, _ = self.clusters.find(job_id)
+        if pod is None or api is None:
+            log.info("[%s] pod not found: reporting it removed", job_id)
+            return Seen(JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]))
         queue = self.clusters.queue_of(pod)
         classified = classify(pod, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
                               disruption_action=queue.disruption_action)
+        state = job_state(pod, classified, job_id)
+
+        def answered(answer: JobState) -> None:
+            if (answer.phase is Phase.COMPLETED or (answer.phase is Phase.HELD and pod.finished
+                                                    and answer.hold_subcode != holds.OUTPUT.subcode)):
+                self._mark_reported(api, pod, job_id)
+
+        return Seen(state, queue=queue.name, cause=f"{classified.key}: {classified.message}".rstrip(": "),
+                    outputs=lambda: write_outputs(api, pod, state, job_id, self.settings.output_max_bytes,
+                                                  self.records.get(job_id)),
+                    # A pod whose phase cannot be read but that has started is past idle.
+                    started=classified.key == "Unknown" and bool(pod.start_time),
+                    source=pod if classified.key in ("Pending", "Running") else None, answered=answered)
+
+    def cached(self, job_id: str) -> Optional[PodRecord]:
+        """The pod from the one synced watch copy of its namespace, without I/O."""
+        parts = job_id.split("/")
+        if len(parts) != 3 or parts[0] != "k8s":
+            return None
+        caches = self.clusters.watched(parts[1])
+        cache = caches[0] if len(caches) == 1 and caches[0].synced else None
+        return cache.get(parts[2]) if cache is not None else None
+
+    def observe_cached(self, job_id: str, source: Optional[object]) -> Optional[Seen]:
+        """A pending or running pod of the watch copy (a pod that ended needs its outputs written: that is
+        :meth:`observe`'s, on a worker). The same pod gives the same answer, except an unschedulable one
+        (it times out)."""
+        if not isinstance(source, PodRecord):
+            return None
+        queue = self.clusters.queue_of(source)
+        classified = classify(source, now=_now(), unschedulable_timeout_s=queue.unschedulable_timeout_s,
+                              disruption_action=queue.disruption_action)
         if classified.key not in ("Pending", "Pending/Unschedulable", "Running"):
             return None
-        lock = self.reports.lock(job_id)
-        if not lock.acquire(blocking=False):  # a worker is busy with this job: never wait here
-            return None
-        try:
-            # The same pod gives the same answer, except an unschedulable one (it times out).
-            return self.pipeline.report(job_id, job_state(pod, classified, job_id), queue=queue.name,
-                                        source=pod if classified.key in ("Pending", "Running") else None)
-        finally:
-            lock.release()
+        return Seen(job_state(source, classified, job_id), queue=queue.name,
+                    source=source if classified.key in ("Pending", "Running") else None)
 
     def _mark_reported(self, api: KubeApi, pod: PodRecord, jid: str) -> None:
         """Record on the pod that its final outcome reached HTCondor (a re-submit then makes a new pod)."""
@@ -241,26 +226,13 @@ class KubernetesBackend(Backend):
 
     # -- cancel and refresh ----------------------------------------------------------------
 
-    def cancel(self, job_id: str) -> None:
-        """Delete the pod (idempotent). When the API server does not take the delete, the cancel is an
-        error result, so that the gridmanager keeps a held job's pod id and its view matches the
-        cluster; the delete is retried in the background meanwhile (the gridmanager forgets a removed
-        job whatever the answer), and ``podgahp reap`` deletes the pod once its job is gone should this
-        GAHP exit first."""
+    def check(self, job_id: str) -> None:
         parse_job_id(job_id)
-        try:
-            self._cancel_once(job_id)
-        except (TransientError, BackendError) as e:
-            log.warning("[%s] cancel failed (%s); retrying in the background", job_id, truncate(str(e)))
-            self._cancels.add(job_id, lambda: self._cancel_once(job_id))
-            raise TransientError(f"the pod could not be deleted now ({truncate(str(e), 300)}); the delete is "
-                                 f"retried in the background, and podgahp reap deletes the pod once its job is "
-                                 f"gone") from e
-        finally:
-            self.reports.forget(job_id)
-        self.records.drop(job_id)
 
-    def _cancel_once(self, job_id: str) -> None:
+    def remove(self, job_id: str) -> None:
+        """Delete the pod (idempotent); the agent tries again in the background when the API server does
+        not take the delete, and ``podgahp reap`` deletes the pod once its job is gone should this GAHP
+        exit first."""
         pod, api, _ = self.clusters.find(job_id)
         if pod is None or api is None:
             log.info("[%s] pod is already gone", job_id)
@@ -337,21 +309,23 @@ class KubernetesBackend(Backend):
     def reap(self, cache: PodCache) -> List[str]:
         """One clean-up pass over ``cache``'s namespace (:func:`gahp.backends.k8s.retention.clean_up`)."""
         deleted = clean_up(cache, due_for_cleanup(cache.pods(), _now(), self.settings.finished_retention_s,
-                                                  self.settings.unreported_retention_s), self.stats)
+                                                  self.settings.unreported_retention_s))
         for name in deleted:
-            self.records.drop(job_id_of(cache.namespace, name))
+            self.tidied(job_id_of(cache.namespace, name))
         return deleted
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop.set()
+        self.clusters.stop()  # a request waiting to be tried again gives up at once
 
     def close(self) -> None:
         """Stop every thread of this backend and wait for them (bounded: :data:`.cache.CLOSE_WAIT_SECONDS`
         each), then close its connections: after it, this backend makes no request."""
+        self.stop()
         with self._lock:
-            self._stop.set()
             threads = [t for t in (self._warming, self._reaper) if t is not None]
-        self.clusters.stop()  # first: a request waiting to be tried again gives up at once
-        self._cancels.close()
         for thread in threads:
             if thread is not threading.current_thread() and thread.ident is not None:
                 thread.join(CLOSE_WAIT_SECONDS)
         self.clusters.close()  # the warm-up may have made a copy before it saw the stop
-        self.pipeline.close()

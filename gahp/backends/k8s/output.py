@@ -62,7 +62,7 @@ def _stream(response: Any, what: str) -> Iterator[bytes]:
 def write_outputs(api: KubeApi, pod: Pod, state: JobState, job_id: str, max_bytes: int,
                   record: Optional[JobRecord]) -> bool:
     """Write ``Out``/``Err`` of a finished pod where ``record`` says; True (a pod's log is never still
-    being prepared: the pipeline's :data:`~gahp.backends.pipeline.Outputs`). OSError when a file cannot
+    being prepared: :data:`gahp.backends.base.Outputs`). OSError when a file cannot
     be written; TransientError when the log cannot be read now (a missing log is written as empty, with
     a note in ``Err``). Without a record (a pod made before records were kept), nothing is written."""
     view = record_of(pod)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import datetime
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from gahp.backends.http import JsonObj, truncate
+from gahp.backends.http import truncate
 from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of
 from gahp.backends.k8s.spec import ANN_REPORTED, generation_of
 from gahp.backends.k8s.state import parse_time
@@ -19,7 +19,6 @@ from gahp.errors import GahpError, NotFound
 
 if TYPE_CHECKING:
     from gahp.backends.k8s.cache import PodCache
-    from gahp.health import Stats
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ def _finish_time(pod: PodRecord) -> Optional[datetime.datetime]:
     return max(known) if known else parse_time(pod.created)
 
 
-def clean_up(cache: "PodCache", doomed: Sequence[Tuple[str, str]], stats: Optional["Stats"] = None) -> List[str]:
+def clean_up(cache: "PodCache", doomed: Sequence[Tuple[str, str]]) -> List[str]:
     """Delete every pod of ``doomed`` ((name, why) pairs), :data:`PARALLEL` deletes at a time, so that a
     pass keeps up with any completion rate; returns the names deleted."""
     if not doomed:
@@ -81,8 +80,6 @@ def clean_up(cache: "PodCache", doomed: Sequence[Tuple[str, str]], stats: Option
             log.warning("[%s] clean-up delete failed: %s", jid, truncate(str(e)))
             return False
         log.info("[%s] cleaned up: %s", jid, why)
-        if stats is not None:
-            stats.count("pods_cleaned")
         return True
 
     with ThreadPoolExecutor(max_workers=min(PARALLEL, len(doomed)), thread_name_prefix="clean-up") as pool:

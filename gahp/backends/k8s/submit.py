@@ -6,9 +6,10 @@ making a second pod, and two GAHPs submitting one sandbox meet at the same name.
 have pods already?" is answered by the watch copy (:mod:`gahp.backends.k8s.cache`), not a LIST; a pod
 the copy has not seen yet makes the create answer 409, and the pod is then read and judged like any
 other. What a submit does with the newest pod of its sandbox is one table with a tested row each
-(:data:`RESUBMIT_RULES`). The job is recorded (:meth:`gahp.backends.pipeline.Pipeline.record`) before
-its pod is created; the pod's input Secret is made right after it (:mod:`gahp.backends.k8s.secret`).
-The backend admits the submit first (a queue closed as a black hole refuses at once).
+(:data:`RESUBMIT_RULES`). The job is recorded (:meth:`gahp.records.JobRecords.note`) before its pod is
+created; the pod's input Secret is made right after it (:mod:`gahp.backends.k8s.secret`). The agent
+admits the submit first (a queue closed as a black hole refuses at once), and counts what the API
+server refused.
 """
 
 from __future__ import annotations
@@ -18,20 +19,19 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
-from gahp.backends.http import JsonObj, truncate
+from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.cache import PodCache
-from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of, pod_name, refusal, sandbox_key
+from gahp.backends.k8s.identity import job_id_of, pod_name, refusal, sandbox_key
 from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.spec import (ANN_REPORTED, LABEL_QUEUE, OVERRIDES, build_pod, generation_of, load_template,
                                     stage_inputs)
 from gahp.backends.k8s.view import Pod, PodRecord, decode_pod, record_of
 from gahp.backends.k8s.wholenode import WholeNodeSizer
-from gahp.backends.pipeline import Pipeline
-from gahp.errors import BackendError, Conflict, Invalid, QuotaExceeded, TransientError
+from gahp.errors import BackendError, Conflict, TransientError
 from gahp.job import PilotJob
-from gahp.records import JobRecord
+from gahp.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +86,9 @@ Cluster = Callable[[QueueSettings], Tuple[KubeApi, PodCache]]
 class Submitter:
     """Submits pilots as pods of their queue's cluster and namespace, recording what it makes."""
 
-    def __init__(self, settings: KubernetesSettings, pipeline: Pipeline, user: str, cluster: Cluster) -> None:
+    def __init__(self, settings: KubernetesSettings, records: JobRecords, user: str, cluster: Cluster) -> None:
         self.settings = settings
-        self.pipeline = pipeline
+        self.records = records
         self.user = user
         self.cluster = cluster
         self.whole_node = WholeNodeSizer(self._list_nodes)
@@ -141,15 +141,9 @@ class Submitter:
                 log.info("[%s] pod exists already (made before the watch copy saw it); checking it", jid)
                 cache.read(name, jid, self.refusal)
                 continue
-            except (QuotaExceeded, Invalid) as e:
-                self.pipeline.guard.outcome(queue.name, True,
-                                            f"pod refused by the API server: {truncate(str(e), 200)}")
-                self.pipeline.stats.count("pods_refused")
-                raise
             # The submit's own line says which pod a sandbox got; a later generation is worth its own.
             log.log(logging.INFO if generation > 1 else logging.DEBUG, "[%s] created pod for sandbox %s "
                     "(queue %s, generation %d)", jid, job.sandbox_id, queue.name, generation)
-            self.pipeline.stats.count("pods_created")
             made = cache.put(created)
             ensure_secret(api, created, staged, jid, fresh=True)
             return Submitted(jid, record, made)
@@ -165,7 +159,7 @@ class Submitter:
         written only there, whatever the pod's annotations say."""
         record = JobRecord(key=jid, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout, stderr=job.stderr,
                            made_at=time.time(), name=name)
-        self.pipeline.record(record, "the pod")
+        self.records.note(record, "the pod")
         return record
 
     def _check_cap(self, cache: PodCache, queue: QueueSettings) -> None:

@@ -17,18 +17,15 @@ from the Lancium job, so a fresh process with only a job id can finish the job's
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
 import time
 import zlib
-from dataclasses import dataclass, replace
-from typing import Dict, Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
 
-from gahp import holds
-from gahp.backends.base import Backend
-from gahp.backends.http import truncate
+from gahp.backends.base import Backend, Created, Place, Seen
 from gahp.backends.lancium.api import JobJSON, LanciumClient
 from gahp.backends.lancium.census import QUEUE, LanciumCeView
 from gahp.backends.lancium.identity import job_id_of, parse_job_id
@@ -38,15 +35,12 @@ from gahp.backends.lancium.cache import JobList, Snapshot
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.state import GONE, classify, job_state
 from gahp.backends.lancium.submit import Submitter, delete_quietly
-from gahp.backends.pipeline import Pipeline
 from gahp.backends.table import Classified
-from gahp.cancels import CancelRetries
 from gahp.config import Knobs, user_name
 from gahp.errors import Conflict, GahpError, InvalidJob, Missing, ServiceRefusal, TransientError
 from gahp.job import PilotJob
 from gahp.jobstate import JobState, Phase
-from gahp.records import JobRecord
-from gahp.reports import RANK
+from gahp.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -78,28 +72,28 @@ class LanciumBackend(Backend):
 
     name = "lancium"
     whole_node = "Lancium runs it alone on a node (node_exclusive), with the cores and memory it asks for"
+    noun = "Lancium job"
+    service = "Lancium"
+    removed = "cancelled"
+    after_failed_removal = "the next GAHP of this user takes it up should this one exit first"
 
     def __init__(self, settings: LanciumSettings, client: Optional[LanciumClient] = None,
                  user: Optional[str] = None) -> None:
         self.settings = settings
         self.user = user or user_name()
+        self.place = Place(settings.ce_name, self.user, settings.blackhole, settings.cancel_retry_max_s,
+                           settings.client.backoff_s, settings.client.backoff_max_s)
         self.client = client or LanciumClient(settings.client)
         self.jobs = JobList(self.client, settings.list_max_age_s, settings.list_stale_s)
-        door = self.client.door
-        self.pipeline = Pipeline("lancium", settings.ce_name, self.user, settings.blackhole,
-                                 lambda: (door.requests, door.errors, door.seconds))
-        """The GAHP-wide rules every answer goes through (:mod:`gahp.backends.pipeline`)."""
-        self.records, self.guard, self.reports = self.pipeline.records, self.pipeline.guard, self.pipeline.reports
-        self.submitter = Submitter(self.client, self.jobs, settings, self.pipeline, self.user)
-        """Submits: :mod:`gahp.backends.lancium.submit`."""
-        self._cancels = CancelRetries(settings.cancel_retry_max_s, settings.client.backoff_s,
-                                      settings.client.backoff_max_s, done=self._cancel_done)
         self._lock = threading.Lock()
         self._tracked: Dict[int, Tracked] = {}
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
         self.retention = Retention(settings.cleanup_after_s, settings.cleanup_per_cycle)
-        self.pipeline.start()
-        self._resuming: Optional[threading.Thread] = None
+
+    def bind(self, records: JobRecords, tidied: Callable[[str], None]) -> None:
+        super().bind(records, tidied)
+        self.submitter = Submitter(self.client, self.jobs, self.settings, records, self.user)
+        """Submits: :mod:`gahp.backends.lancium.submit`."""
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumBackend:
@@ -115,37 +109,28 @@ class LanciumBackend(Backend):
             return None
         return LanciumCeView(settings)
 
-    def start(self) -> None:
-        """Prune old job records and take up the cancels a GAHP of this user could not see through."""
-        self._resuming = threading.Thread(target=self._resume, name="records", daemon=True)
-        self._resuming.start()
-
-    def _resume(self) -> None:
-        try:
-            self.records.prune()
-            for record in self.records.all():
-                if record.cancel == "pending":
-                    log.info("%s: taking up a cancel a GAHP could not see through", record.key)
-                    self._cancels.add(record.key, functools.partial(self._cancel_once, record.key))
-        except Exception:  # noqa: BLE001 - a background pass must not end the GAHP
-            log.exception("job records cannot be gone through")
+    def totals(self) -> Tuple[int, int, float]:
+        door = self.client.door
+        return door.requests, door.errors, door.seconds
 
     def close(self) -> None:
-        """Stop the background threads, waiting for them (bounded), then close the client."""
-        if self._resuming is not None and self._resuming is not threading.current_thread():
-            self._resuming.join(10.0)  # then a cancel it takes up is seen by the close below
-        self._cancels.close()
-        self.pipeline.close()
         self.client.close()
 
     # -- ping ----------------------------------------------------------------------------------
 
-    def ping(self) -> None:
+    def queues(self) -> Tuple[str, ...]:
+        return (QUEUE,)
+
+    def ping(self) -> List[str]:
         """A token exchange (proves the key file and the key) and a job list (proves the token)."""
         self.client.check_credentials()
         self.jobs.get(not_before=time.time())
+        return []
 
     # -- submit --------------------------------------------------------------------------------
+
+    def queue_of(self, job: PilotJob) -> str:
+        return QUEUE
 
     def _sandbox_lock(self, sandbox_id: str) -> threading.Lock:
         """Serialises submits of one sandbox in this process (a fixed pool: memory stays bounded)."""
@@ -167,43 +152,51 @@ class LanciumBackend(Backend):
         with self._lock:
             return self._tracked.setdefault(lancium_id, Tracked(lancium_id, record))
 
-    def submit(self, job: PilotJob) -> str:
+    def check(self, job_id: str) -> None:
+        self._own(job_id)
+
+    def create(self, job: PilotJob) -> Created:
         """Once per sandbox, whatever answers get lost (:mod:`gahp.backends.lancium.submit`); a job
         this process made is tracked from its first answer on."""
-        self.pipeline.admit(QUEUE)
         with self._sandbox_lock(job.sandbox_id):
             result = self.submitter.submit(job)
-        job_id = job_id_of(result.lancium_id)
         with self._lock:
             tracked = self._tracked.setdefault(result.lancium_id, Tracked(result.lancium_id, result.record))
         if result.made is not None:
             tracked.lancium_status = "submitted"
             tracked.submitted_at = time.time()
-            state = job_state(result.lancium_id, Classified("submitted"), result.made)
-            tracked.reported = self.pipeline.report(job_id, state, queue=QUEUE)
-        return job_id
+            tracked.reported = job_state(result.lancium_id, Classified("submitted"), result.made)
+        return Created(result.job_id, made=result.made is not None)
 
     # -- status --------------------------------------------------------------------------------
 
-    def status(self, job_id: str) -> JobState:
+    def observe(self, job_id: str) -> Seen:
+        """From the shared job list; the job's details only when its Lancium state changed."""
         tracked = self._own(job_id)
-        lancium_id = tracked.lancium_id
         snapshot, fetched = self.jobs.get()
         if fetched:
             self._cleanup(snapshot)
-        final = self.reports.final(job_id)
-        if final is not None:
-            return final
-        with self.pipeline.lock(job_id):
-            summary = snapshot.jobs.get(lancium_id)
-            if summary is None and tracked.submitted_at >= snapshot.fetched_at and tracked.reported:
-                return tracked.reported  # submitted after the list was taken
-            listed = summary["status"] if summary is not None else GONE
-            if tracked.reported is not None and listed == tracked.lancium_status:
-                return tracked.reported
-            return self._refresh(tracked, job_id, listed)
+        summary = snapshot.jobs.get(tracked.lancium_id)
+        if summary is None and tracked.submitted_at >= snapshot.fetched_at and tracked.reported:
+            return self._seen(tracked, tracked.reported)  # submitted after the list was taken
+        listed = summary["status"] if summary is not None else GONE
+        if tracked.reported is not None and listed == tracked.lancium_status:
+            return self._seen(tracked, tracked.reported)
+        return self._refresh(tracked, job_id, listed)
 
-    def _refresh(self, tracked: Tracked, job_id: str, listed: str) -> JobState:
+    def _seen(self, tracked: Tracked, state: JobState, status: Optional[str] = None,
+              outputs: Optional[Callable[[], bool]] = None) -> Seen:
+        """``state`` for the agent; its answer is kept (and ``status``, the Lancium state it came from,
+        unless the job finished and its outputs are awaited: then it is read again)."""
+
+        def answered(answer: JobState) -> None:
+            tracked.reported = answer
+            if status is not None and (status != "finished" or answer.phase is not Phase.RUNNING):
+                tracked.lancium_status = status
+
+        return Seen(state, queue=QUEUE, outputs=outputs, answered=answered)
+
+    def _refresh(self, tracked: Tracked, job_id: str, listed: str) -> Seen:
         """Read the job's details (its state changed, or this process has not seen it yet)."""
         detail: Optional[JobJSON] = None
         try:
@@ -215,27 +208,23 @@ class LanciumBackend(Backend):
             if tracked.reported is None:
                 raise
             log.warning("%s: cannot read the job's details now, reporting the last state: %s", job_id, e)
-            return tracked.reported
+            return self._seen(tracked, tracked.reported)
         classified = classify(status, detail)
         if classified is None:
             log.warning("%s: unknown Lancium state %r, reporting no change", job_id, status)
-            return tracked.reported or job_state(tracked.lancium_id, Classified("submitted"), detail)
+            return self._seen(tracked, tracked.reported or job_state(tracked.lancium_id, Classified("submitted"),
+                                                                       detail))
         state = job_state(tracked.lancium_id, classified, detail)
         if status == "error":
             self._write_outputs(tracked, job_id, best_effort=True)
-        new = self.pipeline.report(job_id, state, queue=QUEUE, outputs=lambda: self._outputs_ready(tracked, job_id),
-                                   outputs_of=f"Lancium job {tracked.lancium_id}")
-        tracked.reported = new
-        if status != "finished" or new.phase is not Phase.RUNNING:
-            tracked.lancium_status = status  # (a finished job whose outputs are awaited is read again)
-        return new
+        return self._seen(tracked, state, status, outputs=lambda: self._outputs_ready(tracked, job_id))
 
     # -- outputs -------------------------------------------------------------------------------
 
     def _outputs_ready(self, tracked: Tracked, job_id: str) -> bool:
         """Out/Err of a finished job written (True); False while Lancium still prepares them, for at most
         ``PODGAHP_LANCIUM_OUTPUT_WAIT_SECONDS`` (then completion is reported without them); OSError as
-        raised (the pipeline holds the job)."""
+        raised (the agent holds the job)."""
         first = tracked.finished_seen is None
         if tracked.finished_seen is None:
             tracked.finished_seen = time.monotonic()
@@ -255,23 +244,8 @@ class LanciumBackend(Backend):
 
     # -- cancel --------------------------------------------------------------------------------
 
-    def cancel(self, job_id: str) -> None:
-        """Terminate (if queued or running) and delete; already deleted is success. A job this GAHP did
-        not make is refused (InvalidJob, nothing sent). When Lancium cannot be asked the cancel is
-        answered as failed, and it is kept in the job's record and retried in the background (and by the
-        next GAHP of this user), so the job goes even though the gridmanager may forget it."""
-        tracked = self._own(job_id)
-        if tracked.record.cancel != "pending":
-            self._set_cancel(tracked, "pending")
-        try:
-            self._cancel_once(job_id)
-        except TransientError as e:
-            self._cancels.add(job_id, lambda: self._cancel_once(job_id))
-            raise TransientError(f"Lancium job {tracked.lancium_id} could not be cancelled now ({e}); it is "
-                                 f"cancelled in the background as soon as Lancium answers") from e
-        self._cancel_done(job_id)
-
-    def _cancel_once(self, job_id: str) -> None:
+    def remove(self, job_id: str) -> None:
+        """Terminate (if queued or running) and delete; already deleted is success."""
         lancium_id = parse_job_id(job_id)
         try:
             self.client.terminate_job(lancium_id)
@@ -286,25 +260,9 @@ class LanciumBackend(Backend):
         except Conflict as e:
             log.info("%s: delete refused as a conflict, taken as already deleting: %s", job_id, e)
 
-    def _cancel_done(self, job_id: str) -> None:
-        """The job is cancelled: its record says so (a repeated cancel is still answered)."""
-        lancium_id = parse_job_id(job_id)
+    def forget(self, job_id: str) -> None:
         with self._lock:
-            tracked = self._tracked.pop(lancium_id, None)
-        record = tracked.record if tracked is not None else self.records.get(job_id)
-        if record is not None and record.cancel != "done":
-            self._put_record(replace(record, cancel="done"))
-        self.reports.forget(job_id)
-
-    def _set_cancel(self, tracked: Tracked, state: str) -> None:
-        tracked.record = replace(tracked.record, cancel=state)
-        self._put_record(tracked.record)
-
-    def _put_record(self, record: JobRecord) -> None:
-        try:
-            self.records.put(record)
-        except OSError as e:
-            log.warning("%s: the job's record cannot be updated: %s", record.key, e)
+            self._tracked.pop(parse_job_id(job_id), None)
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
         """Accepted without action: Lancium cannot replace a submitted job's input files."""
@@ -320,18 +278,17 @@ class LanciumBackend(Backend):
         def reported(lancium_id: int) -> bool:
             with self._lock:
                 tracked = self._tracked.get(lancium_id)
-            return tracked is None or tracked.reported is None or RANK[tracked.reported.phase] == 2
+            return tracked is None or tracked.reported is None or tracked.reported.phase.final
 
         for lancium_id in self.retention.due(snapshot, time.monotonic(), reported,
                                              lambda lancium_id: self.records.get(job_id_of(lancium_id)) is not None):
             log.info("%s: cleaning up (%s for more than %.0f s)", job_id_of(lancium_id),
                      snapshot.jobs[lancium_id]["status"], self.retention.after_s)
             if delete_quietly(self.client, lancium_id):
-                self.records.drop(job_id_of(lancium_id))
+                self.tidied(job_id_of(lancium_id))
             self.retention.done(lancium_id)
             with self._lock:
                 self._tracked.pop(lancium_id, None)
-            self.pipeline.forget(job_id_of(lancium_id))
 
 
 def _status_word(error: GahpError) -> str:

@@ -20,7 +20,7 @@ def write_outputs(client: LanciumClient, lancium_id: int, record: JobRecord, job
 
     A missing output (404) is written as an empty file, so the CE finds every file it expects. With
     ``best_effort`` (jobs in ``error``) nothing is awaited and failures are only logged; otherwise an
-    OSError of the write is raised (the pipeline holds the job).
+    OSError of the write is raised (the agent holds the job).
     """
     targets = [(p, n) for p, n in ((record.stdout, "stdout.txt"), (record.stderr, "stderr.txt")) if p]
     contents: Dict[str, bytes] = {}

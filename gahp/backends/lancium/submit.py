@@ -9,7 +9,7 @@ set again, its missing inputs added) rather than made anew. Jobs that merely car
 are left alone. A transient failure anywhere starts another attempt (``PODGAHP_LANCIUM_RETRIES`` more,
 with back-off); any other failure deletes the job and fails the submit. The backend serialises submits
 of one sandbox around :meth:`Submitter.submit`, after admitting it (a queue closed as a black hole
-refuses at once). The job is recorded (:meth:`gahp.backends.pipeline.Pipeline.record`) before anything
+refuses at once). The job is recorded (:meth:`gahp.records.JobRecords.note`) before anything
 makes it runnable.
 """
 
@@ -26,11 +26,10 @@ from gahp.backends.lancium.cache import JobList
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.spec import InputFile, input_files, job_fields, notes_text
 from gahp.backends.lancium.state import ENDED_STATES, LIVE_STATES
-from gahp.backends.pipeline import Pipeline
 from gahp.errors import BackendError, Conflict, GahpError, Missing, TransientError, Unavailable
 from gahp.job import PilotJob
 from gahp.retry import Backoff, retried
-from gahp.records import JobRecord
+from gahp.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +52,12 @@ class Submitted:
 class Submitter:
     """Submits pilots to Lancium through one client and the shared job list, recording what it makes."""
 
-    def __init__(self, client: LanciumClient, jobs: JobList, settings: LanciumSettings, pipeline: Pipeline,
+    def __init__(self, client: LanciumClient, jobs: JobList, settings: LanciumSettings, records: JobRecords,
                  user: str) -> None:
         self.client = client
         self.jobs = jobs
         self.settings = settings
-        self.pipeline = pipeline
-        self.records = pipeline.records
+        self.records = records
         self.user = user
 
     def submit(self, job: PilotJob) -> Submitted:
@@ -97,14 +95,14 @@ class Submitter:
             return pending
         pending = JobRecord(key=pending_key(key), sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
                             stderr=job.stderr, made_at=time.time(), name=new_name(key))
-        self.pipeline.record(pending, "the Lancium job")
+        self.records.note(pending, "the Lancium job")
         return pending
 
     def _record(self, job: PilotJob, lancium_id: int, name: str) -> JobRecord:
         """Record a job this GAHP made (before anything makes it runnable)."""
         record = JobRecord(key=job_id_of(lancium_id), sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout,
                            stderr=job.stderr, made_at=time.time(), name=name)
-        self.pipeline.record(record, "the Lancium job")
+        self.records.note(record, "the Lancium job")
         return record
 
     def _make(self, job: PilotJob, fields: Dict[str, Any], inputs: List[InputFile],

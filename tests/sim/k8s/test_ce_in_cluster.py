@@ -14,6 +14,7 @@ from typing import Any, Iterator, Set, Tuple
 import pytest
 import yaml
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.rights import RIGHTS
 from gahp.config import Knobs
@@ -58,7 +59,7 @@ def manifests(namespace: str, tmp_path: Path) -> str:
     return str(path)
 
 
-def ping_refusal(backend: KubernetesBackend) -> str:
+def ping_refusal(backend: Agent) -> str:
     """Why ping fails ('' when it does not)."""
     try:
         backend.ping()
@@ -102,7 +103,7 @@ def test_manifests_apply_and_podgahp_runs_with_the_pods_identity(cluster: Tuple[
     knobs = {k: v for k, v in knobs.items() if v}
     knobs.update(PODGAHP_K8S_SERVICE_ACCOUNT_DIR=str(tmp_path / "sa"), PODGAHP_K8S_CE_NAME="ce.test",
                  PODGAHP_K8S_REAP_INTERVAL_SECONDS="0")
-    backend = KubernetesBackend.from_knobs(Knobs(knobs))
+    backend = Agent(KubernetesBackend.from_knobs(Knobs(knobs)))
     try:
         # (the real server's authorizer sees a new binding a moment later)
         engine.wait_for(lambda: not ping_refusal(backend), 30, "the Role in effect")

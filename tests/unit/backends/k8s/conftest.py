@@ -1,6 +1,6 @@
 """Fixtures of the ``test_k8s_*`` files: a cluster (the simulated one with fast clocks, or for a test
 marked ``both_engines`` also the real control plane, tests/engines.py), a kubeconfig for it, the
-namespace the backends use, and Kubernetes backends built from knobs (closed after the test)."""
+namespace the backends use, and Kubernetes backends built from knobs, each inside its agent (closed after the test)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Iterator
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.config import Knobs
 from factories import made_then_ended
@@ -43,10 +44,10 @@ def kubeconfig(sim: KubeSim, namespace: str, tmp_path: Path) -> str:
 @pytest.fixture
 def make_backend(kubeconfig: str) -> Iterator[BackendFactory]:
     """Build backends from knobs (keywords override); every one is closed afterwards."""
-    yield from made_then_ended(lambda **extra: KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig, **extra))),
-                               KubernetesBackend.close)
+    yield from made_then_ended(
+        lambda **extra: Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig, **extra)))), Agent.close)
 
 
 @pytest.fixture
-def backend(make_backend: BackendFactory) -> KubernetesBackend:
+def backend(make_backend: BackendFactory) -> Agent:
     return make_backend()

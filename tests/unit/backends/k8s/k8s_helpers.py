@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.agent import Agent
 from gahp.job import PilotJob
 from gahp.jobstate import JobState, Phase
 from podgahp_sim.k8s import KubeSim
@@ -17,7 +17,8 @@ from polling import wait_until
 
 NAMESPACE = "pilots"
 IMAGE = "registry.example/pilot:1.0"
-BackendFactory = Callable[..., KubernetesBackend]
+BackendFactory = Callable[..., Agent]
+"""Builds a Kubernetes backend from knobs, inside its agent (what the GAHP serves)."""
 
 
 def knobs_for(kubeconfig: str, **extra: str) -> Dict[str, str]:
@@ -52,7 +53,7 @@ def make_job(tmp_path: Path, sandbox: str = "ce.test_host_1.0_1795297304",
     return PilotJob(**values)  # type: ignore[arg-type]
 
 
-def wait_state(backend: KubernetesBackend, job_id: str, *phases: Phase, timeout: float = 60.0) -> JobState:
+def wait_state(backend: Agent, job_id: str, *phases: Phase, timeout: float = 60.0) -> JobState:
     """Poll status until it is in ``phases``; fails with the last state seen."""
     return wait_until(lambda: backend.status(job_id), f"{job_id} in {phases}", timeout, 0.05,
                       done=lambda state: state.phase in phases)

@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import sandbox_key
 from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX
@@ -27,7 +28,7 @@ DONE = (Phase.COMPLETED, Phase.HELD, Phase.REMOVED)
 
 
 @pytest.mark.both_engines
-def test_full_lifecycle_writes_out_and_err_before_completed(backend: KubernetesBackend, sim: KubeSim,
+def test_full_lifecycle_writes_out_and_err_before_completed(backend: Agent, sim: KubeSim,
                                                             tmp_path: Path, namespace: str) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "0.6"), ("PODGAHP_SIM_LOG", "hello from the pilot")])
     job_id = backend.submit(job)
@@ -36,7 +37,7 @@ def test_full_lifecycle_writes_out_and_err_before_completed(backend: KubernetesB
     assert pod is not None
     meta: Dict[str, Any] = pod["metadata"]  # type: ignore[assignment]
     assert meta["labels"][LABEL_CE] == "ce.test" and meta["labels"][LABEL_QUEUE] == "default"
-    assert meta["labels"][LABEL_SANDBOX] == sandbox_key("ce.test", backend.user, job.sandbox_id)
+    assert meta["labels"][LABEL_SANDBOX] == sandbox_key("ce.test", backend.backend.user, job.sandbox_id)
     spec: Dict[str, Any] = pod["spec"]  # type: ignore[assignment]
     container = spec["containers"][0]
     assert spec["restartPolicy"] == "Never"
@@ -75,7 +76,7 @@ def test_fresh_process_reports_from_the_job_id_alone(make_backend: BackendFactor
 
 
 @pytest.mark.both_engines
-def test_status_is_monotonic_and_reports_running(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_status_is_monotonic_and_reports_running(backend: Agent, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1.5")]))
     phases = []
     while not phases or phases[-1] not in DONE:
@@ -96,14 +97,14 @@ def _held(state: Any, code: int, subcode: int, *words: str) -> None:
 
 
 @pytest.mark.both_engines
-def test_image_pull_error_holds_naming_the_image(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_image_pull_error_holds_naming_the_image(backend: Agent, tmp_path: Path) -> None:
     job = make_job(tmp_path, settings={"k8s_image": "registry.example/does-not-exist:9"})
     state = wait_state(backend, backend.submit(job), *DONE)
     _held(state, HOLD_FATAL, IMAGE_PULL.subcode, "registry.example/does-not-exist:9")
 
 
 @pytest.mark.both_engines
-def test_invalid_image_name_holds(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_invalid_image_name_holds(backend: Agent, tmp_path: Path) -> None:
     job = make_job(tmp_path, settings={"k8s_image": "Not A Valid Image"})
     state = wait_state(backend, backend.submit(job), *DONE)
     _held(state, HOLD_FATAL, INVALID_IMAGE.subcode, "Not A Valid Image")
@@ -129,7 +130,7 @@ def test_unschedulable_within_the_timeout_stays_idle(make_backend: BackendFactor
 
 
 @pytest.mark.both_engines
-def test_oom_killed_is_held_with_a_readable_reason(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_oom_killed_is_held_with_a_readable_reason(backend: Agent, tmp_path: Path) -> None:
     job = make_job(tmp_path, memory_mb=100, env=[("PODGAHP_SIM_MEMORY_MIB", "500"),
                                                   ("PODGAHP_SIM_RUN_SECONDS", "5")])
     state = wait_state(backend, backend.submit(job), *DONE)
@@ -139,7 +140,7 @@ def test_oom_killed_is_held_with_a_readable_reason(backend: KubernetesBackend, t
 
 
 @pytest.mark.both_engines
-def test_deadline_exceeded_completes_with_a_reason(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_deadline_exceeded_completes_with_a_reason(backend: Agent, tmp_path: Path) -> None:
     job = make_job(tmp_path, wall_time_s=1, env=[("PODGAHP_SIM_RUN_SECONDS", "30")])
     job_id = backend.submit(job)
     state = wait_state(backend, job_id, *DONE, timeout=20)
@@ -162,7 +163,7 @@ def test_evicted_completes_by_default_and_holds_when_configured(make_backend: Ba
             _held(state, HOLD_RETRYABLE, EVICTED.subcode, "evicted", "low on resource")
 
 
-def test_preempted_pod_deleted_by_kubernetes_still_reports_its_outcome(backend: KubernetesBackend,
+def test_preempted_pod_deleted_by_kubernetes_still_reports_its_outcome(backend: Agent,
                                                                        sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "30")]))
     wait_state(backend, job_id, Phase.RUNNING)
@@ -190,13 +191,13 @@ spec:
 
 
 @pytest.mark.both_engines
-def test_unwritable_output_holds_instead_of_losing_it(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_unwritable_output_holds_instead_of_losing_it(backend: Agent, tmp_path: Path) -> None:
     job = make_job(tmp_path, stdout=str(tmp_path / "no-such-dir" / "pilot.out"))
     state = wait_state(backend, backend.submit(job), *DONE)
     _held(state, HOLD_RETRYABLE, OUTPUT.subcode, "no-such-dir")
 
 
-def test_pod_deleted_by_someone_else_is_removed(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
+def test_pod_deleted_by_someone_else_is_removed(backend: Agent, sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, cpus=64))
     wait_state(backend, job_id, Phase.IDLE)
     with sim.store.lock:
@@ -210,7 +211,7 @@ def test_pod_deleted_by_someone_else_is_removed(backend: KubernetesBackend, sim:
 
 
 @pytest.mark.both_engines
-def test_repeated_submit_of_a_sandbox_makes_one_pod(backend: KubernetesBackend, make_backend: BackendFactory,
+def test_repeated_submit_of_a_sandbox_makes_one_pod(backend: Agent, make_backend: BackendFactory,
                                                     sim: KubeSim, tmp_path: Path, namespace: str) -> None:
     job = make_job(tmp_path, cpus=64)
     first = backend.submit(job)
@@ -222,7 +223,7 @@ def test_repeated_submit_of_a_sandbox_makes_one_pod(backend: KubernetesBackend, 
 
 
 @pytest.mark.both_engines
-def test_resubmit_after_hold_while_the_old_pod_terminates(backend: KubernetesBackend, sim: KubeSim,
+def test_resubmit_after_hold_while_the_old_pod_terminates(backend: Agent, sim: KubeSim,
                                                           tmp_path: Path) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "30"), ("PODGAHP_SIM_SIGTERM_SECONDS", "3")])
     old = backend.submit(job)
@@ -237,7 +238,7 @@ def test_resubmit_after_hold_while_the_old_pod_terminates(backend: KubernetesBac
 
 
 @pytest.mark.both_engines
-def test_input_staging_secret_is_owned_by_the_pod(backend: KubernetesBackend, sim: KubeSim,
+def test_input_staging_secret_is_owned_by_the_pod(backend: Agent, sim: KubeSim,
                                                   tmp_path: Path, namespace: str) -> None:
     (tmp_path / "config.ini").write_text("[pool]\n")
     proxy = tmp_path / "x509up_u1000"
@@ -280,7 +281,7 @@ def test_inputs_over_the_secret_limit_are_refused(make_backend: BackendFactory, 
     assert sim.pods(NAMESPACE) == []
 
 
-def test_quota_refusal_carries_the_api_message(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
+def test_quota_refusal_carries_the_api_message(backend: Agent, sim: KubeSim, tmp_path: Path) -> None:
     sim.set_quota(PodQuota(hard={"pods": "0"}))
     with pytest.raises(BackendError, match="exceeded quota"):
         backend.submit(make_job(tmp_path))
@@ -298,14 +299,14 @@ def test_invalid_spec_refusal_carries_the_api_message(make_backend: BackendFacto
 
 
 @pytest.mark.both_engines
-def test_unknown_priority_class_is_refused(backend: KubernetesBackend, tmp_path: Path) -> None:
+def test_unknown_priority_class_is_refused(backend: Agent, tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="no PriorityClass"):
         backend.submit(make_job(tmp_path, settings={"k8s_priority_class": "pilot-low"}))
 
 
 @pytest.mark.both_engines
 @pytest.mark.fault_proxy
-def test_transient_errors_are_retried_with_retry_after(backend: KubernetesBackend, sim: KubeSim,
+def test_transient_errors_are_retried_with_retry_after(backend: Agent, sim: KubeSim,
                                                        tmp_path: Path) -> None:
     sim.fail_next(2, status=429, method="POST", path="/pods$", retry_after=0)
     sim.fail_next(1, status=503, method="POST", path="/secrets$")
@@ -316,7 +317,7 @@ def test_transient_errors_are_retried_with_retry_after(backend: KubernetesBacken
 
 @pytest.mark.both_engines
 @pytest.mark.fault_proxy
-def test_persistent_server_errors_give_a_transient_error(backend: KubernetesBackend, sim: KubeSim,
+def test_persistent_server_errors_give_a_transient_error(backend: Agent, sim: KubeSim,
                                                          tmp_path: Path) -> None:
     backend.ping()  # the watch copy is in: the submit's only requests are the creates
     sim.fail_next(10, status=500, method="POST", path="/pods$")
@@ -359,7 +360,7 @@ def test_cancel_is_idempotent(make_backend: BackendFactory, sim: KubeSim, tmp_pa
     assert delete.query.get("gracePeriodSeconds") == "0"
 
 
-def test_ping_ok_and_rbac_denial_named(backend: KubernetesBackend, sim: KubeSim) -> None:
+def test_ping_ok_and_rbac_denial_named(backend: Agent, sim: KubeSim) -> None:
     backend.ping()
     sim.deny("create", "pods", NAMESPACE)
     with pytest.raises(BackendError, match=r"queue default \(namespace pilots.*may not create pods"):
@@ -376,9 +377,9 @@ def test_ping_with_bad_credentials(make_backend: BackendFactory, sim: KubeSim) -
 def test_no_cluster_configured_gives_errors_not_crashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     state = {"PODGAHP_STATE_DIR": str(tmp_path)}  # the test's own, not the shared temporary directory
-    with closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_IMAGE": IMAGE, **state}))) as backend, \
-            closing(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_KUBECONFIG": str(tmp_path / "nope"),
-                                                        **state}))) as missing:
+    with closing(Agent(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_IMAGE": IMAGE, **state})))) as backend, \
+            closing(Agent(KubernetesBackend.from_knobs(Knobs({"PODGAHP_K8S_KUBECONFIG": str(tmp_path / "nope"),
+                                                              **state})))) as missing:
         with pytest.raises(ConfigError, match="no Kubernetes cluster is configured"):
             backend.ping()
         with pytest.raises(ConfigError, match="PODGAHP_K8S_KUBECONFIG"):
@@ -392,13 +393,13 @@ def test_no_cluster_configured_gives_errors_not_crashes(tmp_path: Path, monkeypa
     _ = AuthError  # the RBAC branch of translation is covered by test_k8s_api
 
 
-def test_name_taken_by_a_foreign_pod_gives_a_clear_error(backend: KubernetesBackend, sim: KubeSim,
+def test_name_taken_by_a_foreign_pod_gives_a_clear_error(backend: Agent, sim: KubeSim,
                                                          tmp_path: Path) -> None:
     from gahp.backends.k8s.spec import pod_name
     job = make_job(tmp_path, sandbox="taken_1.0_1")
     with sim.store.lock:
         sim.store.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": pod_name(sandbox_key("ce.test", backend.user, job.sandbox_id), 1), "namespace": NAMESPACE,
+            "name": pod_name(sandbox_key("ce.test", backend.backend.user, job.sandbox_id), 1), "namespace": NAMESPACE,
             "uid": "u-1"},
             "spec": {"containers": [{"name": "x", "image": IMAGE}]}, "status": {"phase": "Pending"}})
     with pytest.raises(InvalidJob, match="was not created by podgahp; this GAHP acts only on the pods it created"):

@@ -9,7 +9,7 @@ from typing import Optional
 
 import pytest
 
-from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.agent import Agent
 from gahp.errors import BackendError
 from gahp.jobstate import Phase
 from k8s_helpers import BackendFactory, make_job, wait_state
@@ -64,7 +64,7 @@ def test_fast_failing_pilots_close_the_queue_and_slow_ones_do_not(make_backend: 
     """A pilot that exits non-zero within PODGAHP_BLACKHOLE_FAST_SECONDS is a failure; one that ran
     longer (a pilot ending after useful work) is not."""
     (tmp_path / "slow").mkdir()
-    slow: KubernetesBackend = make_backend(PODGAHP_BLACKHOLE_FAILURES="1", PODGAHP_BLACKHOLE_FAST_SECONDS="0",
+    slow: Agent = make_backend(PODGAHP_BLACKHOLE_FAILURES="1", PODGAHP_BLACKHOLE_FAST_SECONDS="0",
                                            PODGAHP_STATE_DIR=str(tmp_path / "slow"))
     job_id = slow.submit(make_job(tmp_path, env=[("PODGAHP_SIM_EXIT_CODE", "1")]))
     assert wait_state(slow, job_id, Phase.COMPLETED).exit_code == 1

@@ -12,6 +12,7 @@ from typing import Any, Dict, FrozenSet, Iterator, List
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.census import KubernetesCeView
 from gahp.backends.k8s.settings import KubernetesSettings, ce_label
@@ -109,7 +110,7 @@ def test_ages_are_taken_on_the_api_servers_clock(make_backend: BackendFactory, s
     """A pilot started a moment ago is not 660 s old because the reaper's clock is ahead of the API
     server's: with a grace of 600 s it is kept; once past the grace on the server's clock, it goes."""
     kubeconfig = slow_clock_sim.write_kubeconfig(str(tmp_path / "kubeconfig"), namespace=NAMESPACE)
-    backend = KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig)))
+    backend = Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig))))
     try:
         job = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "600")]))
         wait_state(backend, job, Phase.RUNNING)
@@ -223,7 +224,7 @@ def test_every_cluster_the_queues_name_is_listed_and_reaped(two_clusters: List[K
     west_config = west.write_kubeconfig(str(tmp_path / "west.kubeconfig"), namespace=NAMESPACE)
     extra = {"PODGAHP_K8S_QUEUES": "east west", "PODGAHP_K8S_EAST_KUBECONFIG": east_config,
              "PODGAHP_K8S_WEST_KUBECONFIG": west_config}
-    backend = KubernetesBackend.from_knobs(Knobs(knobs_for(east_config, **extra)))
+    backend = Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(east_config, **extra))))
     env = [("PODGAHP_SIM_RUN_SECONDS", "600")]
     try:
         kept_east = backend.submit(make_job(tmp_path, sandbox="ce.test_host_1.0_1", env=env, queue="east"))

@@ -8,6 +8,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.api import ThrottledRefresh, k8s_client
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.config import Knobs
@@ -34,8 +35,8 @@ def tls_sim() -> Iterator[KubeSim]:
         yield running
 
 
-def backend_from(knobs: dict) -> KubernetesBackend:
-    return KubernetesBackend.from_knobs(Knobs(knobs))
+def backend_from(knobs: dict) -> Agent:
+    return Agent(KubernetesBackend.from_knobs(Knobs(knobs)))
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
@@ -165,7 +166,7 @@ def test_a_kubeconfig_token_is_sent_with_the_throttle_in_place(tls_sim: KubeSim,
     try:
         for _ in range(3):
             backend.ping()
-        apis = list(backend.clusters.apis())
+        apis = list(backend.backend.clusters.apis())
         assert apis and all(isinstance(api.configuration().refresh_api_key_hook, ThrottledRefresh)
                             for api in apis)
     finally:

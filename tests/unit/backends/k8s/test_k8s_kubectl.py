@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.agent import Agent
 from gahp.backends.k8s.spec import LABEL_JOB
 
 from k8s_helpers import NAMESPACE, make_job
@@ -27,7 +27,7 @@ def kubectl(kubeconfig: str, home: Path, *args: str) -> str:
     return proc.stdout
 
 
-def test_kubectl_selects_a_pilots_pod_by_its_job_id(backend: KubernetesBackend, kubeconfig: str,
+def test_kubectl_selects_a_pilots_pod_by_its_job_id(backend: Agent, kubeconfig: str,
                                                    tmp_path: Path, namespace: str) -> None:
     env = [("PODGAHP_SIM_RUN_SECONDS", "60")]
     first = backend.submit(make_job(tmp_path, sandbox="ce.test_9619_ce.test#12.0#1795684261_1234.0_1795684261",

@@ -73,7 +73,7 @@ def test_the_estimate_covers_what_the_api_server_stores(sim: KubeSim, make_backe
     from podgahp_sim.k8s import admission, limits as server_limits
 
     backend = make_backend()
-    queue = backend.settings.queue(None)
+    queue = backend.backend.settings.queue(None)
     job = make_job(tmp_path, environment=tuple((f"VARIABLE_{i}", "x" * value_bytes) for i in range(entries)))
     try:
         pod = build_pod(job, queue, load_template(None), name="pilot-0123456789abcdef0123-1", namespace="pilots",

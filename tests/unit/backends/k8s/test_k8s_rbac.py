@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Set, Tuple
 import pytest
 import yaml
 
-from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.agent import Agent
 from gahp.backends.k8s.rights import RIGHTS
 from gahp.errors import BackendError
 from gahp.jobstate import Phase
@@ -57,8 +57,8 @@ def test_every_operation_goes_through_with_the_role(make_backend: BackendFactory
     backend.refresh_proxy(running, str(proxy))
     assert backend.submit(make_job(tmp_path, sandbox="run_1.0_1", proxy=str(proxy))) == running
     backend.cancel(running)
-    cache = next(iter(backend.clusters.caches()))
-    sim.wait_for(lambda: backend.reap(cache) or True, 5, "a clean-up pass")
+    cache = next(iter(backend.backend.clusters.caches()))
+    sim.wait_for(lambda: backend.backend.reap(cache) or True, 5, "a clean-up pass")
     refused = [f"{r.method} {r.path}" for r in sim.requests() if r.status == 403]
     assert refused == []
     assert backend._cancels.pending() == 0
@@ -103,7 +103,7 @@ def test_ping_with_a_token_file_that_cannot_be_read(make_backend: BackendFactory
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
 def test_reaper_and_pings_do_not_need_more(make_backend: BackendFactory, sim: KubeSim) -> None:
     sim.enforce_role(role())
-    backend: KubernetesBackend = make_backend()
+    backend: Agent = make_backend()
     for _ in range(2):
         backend.ping()
     assert not [r for r in sim.requests() if r.status == 403]
@@ -119,7 +119,7 @@ def test_a_trace_says_when_the_identity_may_not_list_events(make_backend: Backen
     backend = make_backend()
     job_id = backend.submit(make_job(tmp_path, cpus=64))  # stays pending: the scheduler writes an Event
     name = job_id.split("/")[2]
-    look = PodLook(backend.settings, None)
+    look = PodLook(backend.backend.settings, None)
     try:
         sim.wait_for(lambda: look.events(NAMESPACE, name), 20, "the pod's FailedScheduling Event")
         assert any("FailedScheduling" in line for line in look.events(NAMESPACE, name))

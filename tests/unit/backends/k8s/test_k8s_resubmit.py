@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.submit import RESUBMIT_RULES, resubmit_case
 from gahp.errors import TransientError
@@ -36,7 +37,7 @@ def test_every_rule_has_a_case() -> None:
     assert resubmit_case(pod) == "being deleted"
 
 
-def test_live_pod_is_returned(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path,
+def test_live_pod_is_returned(backend: Agent, sim: KubeSim, tmp_path: Path,
                               namespace: str) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "60")])
     first = backend.submit(job)
@@ -58,7 +59,7 @@ def test_finished_unreported_pod_is_returned_not_rerun(make_backend: BackendFact
     assert len(sim.pods(namespace)) == 1 and len(sim.requests("POST", "/pods$")) == 1
 
 
-def test_finished_and_reported_pod_makes_way_for_a_new_generation(backend: KubernetesBackend, sim: KubeSim,
+def test_finished_and_reported_pod_makes_way_for_a_new_generation(backend: Agent, sim: KubeSim,
                                                                   tmp_path: Path) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "0.1"), ("PODGAHP_SIM_EXIT_CODE", "0")])
     first = backend.submit(job)
@@ -67,7 +68,7 @@ def test_finished_and_reported_pod_makes_way_for_a_new_generation(backend: Kuber
     assert generation(again) == generation(first) + 1
 
 
-def test_pod_being_deleted_makes_way_for_a_new_generation(backend: KubernetesBackend, sim: KubeSim,
+def test_pod_being_deleted_makes_way_for_a_new_generation(backend: Agent, sim: KubeSim,
                                                           tmp_path: Path) -> None:
     job = make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "60"), ("PODGAHP_SIM_SIGTERM_SECONDS", "5")])
     first = backend.submit(job)
@@ -78,7 +79,7 @@ def test_pod_being_deleted_makes_way_for_a_new_generation(backend: KubernetesBac
 
 
 @pytest.mark.fault_proxy
-def test_failed_cancel_is_retried_until_the_pod_is_gone(backend: KubernetesBackend, sim: KubeSim,
+def test_failed_cancel_is_retried_until_the_pod_is_gone(backend: Agent, sim: KubeSim,
                                                         tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "600")]))
     wait_state(backend, job_id, Phase.RUNNING)

@@ -10,6 +10,7 @@ from typing import Iterator, List
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import LABEL_OWNER, parse_job_id
 from gahp.backends.k8s.settings import KubernetesSettings
@@ -26,10 +27,10 @@ VICTIM_SANDBOX = "ce.test_victim_12.0_1795297304"
 
 
 @pytest.fixture
-def users(kubeconfig: str) -> Iterator[List[KubernetesBackend]]:  # noqa: F811
+def users(kubeconfig: str) -> Iterator[List[Agent]]:  # noqa: F811
     """The GAHPs of two users of one CE (the gridmanager runs one per job owner)."""
     settings = KubernetesSettings.from_knobs(Knobs(knobs_for(kubeconfig)))
-    made = [KubernetesBackend(settings, user="alice"), KubernetesBackend(settings, user="mallory")]
+    made = [Agent(KubernetesBackend(settings, user="alice")), Agent(KubernetesBackend(settings, user="mallory"))]
     yield made
     for backend in made:
         backend.close()
@@ -39,7 +40,7 @@ def writes(sim: KubeSim) -> List[str]:  # noqa: F811
     return [f"{r.method} {r.path}" for r in sim.requests() if r.method in ("DELETE", "PATCH", "PUT")]
 
 
-def test_claiming_another_users_sandbox_gets_a_pod_of_ones_own(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
+def test_claiming_another_users_sandbox_gets_a_pod_of_ones_own(users: List[Agent], sim: KubeSim,  # noqa: F811
                                                                tmp_path: Path) -> None:
     alice, mallory = users
     env = [("PODGAHP_SIM_RUN_SECONDS", "60")]
@@ -57,7 +58,7 @@ def test_claiming_another_users_sandbox_gets_a_pod_of_ones_own(users: List[Kuber
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_another_users_job_id_is_refused_without_a_write(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
+def test_another_users_job_id_is_refused_without_a_write(users: List[Agent], sim: KubeSim,  # noqa: F811
                                                          tmp_path: Path) -> None:
     alice, mallory = users
     victim = alice.submit(make_job(tmp_path, sandbox=VICTIM_SANDBOX, env=[("PODGAHP_SIM_RUN_SECONDS", "60")]))
@@ -82,7 +83,7 @@ def test_another_users_job_id_is_refused_without_a_write(users: List[KubernetesB
     "k8s/pilots/pilot-00000000000000000000-1%2F..", "k8s/pilots/pilot-00000000000000000000-1 ",
 ])
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_crafted_job_ids_never_reach_the_api(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
+def test_crafted_job_ids_never_reach_the_api(users: List[Agent], sim: KubeSim,  # noqa: F811
                                              crafted: str) -> None:
     _, mallory = users
     sim.clear_requests()
@@ -93,7 +94,7 @@ def test_crafted_job_ids_never_reach_the_api(users: List[KubernetesBackend], sim
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_a_pod_podgahp_did_not_make_is_not_touched(users: List[KubernetesBackend], sim: KubeSim) -> None:  # noqa: F811
+def test_a_pod_podgahp_did_not_make_is_not_touched(users: List[Agent], sim: KubeSim) -> None:  # noqa: F811
     alice, _ = users
     name = "pilot-0123456789abcdef0123-1"
     with sim.store.lock:
@@ -107,7 +108,7 @@ def test_a_pod_podgahp_did_not_make_is_not_touched(users: List[KubernetesBackend
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_cancel_deletes_exactly_the_jobs_pod(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
+def test_cancel_deletes_exactly_the_jobs_pod(users: List[Agent], sim: KubeSim,  # noqa: F811
                                              tmp_path: Path) -> None:
     alice, _ = users
     jid = alice.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "60")]))
@@ -120,7 +121,7 @@ def test_cancel_deletes_exactly_the_jobs_pod(users: List[KubernetesBackend], sim
     assert delete.status == 200 and uid
 
 
-def test_pilot_pods_get_no_service_account_token(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
+def test_pilot_pods_get_no_service_account_token(users: List[Agent], sim: KubeSim,  # noqa: F811
                                                  tmp_path: Path) -> None:
     alice, _ = users
     pod = pod_of(sim, alice.submit(make_job(tmp_path)))
@@ -128,7 +129,7 @@ def test_pilot_pods_get_no_service_account_token(users: List[KubernetesBackend],
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["same-gahp", "fresh-gahp"])
-def test_a_patched_out_annotation_sends_no_output_elsewhere(users: List[KubernetesBackend], sim: KubeSim,  # noqa: F811
+def test_a_patched_out_annotation_sends_no_output_elsewhere(users: List[Agent], sim: KubeSim,  # noqa: F811
                                                             kubeconfig: str, tmp_path: Path, fresh: bool,
                                                             namespace: str) -> None:
     """Someone allowed to patch pods in the namespace points the pod's out/err annotations at a private
@@ -155,7 +156,7 @@ def test_a_patched_out_annotation_sends_no_output_elsewhere(users: List[Kubernet
         core.api_client.close()
     gahp = alice
     if fresh:
-        gahp = KubernetesBackend(alice.settings, user="alice")
+        gahp = Agent(KubernetesBackend(alice.backend.settings, user="alice"))
     try:
         state = wait_state(gahp, jid, Phase.COMPLETED)
     finally:

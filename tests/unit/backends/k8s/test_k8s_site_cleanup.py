@@ -53,11 +53,11 @@ def test_nothing_of_100_pilots_is_left_after_their_life(make_backend: BackendFac
                ) == PILOTS
     for job_id in job_ids:
         assert wait_state(backend, job_id, Phase.COMPLETED, Phase.HELD, timeout=300).phase is Phase.COMPLETED
-    (cache,) = backend.clusters.caches()
+    (cache,) = backend.backend.clusters.caches()
     sim.wait_for(lambda: all(pod is not None and pod.annotation(ANN_REPORTED)
                              for pod in (cache.get(j.split("/")[2]) for j in job_ids)),
                  60, "every outcome marked reported in the watch copy")
-    assert len(backend.reap(cache)) == PILOTS
+    assert len(backend.backend.reap(cache)) == PILOTS
     sim.wait_for(lambda: not kubectl(kubeconfig, "get", "pods") and not kubectl(
         kubeconfig, "get", "secrets", "--field-selector", "type!=kubernetes.io/service-account-token"),
         120, "no pod and no Secret of the pilots left")

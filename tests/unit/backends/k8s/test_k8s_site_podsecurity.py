@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.agent import Agent
 from gahp.errors import QuotaExceeded
 from gahp.jobstate import Phase
 from paths import DOCS
@@ -55,7 +55,7 @@ def test_a_pod_the_level_refuses_is_refused_with_its_words_and_counted(make_back
     template = tmp_path / "root.yaml"
     template.write_text(ROOT_TEMPLATE)
     sim.label_namespace(namespace, {ENFORCE: "restricted"})
-    backend: KubernetesBackend = make_backend(PODGAHP_K8S_POD_TEMPLATE=str(template))
+    backend: Agent = make_backend(PODGAHP_K8S_POD_TEMPLATE=str(template))
     with pytest.raises(QuotaExceeded) as error:
         backend.submit(make_job(tmp_path))
     words = str(error.value)

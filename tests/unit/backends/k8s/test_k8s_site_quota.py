@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gahp.backends.k8s.backend import KubernetesBackend
+from gahp.agent import Agent
 from gahp.backends.k8s.identity import LABEL_SANDBOX
 from gahp.errors import QuotaExceeded
 from gahp.jobstate import Phase
@@ -31,7 +31,7 @@ def sandbox(n: int) -> str:
 
 
 def test_a_submit_past_the_quota_is_refused_with_its_words_and_made_once_room_frees(
-        backend: KubernetesBackend, sim: KubeSim, tmp_path: Path, namespace: str) -> None:
+        backend: Agent, sim: KubeSim, tmp_path: Path, namespace: str) -> None:
     sim.set_quota(PodQuota(name="pilots-quota", hard={"pods": "3"}))
     running = [backend.submit(make_job(tmp_path, sandbox=sandbox(n), env=LONG)) for n in range(2)]
     ending = backend.submit(make_job(tmp_path, sandbox=sandbox(2), env=[("PODGAHP_SIM_RUN_SECONDS", "2")]))
@@ -51,7 +51,7 @@ def test_a_submit_past_the_quota_is_refused_with_its_words_and_made_once_room_fr
     assert sorted(per_sandbox.values()) == [1, 1, 1, 1]
 
 
-def _submitted(backend: KubernetesBackend, job: object) -> str:
+def _submitted(backend: Agent, job: object) -> str:
     try:
         return backend.submit(job)  # type: ignore[arg-type]
     except QuotaExceeded:  # the quota's count of the pod that ended may lag a moment behind
@@ -59,7 +59,7 @@ def _submitted(backend: KubernetesBackend, job: object) -> str:
 
 
 def test_a_pilot_over_the_limit_range_maximum_is_refused_naming_the_limit(
-        backend: KubernetesBackend, sim: KubeSim, tmp_path: Path, namespace: str) -> None:
+        backend: Agent, sim: KubeSim, tmp_path: Path, namespace: str) -> None:
     sim.set_limit_range(PodLimitRange(name="pilots-limits", max={"memory": "1Gi", "cpu": "2"},
                                       default={"memory": "512Mi", "cpu": "500m"},
                                       default_request={"memory": "256Mi", "cpu": "250m"}))

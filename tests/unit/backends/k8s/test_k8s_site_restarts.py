@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import LABEL_SANDBOX
 from gahp.config import Knobs
@@ -55,18 +56,18 @@ def site_engine(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterato
         cluster.delete_namespace(namespace)
 
 
-def backend_of(engine: RealEngine, tmp_path: Path, server: str = "") -> KubernetesBackend:
+def backend_of(engine: RealEngine, tmp_path: Path, server: str = "") -> Agent:
     kubeconfig = engine.write_kubeconfig(str(tmp_path / "kubeconfig"), server=server or None)
-    return KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig)))
+    return Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig))))
 
 
-def submit_all(backend: KubernetesBackend, tmp_path: Path, count: int, prefix: str, env: List[Tuple[str, str]],
+def submit_all(backend: Agent, tmp_path: Path, count: int, prefix: str, env: List[Tuple[str, str]],
                ) -> List[str]:
     return [backend.submit(make_job(tmp_path, sandbox="ce.test_host_%s.%d_1795297304" % (prefix, n), env=env))
             for n in range(count)]
 
 
-def all_in(backend: KubernetesBackend, job_ids: List[str], phase: Phase, timeout: float) -> None:
+def all_in(backend: Agent, job_ids: List[str], phase: Phase, timeout: float) -> None:
     wait_until(lambda: [j for j in job_ids if backend.status(j).phase is not phase], "%d pilots %s"
                % (len(job_ids), phase.value), timeout, 0.5, done=lambda behind: not behind)
 
@@ -91,7 +92,7 @@ def one_pod_per_pilot(engine: RealEngine) -> None:
 class Poller:
     """Polls the status of every pilot in a loop, as the gridmanager does, and keeps what it was told."""
 
-    def __init__(self, backend: KubernetesBackend, job_ids: List[str]) -> None:
+    def __init__(self, backend: Agent, job_ids: List[str]) -> None:
         self.backend, self.job_ids = backend, job_ids
         self.seen: Dict[str, List[Phase]] = {j: [] for j in job_ids}
         self.errors: List[str] = []
@@ -162,7 +163,7 @@ def test_a_compacted_history_while_the_gahp_is_cut_off_is_one_relist(cluster: Ku
     try:
         job_ids = submit_all(backend, tmp_path, 20, "cut", LONG)
         all_in(backend, job_ids, Phase.RUNNING, 300)
-        (cache,) = backend.clusters.caches()
+        (cache,) = backend.backend.clusters.caches()
         lists = cache.lists
         proxy.cut()
         gone = job_ids[:5]

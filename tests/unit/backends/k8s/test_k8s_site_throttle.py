@@ -19,6 +19,7 @@ from typing import Iterator, List
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import LABEL_SANDBOX
 from gahp.config import Knobs
@@ -104,8 +105,8 @@ def test_submits_go_on_at_the_throttled_rate(real_engine: RealEngine, throttled:
     engine = real_engine
     kubeconfig = engine.write_kubeconfig(str(tmp_path / "kubeconfig"))
     # one retry only: the 429s are waited through (PODGAHP_K8S_THROTTLE_WAIT_SECONDS), not retried
-    backend = KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig, PODGAHP_K8S_BACKOFF_MAX_SECONDS="10",
-                                                           PODGAHP_K8S_RETRIES="1")))
+    backend = Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig, PODGAHP_K8S_BACKOFF_MAX_SECONDS="10",
+                                                           PODGAHP_K8S_RETRIES="1"))))
     caplog.set_level(logging.INFO)
     def throttled_submits() -> List[str]:
         return [r.getMessage() for r in caplog.records if "the service throttles" in r.getMessage()

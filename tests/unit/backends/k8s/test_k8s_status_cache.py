@@ -14,6 +14,7 @@ from typing import Iterator, List
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import ANN_USER, owner_labels, pod_name, sandbox_key
 from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
@@ -56,7 +57,7 @@ def _create_pods(sim: KubeSim, names: List[str], labels: dict = {},  # noqa: B00
             assert response.status == 201
 
 
-def _poll_all(backend: KubernetesBackend, names: List[str], namespace: str = NAMESPACE) -> None:
+def _poll_all(backend: Agent, names: List[str], namespace: str = NAMESPACE) -> None:
     for name in names:
         assert backend.status(f"k8s/{namespace}/{name}").phase in (Phase.IDLE, Phase.RUNNING)
 
@@ -72,15 +73,15 @@ def big_sim() -> Iterator[KubeSim]:
 
 
 @pytest.fixture
-def big_backend(big_sim: KubeSim, tmp_path: Path) -> Iterator[KubernetesBackend]:
-    backend = KubernetesBackend.from_knobs(Knobs(knobs_for(big_sim.write_kubeconfig(
-        str(tmp_path / "kubeconfig"), namespace=NAMESPACE))))
+def big_backend(big_sim: KubeSim, tmp_path: Path) -> Iterator[Agent]:
+    backend = Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(big_sim.write_kubeconfig(
+        str(tmp_path / "kubeconfig"), namespace=NAMESPACE)))))
     yield backend
     backend.close()
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: KubernetesBackend, big_sim: KubeSim) -> None:
+def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: Agent, big_sim: KubeSim) -> None:
     """Polls are answered from the watch copy: once the copy is in and its WATCH open, polling 10 pilots
     or 1000 makes no API request at all. The count starts only then, so that it holds the polls'
     requests alone, not the copy's own LIST and WATCH (which the sim records as they arrive, however
@@ -89,7 +90,7 @@ def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: Kubernetes
     names = [name_of(f"flat-{i:04d}") for i in range(1000)]
     _create_pods(sim, names[:10])
     _poll_all(backend, names[:10])  # starts the watch copy
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     wait_until(lambda: cache.synced and cache.watching, "the copy listed and its WATCH open", 20)
     sessions = (cache.lists, cache.watches)
     sim.clear_requests()
@@ -108,11 +109,11 @@ def test_request_count_stays_flat_from_10_to_1000_pilots(big_backend: Kubernetes
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend, sim: KubeSim,
+def test_watch_resumes_from_the_last_resource_version(backend: Agent, sim: KubeSim,
                                                       tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1.5")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     lists = cache.lists
 
 
@@ -128,10 +129,10 @@ def test_watch_resumes_from_the_last_resource_version(backend: KubernetesBackend
 
 
 @pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
-def test_expired_watch_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
+def test_expired_watch_relists(backend: Agent, sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     lists = cache.lists
     sim.compact()
 
@@ -145,17 +146,17 @@ def test_expired_watch_relists(backend: KubernetesBackend, sim: KubeSim, tmp_pat
 
 
 @pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
-def test_expired_watch_as_http_410_relists(backend: KubernetesBackend, sim: KubeSim, tmp_path: Path) -> None:
+def test_expired_watch_as_http_410_relists(backend: Agent, sim: KubeSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, env=[("PODGAHP_SIM_RUN_SECONDS", "1")]))
     wait_state(backend, job_id, Phase.IDLE, Phase.RUNNING)
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     lists = cache.lists
     sim.fail_next(1, status=410, method="GET", path="/pods$")
     sim.wait_for(lambda: sim.drop_watches() or cache.lists > lists, 5, "a relist after HTTP 410")
 
 
 @pytest.mark.simulator_only("changes the credentials the simulator accepts")
-def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: KubernetesBackend, sim: KubeSim,
+def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: Agent, sim: KubeSim,
                                                          tmp_path: Path) -> None:
     """The answer (and its status ad) is built once per change of the pod, not per poll."""
     job_id = backend.submit(make_job(tmp_path, cpus=1, env=[("PODGAHP_SIM_RUN_SECONDS", "3600")]))
@@ -163,7 +164,7 @@ def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: KubernetesBac
                          done=lambda state: state is not None and state.phase is Phase.RUNNING)
     assert backend.status_now(job_id) is running and backend.status(job_id) is running
     _, namespace, name = job_id.split("/")
-    copy = backend.clusters.watched(namespace)[0]
+    copy = backend.backend.clusters.watched(namespace)[0]
     seen = copy.get(name)
     request = urllib.request.Request(f"{sim.url}/api/v1/namespaces/{namespace}/pods/{name}", method="PATCH",
                                      data=json.dumps({"metadata": {"annotations": {"x": "y"}}}).encode(),
@@ -177,7 +178,7 @@ def test_a_poll_of_an_unchanged_pod_gives_the_same_answer(backend: KubernetesBac
 
 
 @pytest.mark.simulator_only("injects API faults (errors, latency, dropped or expired watches)")
-def test_status_keeps_answering_from_the_cache_while_the_api_fails(backend: KubernetesBackend, sim: KubeSim,
+def test_status_keeps_answering_from_the_cache_while_the_api_fails(backend: Agent, sim: KubeSim,
                                                                    tmp_path: Path) -> None:
     job_id = backend.submit(make_job(tmp_path, cpus=64))
     wait_state(backend, job_id, Phase.IDLE)
@@ -198,16 +199,16 @@ def test_clean_up_deletes_reported_and_superseded_pods(make_backend: BackendFact
     old_gen, new_gen = name_of("shared", 1), name_of("shared", 2)
     _create_pods(sim, [old_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "1"}, namespace)
     _create_pods(sim, [new_gen], {LABEL_SANDBOX: "shared", LABEL_GENERATION: "2"}, namespace)
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     sim.wait_for(lambda: cache.get(new_gen) and cache.get(done.split("/")[2]) is not None and
                  cache.get(done.split("/")[2]).annotation(ANN_REPORTED), 5, "cache current")  # type: ignore[union-attr]
-    deleted = backend.reap(cache)
+    deleted = backend.backend.reap(cache)
     assert sorted(deleted) == sorted([done.split("/")[2], old_gen])
     assert sim.pod(namespace, unreported.split("/")[2]) is not None  # outcome never reported: kept
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_a_submit_costs_a_pod_and_a_secret_and_no_list(backend: KubernetesBackend, sim: KubeSim,
+def test_a_submit_costs_a_pod_and_a_secret_and_no_list(backend: Agent, sim: KubeSim,
                                                        tmp_path: Path) -> None:
     """Once the watch copy is in, each submit is two requests (create pod, create Secret): whether the
     sandbox has pods already is the copy's to answer, not a LIST of the namespace."""
@@ -223,7 +224,7 @@ def test_a_submit_costs_a_pod_and_a_secret_and_no_list(backend: KubernetesBacken
 
 
 @pytest.mark.simulator_only("counts requests in the simulator's request log")
-def test_a_status_for_a_pod_the_copy_lacks_reads_that_pod_only(backend: KubernetesBackend, sim: KubeSim,
+def test_a_status_for_a_pod_the_copy_lacks_reads_that_pod_only(backend: Agent, sim: KubeSim,
                                                               tmp_path: Path) -> None:
     """An unknown job id costs one GET of that pod, never a relist of the namespace."""
     job_id = backend.submit(make_job(tmp_path))
@@ -247,9 +248,9 @@ def test_one_clean_up_pass_deletes_everything_due(make_backend: BackendFactory, 
     for i, name in enumerate(newer):
         _create_pods(sim, [name], {LABEL_SANDBOX: f"many-{i:03d}", LABEL_GENERATION: "2"}, namespace)
     _poll_all(backend, newer[:1], namespace)  # starts the watch copy
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     sim.wait_for(lambda: all(cache.get(n) for n in newer), 20, "the watch copy has every pod")
-    assert sorted(backend.reap(cache)) == sorted(old)
+    assert sorted(backend.backend.reap(cache)) == sorted(old)
     assert all(sim.pod(namespace, n) is not None for n in newer)
 
 
@@ -266,7 +267,7 @@ def test_a_status_does_not_wait_for_the_namespace_list(make_backend: BackendFact
     assert time.monotonic() - started < 4
     reads = sim.requests("GET", f"/pods/{names[0]}$")
     assert len(reads) == 1
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     assert not cache.synced  # the LIST is still being served: the answer did not come from it
     sim.wait_for(lambda: cache.synced, 20, "the LIST in")
     assert cache.get(names[0]) is not None
@@ -328,11 +329,11 @@ def test_close_ends_every_thread_and_refuses_new_work(make_backend: BackendFacto
     sim.fail_next(1000, status=503)
     backend.start()  # the warm-up starts the copy of the queue's namespace
     wait_until(lambda: sim.requests("GET", f"/namespaces/{NAMESPACE}/pods$"), "the copy's first LIST refused")
-    cache = next(iter(backend.clusters.caches()))
+    cache = next(iter(backend.backend.clusters.caches()))
     thread = cache._thread
     backend.close()
     assert thread is not None and not thread.is_alive()
-    assert backend._warming is not None and not backend._warming.is_alive()
+    assert backend.backend._warming is not None and not backend.backend._warming.is_alive()
     with pytest.raises(TransientError, match="shutting down"):
         backend.status(f"k8s/{NAMESPACE}/{name_of('after-close')}")
     assert not cache.watching and cache._thread is thread

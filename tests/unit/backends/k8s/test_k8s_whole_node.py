@@ -10,6 +10,7 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
+from gahp.agent import Agent
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.backends.k8s.wholenode import NODES_CACHE_SECONDS, WholeNodeSizer, allows, largest, quantity
 from gahp.config import Knobs
@@ -158,7 +159,7 @@ def test_a_whole_node_pilot_is_held_where_nodes_cannot_be_listed(tmp_path: Path)
         from gahp.backends.k8s.backend import KubernetesBackend
 
         config = denied.write_kubeconfig(str(tmp_path / "denied"), namespace=NAMESPACE)
-        backend = KubernetesBackend.from_knobs(Knobs(knobs_for(config)))
+        backend = Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(config))))
         try:
             with pytest.raises(InvalidJob, match="listing the cluster's nodes is not allowed"):
                 backend.submit(make_job(tmp_path, whole_node=True))
@@ -183,7 +184,7 @@ def test_the_node_reader_cluster_role_of_the_docs_works_as_written(real_engine: 
     kubeconfig = engine.write_kubeconfig(str(tmp_path / "kubeconfig"))
 
     def backend_submit(sandbox: str) -> str:
-        backend = KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig)))
+        backend = Agent(KubernetesBackend.from_knobs(Knobs(knobs_for(kubeconfig))))
         try:
             return backend.submit(make_job(tmp_path, sandbox=sandbox, whole_node=True))
         finally:

@@ -9,6 +9,7 @@ from typing import Iterator
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.lancium.backend import LanciumBackend
 from factories import made_then_ended
 from lancium_helpers import BackendFactory, fast_settings, knobs_for
@@ -33,10 +34,10 @@ def key_file(sim: LanciumSim, tmp_path: Path) -> Path:
 @pytest.fixture
 def make_backend(sim: LanciumSim, key_file: Path) -> Iterator[BackendFactory]:
     """Build backends from knobs (keywords override); every one is closed afterwards."""
-    yield from made_then_ended(lambda **extra: LanciumBackend.from_knobs(knobs_for(sim, key_file, **extra)),
-                               LanciumBackend.close)
+    yield from made_then_ended(lambda **extra: Agent(LanciumBackend.from_knobs(knobs_for(sim, key_file, **extra))),
+                               Agent.close)
 
 
 @pytest.fixture
-def backend(make_backend: BackendFactory) -> LanciumBackend:
+def backend(make_backend: BackendFactory) -> Agent:
     return make_backend()

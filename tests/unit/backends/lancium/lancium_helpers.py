@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
-from gahp.backends.lancium.backend import LanciumBackend
+from gahp.agent import Agent
 from gahp.config import Knobs
 from gahp.job import PilotJob
 from gahp.jobstate import JobState, Phase
@@ -36,7 +36,8 @@ def knobs_for(sim: LanciumSim, key_file: Path, **extra: str) -> Knobs:
     return Knobs(values)
 
 
-BackendFactory = Callable[..., LanciumBackend]
+BackendFactory = Callable[..., Agent]
+"""Builds a Lancium backend from knobs, inside its agent (what the GAHP serves)."""
 
 
 def make_pilot(tmp_path: Path, sandbox: str = "ce.example.org_ce_1.0_1700000000", *,
@@ -60,7 +61,7 @@ def make_pilot(tmp_path: Path, sandbox: str = "ce.example.org_ce_1.0_1700000000"
     return PilotJob(**values)  # type: ignore[arg-type]
 
 
-def wait_phase(backend: LanciumBackend, job_id: str, phases: Tuple[Phase, ...],
+def wait_phase(backend: Agent, job_id: str, phases: Tuple[Phase, ...],
                timeout: float = 10.0) -> JobState:
     return wait_until(lambda: backend.status(job_id), f"{job_id} in {phases}", timeout,
                       done=lambda state: state.phase in phases)

@@ -102,13 +102,14 @@ def test_missing_key_file(tmp_path: Path) -> None:
 
 
 def test_missing_key_file_fails_ping_and_submit_clearly(sim: LanciumSim, tmp_path: Path) -> None:
+    from gahp.agent import Agent
     from gahp.backends.lancium.backend import LanciumBackend
     from gahp.config import Knobs
 
-    backend = LanciumBackend.from_knobs(Knobs({
+    backend = Agent(LanciumBackend.from_knobs(Knobs({
         "PODGAHP_LANCIUM_BASE_URL": sim.url,
         "PODGAHP_LANCIUM_API_KEY_FILE": str(tmp_path / "missing.key"),
-    }))
+    })))
     try:
         for call in (backend.ping, lambda: backend.submit(make_pilot(tmp_path))):
             with pytest.raises(AuthError, match="cannot open the Lancium API key file"):

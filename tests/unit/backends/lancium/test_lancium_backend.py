@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from gahp.backends.lancium.backend import LanciumBackend
+from gahp.agent import Agent
 from gahp.backends.lancium.cache import Snapshot
 from gahp.backends.lancium.identity import job_id_of, key_of_name, parse_job_id, sandbox_key
 from gahp.backends.lancium.state import GONE, STATE_TABLE
@@ -29,14 +29,14 @@ from polling import wait_until
 # Submit
 
 
-def test_submit_describes_the_pilot(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_submit_describes_the_pilot(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1", "GLIDEIN_X": "y z"},
                        cpus=3, memory_mb=5000, wall_time_s=100)
     job_id = backend.submit(pilot)
 
     assert job_id.startswith("lancium/") and " " not in job_id
     job = sim.job(parse_job_id(job_id))
-    assert key_of_name(job["name"]) == sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)
+    assert key_of_name(job["name"]) == sandbox_key(backend.backend.settings.ce_name, backend.backend.user, pilot.sandbox_id)
     assert job["status"] in ("submitted", "queued")
     assert job["qos"] == "high" and job["image"] == "lancium/ubuntu"
     assert job["command_line"] == f"/bin/sh {LAUNCHER}"
@@ -62,7 +62,7 @@ def test_submit_describes_the_pilot(backend: LanciumBackend, sim: LanciumSim, tm
     assert state.cpus_provisioned == 4 and state.memory_provisioned_mb == 8 * 1024
 
 
-def test_route_settings_choose_image_and_qos(backend: LanciumBackend, sim: LanciumSim,
+def test_route_settings_choose_image_and_qos(backend: Agent, sim: LanciumSim,
                                              tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path, settings={"lancium_image": "osg/pilot:1", "lancium_qos": "low"},
                        gpus=2, whole_node=True, disk_kb=20 * 1024 * 1024)
@@ -89,7 +89,7 @@ def test_submit_is_idempotent_per_sandbox(make_backend: BackendFactory, sim: Lan
     assert [j["id"] for j in sim.jobs().values()] == [parse_job_id(first)]
 
 
-def test_resubmit_after_the_job_ended_creates_a_new_job(backend: LanciumBackend, sim: LanciumSim,
+def test_resubmit_after_the_job_ended_creates_a_new_job(backend: Agent, sim: LanciumSim,
                                                         tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path)
     first = backend.submit(pilot)
@@ -98,16 +98,16 @@ def test_resubmit_after_the_job_ended_creates_a_new_job(backend: LanciumBackend,
     assert second != first
 
 
-def test_half_made_job_is_completed_not_made_again(backend: LanciumBackend, sim: LanciumSim,
+def test_half_made_job_is_completed_not_made_again(backend: Agent, sim: LanciumSim,
                                                    tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path)
     # Two jobs an earlier GAHP of this user made and recorded, then a job someone else made with the name.
-    name = f"podgahp-{sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
-    older, newer, foreign = (backend.client.create_job({"name": name}) for _ in range(3))
+    name = f"podgahp-{sandbox_key(backend.backend.settings.ce_name, backend.backend.user, pilot.sandbox_id)}-0123456789ab"
+    older, newer, foreign = (backend.backend.client.create_job({"name": name}) for _ in range(3))
     for made in (older, newer):
         backend.records.put(JobRecord(job_id_of(made["id"]), pilot.sandbox_id, pilot.iwd, pilot.stdout,
                                       pilot.stderr, time.time(), name))
-    backend.client.create_input(newer["id"], LAUNCHER, size=3)  # an upload cut short
+    backend.backend.client.create_input(newer["id"], LAUNCHER, size=3)  # an upload cut short
     job_id = backend.submit(pilot)
     assert parse_job_id(job_id) == newer["id"]
     job = sim.job(newer["id"])
@@ -133,7 +133,7 @@ def test_half_made_job_is_completed_not_made_again(backend: LanciumBackend, sim:
     ],
     ids=["create-502", "create-reset", "input-504", "chunk-reset", "submit-502", "submit-reset"],
 )
-def test_lost_answer_makes_one_complete_job(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path,
+def test_lost_answer_makes_one_complete_job(backend: Agent, sim: LanciumSim, tmp_path: Path,
                                             method: str, path: str, status: int) -> None:
     sim.inject(status, method=method, path=path, lost_answer=True)
     job_id = backend.submit(make_pilot(tmp_path))
@@ -154,7 +154,7 @@ def test_job_that_ended_before_the_lost_submit_answer_was_resolved_is_not_made_a
     no work ends in seconds). That job is the pilot: no second job is made for the sandbox."""
     backend = make_backend(PODGAHP_LANCIUM_RETRIES="1")
     sim.inject(500, method="POST", path="/jobs/*/submit", count=2, lost_answer=True)
-    listed = backend.jobs.get
+    listed = backend.backend.jobs.get
 
     def list_after_the_job_ended(not_before: Optional[float] = None) -> Tuple[Snapshot, bool]:
         for lancium_id, job in sim.jobs().items():
@@ -162,7 +162,7 @@ def test_job_that_ended_before_the_lost_submit_answer_was_resolved_is_not_made_a
                 sim.advance(lancium_id, "finished")
         return listed(not_before)
 
-    backend.jobs.get = list_after_the_job_ended  # type: ignore[method-assign]
+    backend.backend.jobs.get = list_after_the_job_ended  # type: ignore[method-assign]
     job_id = backend.submit(make_pilot(tmp_path))
     assert [j["id"] for j in sim.jobs().values()] == [parse_job_id(job_id)]
     assert sim.count("POST", "/jobs") == 1
@@ -192,7 +192,7 @@ def test_nothing_half_made_when_every_attempt_fails(make_backend: BackendFactory
     ],
     ids=["too-much-memory", "bad-qos-setting", "queue-not-a-qos", "missing-executable", "too-many-gpus"],
 )
-def test_invalid_pilot_is_refused_before_any_call(backend: LanciumBackend, sim: LanciumSim,
+def test_invalid_pilot_is_refused_before_any_call(backend: Agent, sim: LanciumSim,
                                                   tmp_path: Path, change: Dict[str, object],
                                                   message: str) -> None:
     with pytest.raises(InvalidJob, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -200,7 +200,7 @@ def test_invalid_pilot_is_refused_before_any_call(backend: LanciumBackend, sim: 
     assert sim.request_log == []
 
 
-def test_billing_required_is_admin_actionable(backend: LanciumBackend, sim: LanciumSim,
+def test_billing_required_is_admin_actionable(backend: Agent, sim: LanciumSim,
                                               tmp_path: Path) -> None:
     sim.settings.billing_ok = False
     with pytest.raises(BackendError, match="billing required.*administrator"):
@@ -218,13 +218,13 @@ def test_qos_not_achievable_after_bounded_retries(make_backend: BackendFactory, 
     assert sim.count("DELETE", "/jobs/*", 202) == 1
 
 
-def test_transient_503_at_submit_is_retried(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_transient_503_at_submit_is_retried(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     sim.inject(503, method="POST", path="/jobs/*/submit", count=1)
     job_id = backend.submit(make_pilot(tmp_path))
     assert sim.job(parse_job_id(job_id))["status"] != "created"
 
 
-def test_lancium_validation_error_is_invalid_job(backend: LanciumBackend, sim: LanciumSim,
+def test_lancium_validation_error_is_invalid_job(backend: Agent, sim: LanciumSim,
                                                  tmp_path: Path) -> None:
     sim.inject(400, method="POST", path="/jobs/*/submit", message="image: must be a valid image")
     with pytest.raises(InvalidJob, match="HTTP 400.*must be a valid image"):
@@ -235,7 +235,7 @@ def test_lancium_validation_error_is_invalid_job(backend: LanciumBackend, sim: L
 # Status, outputs
 
 
-def test_pilot_runs_and_completes_with_outputs(backend: LanciumBackend, sim: LanciumSim,
+def test_pilot_runs_and_completes_with_outputs(backend: Agent, sim: LanciumSim,
                                                tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_STDOUT": "hello out\n", "PODGAHP_SIM_STDERR": "oops\n",
                                       "PODGAHP_SIM_EXIT_CODE": "3", "PODGAHP_SIM_RUN_SECONDS": "0.3",
@@ -261,7 +261,7 @@ def test_pilot_runs_and_completes_with_outputs(backend: LanciumBackend, sim: Lan
     assert sim.count("GET", "/jobs/*/output/stdout.txt", 202) == 2
 
 
-def test_empty_stderr_and_shared_out_err(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_empty_stderr_and_shared_out_err(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     out = str(tmp_path / "iwd" / "both.log")
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_STDOUT": "out\n", "PODGAHP_SIM_STDERR": "err\n"},
                        stdout=out, stderr=out)
@@ -283,7 +283,7 @@ def test_outputs_that_never_come_do_not_block_completion_forever(
     assert state.exit_code == 0
 
 
-def test_unwritable_out_holds_with_errno(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_unwritable_out_holds_with_errno(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     blocker = tmp_path / "iwd" / "not-a-dir"
     pilot = make_pilot(tmp_path, stdout=str(blocker / "pilot.out"))
     blocker.write_text("file")
@@ -293,7 +293,7 @@ def test_unwritable_out_holds_with_errno(backend: LanciumBackend, sim: LanciumSi
     assert "its output cannot be written" in (state.hold_reason or "") and "errno 20" in (state.hold_reason or "")
 
 
-def test_error_is_held_with_error_string(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_error_is_held_with_error_string(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_ERROR": "container exited: image not found"})
     state = wait_phase(backend, backend.submit(pilot), (Phase.HELD, Phase.COMPLETED))
     assert state.phase is Phase.HELD
@@ -303,7 +303,7 @@ def test_error_is_held_with_error_string(backend: LanciumBackend, sim: LanciumSi
     assert "HoldReasonCode = 1001" in state.status_ad() and "HoldReasonSubCode = 20" in state.status_ad()
 
 
-def test_error_at_max_run_time_is_a_run_time_hold(backend: LanciumBackend, sim: LanciumSim,
+def test_error_at_max_run_time_is_a_run_time_hold(backend: Agent, sim: LanciumSim,
                                                   tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path, wall_time_s=700))
     sim.advance(parse_job_id(job_id), "error", error_string="walltime exceeded", execution_time=700)
@@ -313,19 +313,19 @@ def test_error_at_max_run_time_is_a_run_time_hold(backend: LanciumBackend, sim: 
     assert "max_run_time" in (state.hold_reason or "")
 
 
-def _job_in_state(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path, key: str) -> str:
+def _job_in_state(backend: Agent, sim: LanciumSim, tmp_path: Path, key: str) -> str:
     """A job of ours the simulator shows as the row ``key`` of the state table says (``gone``: vanished;
     ``error/RunTime``: in error after using up its run time)."""
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1"})
     if key == "created":  # made and recorded by a submit that went no further
-        name = f"podgahp-{sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)}-0123456789ab"
-        job_id = job_id_of(backend.client.create_job({"name": name})["id"])
+        name = f"podgahp-{sandbox_key(backend.backend.settings.ce_name, backend.backend.user, pilot.sandbox_id)}-0123456789ab"
+        job_id = job_id_of(backend.backend.client.create_job({"name": name})["id"])
         backend.records.put(JobRecord(job_id, pilot.sandbox_id, pilot.iwd, None, None, time.time(), name))
         return job_id
     job_id = backend.submit(pilot)
     lancium_id = parse_job_id(job_id)
     if key in ("delete pending", GONE):
-        backend.client.delete_job(lancium_id)
+        backend.backend.client.delete_job(lancium_id)
         if key == GONE:
             sim.wait_for(lancium_id, "gone")
     elif key == "error/RunTime":
@@ -386,7 +386,7 @@ def test_one_list_call_per_cycle_and_detail_reads_only_on_change(
     assert sim.count("GET", "/jobs") == 2 and sim.count("GET", "/jobs/*") == 7
 
 
-def test_reported_state_never_goes_back(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_reported_state_never_goes_back(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path))
     sim.advance(parse_job_id(job_id), "running")
     assert backend.status(job_id).phase is Phase.RUNNING
@@ -413,7 +413,7 @@ def test_job_submitted_after_the_list_was_taken_is_not_gone(
     backend = make_backend(PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS="60")
     backend.ping()  # takes the list now
     sim.clear_log()
-    backend.jobs.get(not_before=0)  # served from the cache
+    backend.backend.jobs.get(not_before=0)  # served from the cache
     job_id = backend.submit(make_pilot(tmp_path))  # refreshes it (idempotency check) first
     assert backend.status(job_id).phase is Phase.IDLE
     assert sim.count("GET", "/jobs/*") == 0
@@ -454,7 +454,7 @@ def test_status_without_any_list_is_transient(make_backend: BackendFactory, sim:
                                     "lancium/" + "9" * 19],
                          ids=["empty", "other-backend", "space", "not-numeric", "zero", "leading-zeros", "slash",
                               "newline", "negative", "exponent", "too-long"])
-def test_malformed_job_ids_are_refused_before_any_request(backend: LanciumBackend, sim: LanciumSim,
+def test_malformed_job_ids_are_refused_before_any_request(backend: Agent, sim: LanciumSim,
                                                           job_id: str) -> None:
     for act in (backend.status, backend.cancel, lambda j: backend.refresh_proxy(j, "/tmp/x509up")):
         with pytest.raises(InvalidJob, match="not a Lancium job id"):
@@ -466,7 +466,7 @@ def test_malformed_job_ids_are_refused_before_any_request(backend: LanciumBacken
 # Cancel, clean-up, ping, refresh
 
 
-def test_cancel_terminates_and_deletes_idempotently(backend: LanciumBackend, sim: LanciumSim,
+def test_cancel_terminates_and_deletes_idempotently(backend: Agent, sim: LanciumSim,
                                                     tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path, env={"PODGAHP_SIM_RUN_SECONDS": "60"}))
     wait_phase(backend, job_id, (Phase.RUNNING,))
@@ -483,7 +483,7 @@ def test_cancel_terminates_and_deletes_idempotently(backend: LanciumBackend, sim
     assert record is not None and record.cancel == "done"
 
 
-def test_cancel_of_finished_job(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_cancel_of_finished_job(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path))
     sim.advance(parse_job_id(job_id), "finished")
     backend.cancel(job_id)
@@ -530,10 +530,10 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
     backend = make_backend(PODGAHP_LANCIUM_CLEANUP_AFTER_SECONDS="0.2")
     done = backend.submit(make_pilot(tmp_path, "done"))
     unreported = backend.submit(make_pilot(tmp_path, "unreported"))
-    foreign = backend.client.create_job({"name": "someone else's job"})["id"]
+    foreign = backend.backend.client.create_job({"name": "someone else's job"})["id"]
     # Named as this user's would be, but made by someone else (no record): not this GAHP's to delete.
-    name = f"podgahp-{sandbox_key(backend.settings.ce_name, backend.user, 'x')}-0123456789ab"
-    lookalike = backend.client.create_job({"name": name})["id"]
+    name = f"podgahp-{sandbox_key(backend.backend.settings.ce_name, backend.backend.user, 'x')}-0123456789ab"
+    lookalike = backend.backend.client.create_job({"name": name})["id"]
     sim.advance(parse_job_id(unreported), "finished")
     wait_phase(backend, done, (Phase.COMPLETED,))
     backend.status(unreported)  # not yet: outputs are awaited, so it is RUNNING at first
@@ -550,13 +550,13 @@ def test_cleanup_deletes_old_finished_jobs_only_once_reported(
     assert sim.job(parse_job_id(unreported))["status"] == "finished"  # outcome not reported yet
 
 
-def test_ping_checks_key_and_list(backend: LanciumBackend, sim: LanciumSim) -> None:
+def test_ping_checks_key_and_list(backend: Agent, sim: LanciumSim) -> None:
     backend.ping()
     assert sim.count("POST", "/access_tokens", 201) == 1
     assert sim.count("GET", "/jobs", 200) == 1
 
 
-def test_refresh_proxy_is_accepted(backend: LanciumBackend, sim: LanciumSim, tmp_path: Path) -> None:
+def test_refresh_proxy_is_accepted(backend: Agent, sim: LanciumSim, tmp_path: Path) -> None:
     job_id = backend.submit(make_pilot(tmp_path))
     sim.clear_log()
     backend.refresh_proxy(job_id, "/tmp/x509up")

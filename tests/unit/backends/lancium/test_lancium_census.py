@@ -10,6 +10,7 @@ from typing import FrozenSet
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.lancium.backend import LanciumBackend
 from gahp.backends.lancium.census import MAX_DETAILS, LanciumCeView, sandbox_of
 from gahp.backends.lancium.identity import sandbox_key, parse_job_id, new_name
@@ -34,9 +35,9 @@ def _view(sim: LanciumSim, key_file: Path) -> LanciumCeView:
     return found
 
 
-def _forge(backend: LanciumBackend, notes: str, name: str) -> str:
+def _forge(backend: Agent, notes: str, name: str) -> str:
     """A job someone else with a key to the account made, named and noted as they like."""
-    made = backend.client.create_job({"name": name, "notes": notes, "qos": "high", "image": "lancium/ubuntu",
+    made = backend.backend.client.create_job({"name": name, "notes": notes, "qos": "high", "image": "lancium/ubuntu",
                                       "command_line": "sleep 1", "max_run_time": 3600})
     return f"lancium/{made['id']}"
 
@@ -52,11 +53,11 @@ def test_the_census_lists_this_ces_jobs_and_a_pass_deletes_the_orphans(make_back
     wait_phase(backend, done, (Phase.COMPLETED,))
     for job in (held, lost):
         wait_phase(backend, job, (Phase.RUNNING,))
-    ce = backend.settings.ce_name
-    other_ce = _forge(backend, json.dumps({"ce": "other.example.org", "user": backend.user, "sandbox": sandbox(4)}),
-                      new_name(sandbox_key("other.example.org", backend.user, sandbox(4))))
-    mismatched = _forge(backend, json.dumps({"ce": ce, "user": backend.user, "sandbox": sandbox(5)}),
-                        new_name(sandbox_key(ce, backend.user, sandbox(6))))
+    ce = backend.backend.settings.ce_name
+    other_ce = _forge(backend, json.dumps({"ce": "other.example.org", "user": backend.backend.user, "sandbox": sandbox(4)}),
+                      new_name(sandbox_key("other.example.org", backend.backend.user, sandbox(4))))
+    mismatched = _forge(backend, json.dumps({"ce": ce, "user": backend.backend.user, "sandbox": sandbox(5)}),
+                        new_name(sandbox_key(ce, backend.backend.user, sandbox(6))))
     not_ours = _forge(backend, "{}", "someone-elses-job")
     view = _view(sim, key_file)
     try:

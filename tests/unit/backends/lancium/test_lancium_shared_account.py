@@ -15,6 +15,7 @@ from typing import Iterator, List
 
 import pytest
 
+from gahp.agent import Agent
 from gahp.backends.lancium.backend import LanciumBackend
 from gahp.backends.lancium.identity import job_id_of, new_name, parse_job_id, pending_key, sandbox_key
 from gahp.backends.lancium.settings import LanciumSettings
@@ -35,11 +36,11 @@ def _key_file(path: Path, key: str) -> Path:
 
 
 @pytest.fixture
-def users(sim: LanciumSim, key_file: Path, tmp_path: Path) -> Iterator[List[LanciumBackend]]:
+def users(sim: LanciumSim, key_file: Path, tmp_path: Path) -> Iterator[List[Agent]]:
     """The GAHPs of alice and mallory on one CE (one state directory), each with a key of their own."""
     mallory_key = _key_file(tmp_path / "mallory.key", sim.new_api_key("mallory"))
-    made = [LanciumBackend(LanciumSettings.from_knobs(knobs_for(sim, key_file)), user="alice"),
-            LanciumBackend(LanciumSettings.from_knobs(knobs_for(sim, mallory_key)), user="mallory")]
+    made = [Agent(LanciumBackend(LanciumSettings.from_knobs(knobs_for(sim, key_file)), user="alice")),
+            Agent(LanciumBackend(LanciumSettings.from_knobs(knobs_for(sim, mallory_key)), user="mallory"))]
     yield made
     for backend in made:
         backend.close()
@@ -50,7 +51,7 @@ def writes(sim: LanciumSim) -> List[str]:
             and r.path != "/access_tokens"]
 
 
-def test_claiming_another_users_sandbox_gets_a_job_of_ones_own(users: List[LanciumBackend], sim: LanciumSim,
+def test_claiming_another_users_sandbox_gets_a_job_of_ones_own(users: List[Agent], sim: LanciumSim,
                                                                tmp_path: Path) -> None:
     alice, mallory = users
     env = {"PODGAHP_SIM_RUN_SECONDS": "60"}
@@ -65,7 +66,7 @@ def test_claiming_another_users_sandbox_gets_a_job_of_ones_own(users: List[Lanci
     assert alice.status(victim).phase is Phase.RUNNING
 
 
-def test_another_users_job_ids_are_refused_without_a_request(users: List[LanciumBackend], sim: LanciumSim,
+def test_another_users_job_ids_are_refused_without_a_request(users: List[Agent], sim: LanciumSim,
                                                               tmp_path: Path) -> None:
     alice, mallory = users
     victim = alice.submit(make_pilot(tmp_path / "alice", VICTIM_SANDBOX, env={"PODGAHP_SIM_RUN_SECONDS": "60"}))
@@ -86,7 +87,7 @@ def test_another_users_job_ids_are_refused_without_a_request(users: List[Lancium
 
 
 def test_a_job_made_up_as_the_victims_with_forged_notes_is_never_adopted_nor_written_from(
-        users: List[LanciumBackend], sim: LanciumSim, tmp_path: Path) -> None:
+        users: List[Agent], sim: LanciumSim, tmp_path: Path) -> None:
     """Mallory, with her own key, makes jobs named as alice's pilot would be (in every form a GAHP ever
     gave) whose notes say its output goes to a private file of alice's outside the pilot's directory.
     Alice's GAHP makes its own job, and writes only the pilot's own Out."""
@@ -98,15 +99,15 @@ def test_a_job_made_up_as_the_victims_with_forged_notes_is_never_adopted_nor_wri
     pilot = make_pilot(tmp_path / "alice", VICTIM_SANDBOX, env={"PODGAHP_SIM_STDOUT": "the pilot's output"})
     forged_notes = json.dumps({"podgahp": 1, "sandbox": VICTIM_SANDBOX, "iwd": str(private.parent),
                                "out": str(private), "err": str(private)})
-    key = sandbox_key(alice.settings.ce_name, "alice", VICTIM_SANDBOX)
+    key = sandbox_key(alice.backend.settings.ce_name, "alice", VICTIM_SANDBOX)
     forged = []
     for name in (f"podgahp:{VICTIM_SANDBOX}", f"podgahp-{key}-0123456789ab"):
-        made = mallory.client.create_job({"name": name, "notes": forged_notes, "qos": "high", "image": "x",
+        made = mallory.backend.client.create_job({"name": name, "notes": forged_notes, "qos": "high", "image": "x",
                                           "command_line": "true", "max_run_time": 600,
                                           "resources": {"core_count": 2, "memory": 4},
                                           "environment": [{"variable": "PODGAHP_SIM_STDOUT",
                                                            "value": "ssh-rsa mallory\n"}]})
-        mallory.client.submit_job(made["id"])
+        mallory.backend.client.submit_job(made["id"])
         forged.append(made["id"])
     sim.wait_for(forged[0], "running")
     sim.clear_log()
@@ -131,12 +132,12 @@ def test_a_lost_create_answer_is_completed_but_a_copy_of_its_name_is_not(
     job someone made later under the same name (it was visible in the account's list)."""
     backend = make_backend()
     pilot = make_pilot(tmp_path, env={"PODGAHP_SIM_NEVER_START": "1"})
-    key = sandbox_key(backend.settings.ce_name, backend.user, pilot.sandbox_id)
+    key = sandbox_key(backend.backend.settings.ce_name, backend.backend.user, pilot.sandbox_id)
     name = new_name(key)
     backend.records.put(JobRecord(pending_key(key), pilot.sandbox_id, pilot.iwd, pilot.stdout, pilot.stderr,
                                   time.time(), name))
-    made = backend.client.create_job({"name": name})  # the create whose answer never came back
-    copy = backend.client.create_job({"name": name})
+    made = backend.backend.client.create_job({"name": name})  # the create whose answer never came back
+    copy = backend.backend.client.create_job({"name": name})
     sim.clear_log()
     job_id = backend.submit(pilot)
     assert parse_job_id(job_id) == made["id"]
