@@ -150,11 +150,7 @@ def read_old_routes(safe: SafeConfig, path: str) -> OldRoutes:
     safe.include(path)
     tools = safe.tools()
     copy = safe.copies[path]
-    for knob in ("JOB_ROUTER_ENTRIES_CMD",):
-        found = [s for s in copy.statements if s.knob == knob]
-        if found:
-            raise RoutesError(f"{path}:{found[0].first + 1}: {knob} runs a program, which podgahp never does: run it "
-                              "yourself, put what it prints into JOB_ROUTER_ENTRIES and convert that")
+    _refuse_commands(copy.statements, path)
     raw = [tools.raw(knob) or "" for knob in ("JOB_ROUTER_ENTRIES", "JOB_ROUTER_DEFAULTS")]
     kept = keep_undefined(raw, tools.raw)
     if kept.references:
@@ -162,13 +158,7 @@ def read_old_routes(safe: SafeConfig, path: str) -> OldRoutes:
         tools = safe.tools()
     entries = tools.value("JOB_ROUTER_ENTRIES") or ""
     entries_file = (tools.value("JOB_ROUTER_ENTRIES_FILE") or "").strip()
-    file_entries = ""
-    if entries_file:
-        try:
-            data = read_input(entries_file, "JOB_ROUTER_ENTRIES_FILE", 4 * 1024 * 1024, "a routes file")
-        except InvalidJob as e:
-            raise RoutesError(str(e)) from None
-        file_entries = data.decode("utf-8", "replace")
+    file_entries = _entries_file(entries_file)
     if not entries.strip() and not file_entries.strip():
         raise RoutesError(f"{path}: no JOB_ROUTER_ENTRIES (nor JOB_ROUTER_ENTRIES_FILE): nothing to convert")
     names_at = [s for s in copy.statements if s.knob == "JOB_ROUTER_ROUTE_NAMES"]
@@ -178,6 +168,26 @@ def read_old_routes(safe: SafeConfig, path: str) -> OldRoutes:
         merge_defaults=(tools.value("MERGE_JOB_ROUTER_DEFAULT_ADS") or "").strip().lower() in _TRUE,
         route_names=tools.value("JOB_ROUTER_ROUTE_NAMES"), names_in_file=bool(names_at),
         entries_file=entries_file, file_entries=file_entries, macros=kept)
+
+
+def _refuse_commands(statements: Sequence[Statement], path: str) -> None:
+    """Refuse a file whose routes come from a program (``JOB_ROUTER_ENTRIES_CMD``): podgahp runs none."""
+    for knob in ("JOB_ROUTER_ENTRIES_CMD",):
+        found = [s for s in statements if s.knob == knob]
+        if found:
+            raise RoutesError(f"{path}:{found[0].first + 1}: {knob} runs a program, which podgahp never does: run it "
+                              "yourself, put what it prints into JOB_ROUTER_ENTRIES and convert that")
+
+
+def _entries_file(entries_file: str) -> str:
+    """The text of ``JOB_ROUTER_ENTRIES_FILE`` (bounded, read as any input file is), or ``""`` when unset."""
+    if not entries_file:
+        return ""
+    try:
+        data = read_input(entries_file, "JOB_ROUTER_ENTRIES_FILE", 4 * 1024 * 1024, "a routes file")
+    except InvalidJob as e:
+        raise RoutesError(str(e)) from None
+    return data.decode("utf-8", "replace")
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,24 +244,17 @@ def _pieces(text: str) -> List[str]:
     """``text`` cut after each top-level ``]`` (strings and comments skipped); the rest, unclosed,
     is the last piece."""
     pieces: List[str] = []
-    depth, start, i, n = 0, None, 0, len(text)
-    while i < n:
-        c = text[i]
-        if start is None and not c.isspace():
+    depth, start, i = 0, None, 0
+    while i < len(text):
+        if start is None and not text[i].isspace():
             start = i
-        if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif text.startswith("//", i):
-            i = text.find("\n", i) if text.find("\n", i) >= 0 else n
+        after = _after_string_or_comment(text, i)
+        if after != i:
+            i = after
             continue
-        elif text.startswith("/*", i):
-            i = text.find("*/", i) + 2 if text.find("*/", i) >= 0 else n
-            continue
-        elif c == "[":
+        if text[i] == "[":
             depth += 1
-        elif c == "]":
+        elif text[i] == "]":
             depth -= 1
             if depth == 0 and start is not None:
                 pieces.append(text[start:i + 1])
@@ -260,6 +263,24 @@ def _pieces(text: str) -> List[str]:
     if start is not None and text[start:].strip():
         pieces.append(text[start:].strip())
     return pieces
+
+
+def _after_string_or_comment(text: str, i: int) -> int:
+    """Where the string literal or comment starting at ``i`` ends (past its closing quote, at the
+    newline of a ``//`` comment, past ``*/``; the text's end when unclosed), or ``i`` if none starts there."""
+    n = len(text)
+    if text[i] == '"':
+        i += 1
+        while i < n and text[i] != '"':
+            i += 2 if text[i] == "\\" else 1
+        return i + 1
+    if text.startswith("//", i):
+        end = text.find("\n", i)
+        return end if end >= 0 else n
+    if text.startswith("/*", i):
+        end = text.find("*/", i)
+        return end + 2 if end >= 0 else n
+    return i
 
 
 def old_entries(old: OldRoutes) -> Tuple[List[OldEntry], List[str], List[str]]:
@@ -275,32 +296,44 @@ def old_entries(old: OldRoutes) -> Tuple[List[OldEntry], List[str], List[str]]:
     for knob, text in (("JOB_ROUTER_ENTRIES_FILE", old.file_entries), ("JOB_ROUTER_ENTRIES", old.entries)):
         ads, broken = leading_entries(_wrapped(text))
         if broken:
-            where = f"{old.entries_file}: entry {len(ads) + 1}"
-            if knob == "JOB_ROUTER_ENTRIES":
-                statement = [s for s in old.statements if s.knob == knob and s.kind in ("assign", "block")]
-                line = bad_entry_line(old.lines, statement[-1]) if statement else None
-                where = f"{old.path}:{line + 1}" if line is not None else f"{old.path}: entry {len(ads) + 1}"
-            said = (f"{where}: this entry of {knob} is not a ClassAd (an unclosed string or bracket, a missing ';')")
+            said = _unreadable_entry(old, knob, len(ads))
             if not ads:
                 raise RoutesError(f"{said}: fix it and convert again")
             problems.append(f"{said}: the JobRouter ignored it and what follows it, and so does the conversion; "
                             "fix it and convert again")
         for index, ad in enumerate(ads):
-            name = ad_value(ad, "Name")
-            earlier = [i for i, e in enumerate(kept) if isinstance(name, str) and name
-                       and ad_value(e.ad, "Name") == name]
-            entry = OldEntry(ad, knob, index)
-            if not earlier:
-                kept.append(entry)
-                continue
-            if ad_value(ad, "OverrideRoutingEntry") is False:
-                notes.append(f"entry {index + 1} of {knob} is named {name!r} like an earlier entry and says "
-                             "OverrideRoutingEntry = false: the JobRouter ignored it, so it is not converted")
-                continue
-            notes.append(f"entry {index + 1} of {knob} is named {name!r} like entry {kept[earlier[0]].index + 1} of "
-                         f"{kept[earlier[0]].knob}: it replaces that one, in its place, as the JobRouter did")
-            kept[earlier[0]] = entry
+            note = _keep_entry(kept, OldEntry(ad, knob, index))
+            if note:
+                notes.append(note)
     return kept, notes, problems
+
+
+def _unreadable_entry(old: OldRoutes, knob: str, readable: int) -> str:
+    """What to say of the entry of ``knob`` after its first ``readable`` ones, which is not a ClassAd:
+    where it is (the file's line for ``JOB_ROUTER_ENTRIES``, when it can be found)."""
+    where = f"{old.entries_file}: entry {readable + 1}"
+    if knob == "JOB_ROUTER_ENTRIES":
+        statement = [s for s in old.statements if s.knob == knob and s.kind in ("assign", "block")]
+        line = bad_entry_line(old.lines, statement[-1]) if statement else None
+        where = f"{old.path}:{line + 1}" if line is not None else f"{old.path}: entry {readable + 1}"
+    return f"{where}: this entry of {knob} is not a ClassAd (an unclosed string or bracket, a missing ';')"
+
+
+def _keep_entry(kept: List[OldEntry], entry: OldEntry) -> Optional[str]:
+    """Add ``entry`` to ``kept`` as the JobRouter did (a name already read is replaced in its place,
+    unless the new entry says ``OverrideRoutingEntry = false``); the note to make of it, if any."""
+    name = ad_value(entry.ad, "Name")
+    earlier = [i for i, e in enumerate(kept) if isinstance(name, str) and name and ad_value(e.ad, "Name") == name]
+    if not earlier:
+        kept.append(entry)
+        return None
+    where = f"entry {entry.index + 1} of {entry.knob} is named {name!r}"
+    if ad_value(entry.ad, "OverrideRoutingEntry") is False:
+        return (f"{where} like an earlier entry and says OverrideRoutingEntry = false: the JobRouter ignored it, "
+                "so it is not converted")
+    first = kept[earlier[0]]
+    kept[earlier[0]] = entry
+    return f"{where} like entry {first.index + 1} of {first.knob}: it replaces that one, in its place, as the JobRouter did"
 
 
 def merged_defaults(text: str, merge: bool) -> classad2.ClassAd:
