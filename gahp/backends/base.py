@@ -147,6 +147,7 @@ class Place:
     backoff_s: float = 1.0
     """The first wait between two tries of a removal (it doubles, up to :attr:`backoff_max_s`)."""
     backoff_max_s: float = 60.0
+    """The longest wait between two tries of a removal."""
 
 
 #: ``Out``/``Err`` writer of a finished job: True once written, False while the service prepares them;

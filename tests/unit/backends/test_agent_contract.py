@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -43,13 +43,15 @@ WORLDS = ("memory", "lancium", "k8s")
 
 @dataclass
 class World:
-    """One backend inside its agent, over its service, and what a test needs to drive it."""
+    """One backend inside its agent, over its service, and what a test needs to drive it. Its pilots
+    say how they end in their environment, as the simulators read it: ``PODGAHP_SIM_EXIT_CODE`` (the
+    service's job exits with it) and ``PODGAHP_SIM_RUN_SECONDS`` (600: it runs on)."""
 
     name: str
     make: Callable[..., Agent]
     """Another agent of the same backend, service and state directory (a fresh GAHP process)."""
-    made: Callable[[], int]
-    """How many remote jobs the service holds."""
+    made: Optional[Callable[[], int]]
+    """How many remote jobs the service holds (None: the backend has no service to ask)."""
     tmp: Path
 
     def pilot(self, sandbox: str = "ce.test_host_1.0_1795297304", exit_code: int = 0, long: bool = False,
@@ -69,7 +71,7 @@ def _memory(tmp: Path, state: str) -> Iterator[World]:
         return Agent(MemoryBackend.from_knobs(Knobs({"PODGAHP_STATE_DIR": state, "PODGAHP_MEMORY_IDLE_SECONDS": "0.1",
                                                      "PODGAHP_MEMORY_RUN_SECONDS": "0.3", **knobs})))
 
-    yield World("memory", make, lambda: 0, tmp)
+    yield World("memory", make, None, tmp)
 
 
 def _lancium(tmp: Path, state: str) -> Iterator[World]:
@@ -154,7 +156,7 @@ def test_a_submit_is_recorded_and_idempotent_per_sandbox(world: World) -> None:
     assert agent.submit(world.pilot(long=True)) == job_id  # the sandbox has a live job: it is the pilot
     record = agent.records.get(job_id)
     assert record is not None and record.sandbox_id == world.pilot().sandbox_id and record.cancel == ""
-    assert world.name == "memory" or world.made() == 1
+    assert world.made is None or world.made() == 1
 
 
 @pytest.mark.timeout(120)
@@ -189,7 +191,7 @@ def test_a_cancel_is_kept_in_the_record_and_repeats(world: World) -> None:
     assert record is not None and record.cancel == "done"
     agent.cancel(job_id)  # idempotent
     assert _final(world.make(), job_id).phase is Phase.REMOVED
-    if world.name != "memory":
+    if world.made is not None:
         wait_until(world.made, "the remote job gone", 30, 0.05, done=lambda n: n == 0)
 
 
@@ -212,7 +214,7 @@ def test_a_job_that_cannot_be_recorded_is_not_made(world: World) -> None:
     agent.records.directories = []  # no state directory can be used
     with pytest.raises(BackendError, match="cannot be recorded, so it is not made.*PODGAHP_STATE_DIR"):
         agent.submit(world.pilot())
-    assert world.made() == 0
+    assert world.made is None or world.made() == 0
     agent.records.directories = directories
     job_id = agent.submit(world.pilot())
     assert agent.records.get(job_id) is not None
