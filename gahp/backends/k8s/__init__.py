@@ -11,7 +11,7 @@ pod-to-job state table, rows of the kit's shape), ``output`` (Out/Err from the p
 cluster, for ``podgahp reap``, ``q``, ``health`` and ``trace``).
 
 Its own: ``view`` (typed reads of a raw pod), ``schema`` (the spec checked against the client's
-models), ``limits`` and ``wholenode`` (sizes a cluster can place), ``secret`` (the input Secret),
+models), ``limits`` and ``wholenode`` (sizes a cluster can place), ``secret`` (the input Secret, and the proxy in it refreshed),
 ``sharing`` (one copy of equal values across pods), ``ping`` (the set-up checks of ``BLAH_PING``),
 ``rights`` (the RBAC rules the GAHP needs), ``clusters`` (the cluster registry: which cluster and
 namespace a queue uses, their clients and watch copies) and ``podtrace`` (the pod's hops of ``podgahp trace``).

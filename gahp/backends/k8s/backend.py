@@ -14,7 +14,6 @@ removes pods superseded by a resubmission of their sandbox.
 """
 from __future__ import annotations
 
-import base64
 import datetime
 import logging
 import os
@@ -32,8 +31,9 @@ from gahp.backends.k8s.identity import job_id_of, parse_job_id
 from gahp.backends.k8s.output import write_outputs
 from gahp.backends.k8s.ping import setup_problems
 from gahp.backends.k8s.retention import clean_up, due_for_cleanup
+from gahp.backends.k8s.secret import replace_proxy
 from gahp.backends.k8s.settings import PREFIX, KubernetesSettings, not_configured, queue_names
-from gahp.backends.k8s.spec import ANN_PROXY_KEY, ANN_REPORTED, INPUT_VOLUME, PROXY_KEY
+from gahp.backends.k8s.spec import ANN_REPORTED
 from gahp.backends.k8s.state import classify, job_state
 from gahp.backends.k8s.submit import Submitter, is_live
 from gahp.backends.k8s.view import PodRecord, decode_pod
@@ -262,7 +262,8 @@ class KubernetesBackend(Backend):
             log.info("[%s] pod was replaced meanwhile; not deleting the new one (%s)", jid, truncate(str(e)))
 
     def refresh_proxy(self, job_id: str, proxy_path: str) -> None:
-        namespace, name = parse_job_id(job_id)
+        """The proxy in the live pod's input Secret replaced (:func:`.secret.replace_proxy`)."""
+        parse_job_id(job_id)
         data = read_input(proxy_path, "proxy", self.settings.secret_max_bytes, "PODGAHP_K8S_SECRET_MAX_BYTES")
         pod, api, _ = self.clusters.find(job_id)
         if pod is None or api is None:
@@ -274,23 +275,8 @@ class KubernetesBackend(Backend):
         if not is_live(pod):
             log.info("[%s] pod has finished; proxy not refreshed", job_id)
             return
-        key = pod.annotation(ANN_PROXY_KEY)
-        if not key:
-            secrets = [v.get("secret") for v in pod.volumes if v.get("name") == INPUT_VOLUME]
-            staged = [i.get("key") for secret in secrets if isinstance(secret, dict)
-                      for i in secret.get("items") or [] if isinstance(i, dict)]
-            if PROXY_KEY not in staged:
-                log.warning("[%s] the pilot was submitted without a proxy; nothing to refresh", job_id)
-                return
-            key = PROXY_KEY
-        patch = {"data": {key: base64.b64encode(data).decode()}}
-        try:
-            api.call(f"refresh proxy in secret {namespace}/{name}", "patch_namespaced_secret", name, namespace,
-                     patch, job_id=job_id)
-        except NotFound:
-            log.info("[%s] input secret is gone; proxy not refreshed", job_id)
-            return
-        log.info("[%s] proxy refreshed from %s", job_id, proxy_path)
+        if replace_proxy(api, pod, data, job_id):
+            log.info("[%s] proxy refreshed from %s", job_id, proxy_path)
 
     # -- clean-up --------------------------------------------------------------------------
 

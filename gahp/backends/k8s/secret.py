@@ -1,16 +1,18 @@
 """The input Secret of a pilot pod: made right after the pod, owned by it (so the garbage collector
-deletes it with the pod), replaced when a Secret of that name belongs to an older pod."""
+deletes it with the pod), replaced when a Secret of that name belongs to an older pod; and the proxy in
+it replaced by a proxy refresh."""
 
 from __future__ import annotations
 
+import base64
 import logging
 from typing import List
 
 from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi
-from gahp.backends.k8s.spec import StagedFile, secret_body
+from gahp.backends.k8s.spec import ANN_PROXY_KEY, INPUT_VOLUME, PROXY_KEY, StagedFile, secret_body
 from gahp.backends.k8s.view import Pod, record_of
-from gahp.errors import BackendError, Conflict, GahpError
+from gahp.errors import BackendError, Conflict, GahpError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +49,26 @@ def ensure_secret(api: KubeApi, pod: Pod, staged: List[StagedFile], jid: str, fr
     log.info("[%s] replacing an input secret owned by an older pod of the same name", jid)
     api.call(f"replace secret {namespace}/{name}", "replace_namespaced_secret", name, namespace, body,
              job_id=jid, answer=False)
+
+
+def replace_proxy(api: KubeApi, pod: Pod, data: bytes, jid: str) -> bool:
+    """Write ``data`` as the proxy of the pod's input Secret, under the key the pod reads it by; whether
+    it was (a pilot submitted without a proxy has none to refresh; a Secret already gone is left so)."""
+    view = record_of(pod)
+    key = view.annotation(ANN_PROXY_KEY)
+    if not key:
+        secrets = [v.get("secret") for v in view.volumes if v.get("name") == INPUT_VOLUME]
+        staged = [i.get("key") for secret in secrets if isinstance(secret, dict)
+                  for i in secret.get("items") or [] if isinstance(i, dict)]
+        if PROXY_KEY not in staged:
+            log.warning("[%s] the pilot was submitted without a proxy; nothing to refresh", jid)
+            return False
+        key = PROXY_KEY
+    patch = {"data": {key: base64.b64encode(data).decode()}}
+    try:
+        api.call(f"refresh proxy in secret {view.namespace}/{view.name}", "patch_namespaced_secret", view.name,
+                 view.namespace, patch, job_id=jid)
+    except NotFound:
+        log.info("[%s] input secret is gone; proxy not refreshed", jid)
+        return False
+    return True
