@@ -188,9 +188,10 @@ class ControlPlaneCluster:
     kube-apiserver, etcd, scheduler and controller-manager, as ``make k8s-control-plane`` builds them)
     with the simulator's kubelet as its nodes, in this process. Its request counts are the API
     server's own (``apiserver_request_total``) of pods and Secrets in a namespace (``scope``
-    ``namespace``): the pilots', for the nodes, the scheduler and the controllers watch and list
-    cluster-wide, and the nodes write pods' status through a subresource, which is not counted. Its
-    CPU and memory are kube-apiserver's and etcd's."""
+    ``namespace``, or ``resource`` for one named object, creates included): the pilots', for the
+    nodes, the scheduler and the controllers watch and list cluster-wide (``scope`` ``cluster``), and
+    the nodes write pods' status through a subresource, which is not counted. Its CPU and memory are
+    kube-apiserver's and etcd's."""
 
     def __init__(self, nodes: Sequence[Any], namespaces: Sequence[str]) -> None:
         from engines import control_plane_binaries
@@ -234,8 +235,8 @@ class ControlPlaneCluster:
         return self.cluster.write_kubeconfig(path, namespace=namespace)
 
     def _counts(self) -> Dict[Tuple[str, str], int]:
-        """(verb, resource) -> requests served in a namespace, for the pods and Secrets themselves (no
-        subresource)."""
+        """(verb, resource) -> requests served on objects of a namespace, for the pods and Secrets
+        themselves (no subresource)."""
         import re
 
         counts: Dict[Tuple[str, str], int] = {}
@@ -244,7 +245,7 @@ class ControlPlaneCluster:
                 continue
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.rindex("}")]))
             if labels.get("resource") in ("pods", "secrets") and not labels.get("subresource") \
-                    and labels.get("scope") == "namespace":
+                    and labels.get("scope") in ("namespace", "resource"):
                 key = (labels.get("verb", ""), labels["resource"])
                 counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
         return counts
