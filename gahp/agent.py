@@ -14,8 +14,9 @@ in one order written once (an adapter's verbs, :class:`gahp.backends.base.Backen
   counts once for the guard of its queue and for the health figures (:mod:`gahp.health`). The quick
   status does the same from the backend's memory, without I/O or waiting for the lock.
 * **Cancel**: the job's record says a cancel is pending; the backend *removes* the job; the record
-  then says done (kept, so that a repeated cancel is still answered) and the job's answers are
-  forgotten. A removal that fails is an error result and is tried again in the background
+  then says done (kept, so that a repeated cancel is still answered) and the job is answered removed
+  from then on: in this GAHP at once, in a fresh one when it ends (a cancelled job's end is the
+  cancel's, and counts for no guard or figure). A removal that fails is an error result and is tried again in the background
   (:class:`gahp.cancels.CancelRetries`) and, should this GAHP exit first, by the next GAHP of the user
   (it takes up every pending cancel at start).
 * **Clean-up**: a job the backend's own clean-up deleted is forgotten: its record, its answers, counted.
@@ -142,6 +143,7 @@ class Agent:
 
     def status(self, job_id: str) -> JobState:
         """The answer for the job now, by the rules of the module docstring."""
+        self.backend.polled(job_id)
         with self.reports.lock(job_id):
             final = self.reports.final(job_id)
             if final is not None:
@@ -193,6 +195,9 @@ class Agent:
     def _answer(self, job_id: str, seen: Seen) -> JobState:
         """The answer for what the backend saw (the job's lock held)."""
         state = seen.state
+        if state.phase.final and self._was_cancelled(job_id):
+            # Its end is the cancel's, not the pilot's: removed, and no outcome for the guard or figures.
+            return self.reports.answer(job_id, JobState(Phase.REMOVED, batch_id=state.batch_id))
         if state.phase is Phase.COMPLETED and seen.outputs is not None:
             state = self._outputs(job_id, state, seen.outputs)
         answer = self.reports.answer(job_id, state, started=seen.started, source=seen.source)
@@ -218,6 +223,11 @@ class Agent:
                         cpus_provisioned=state.cpus_provisioned, memory_provisioned_mb=state.memory_provisioned_mb,
                         disk_provisioned_kb=state.disk_provisioned_kb)
 
+    def _was_cancelled(self, job_id: str) -> bool:
+        """The job's record says it was cancelled (read once a job ends: a final answer is given once)."""
+        record = self.records.get(job_id)
+        return record is not None and record.cancel != ""
+
     def _mark(self, job_id: str, cancel: str) -> None:
         """The job's record says its cancel is ``pending`` or ``done`` (a job with no record has none)."""
         record = self.records.get(job_id)
@@ -229,9 +239,11 @@ class Agent:
             log.warning("[%s] the job's record cannot say its cancel is %s: %s", job_id, cancel, e)
 
     def _cancelled(self, job_id: str) -> None:
-        """The job is removed: its record says so (a repeated cancel is still answered), forgotten."""
+        """The job is removed: its record says so (a repeated cancel is still answered), and so does every
+        later status (whatever the remote job's end looks like while it goes); the backend forgets it."""
         self._mark(job_id, "done")
         self.reports.forget(job_id)
+        self.reports.answer(job_id, JobState(Phase.REMOVED, batch_id=job_id.rsplit("/", 1)[-1]))
         self.backend.forget(job_id)
 
     def _tidied(self, job_id: str) -> None:

@@ -250,6 +250,11 @@ class Backend(abc.ABC):
         :class:`~gahp.errors.BackendError` for permanent refusals (QuotaExceeded and Invalid count
         against the queue), :class:`~gahp.errors.TransientError` when the service could not be reached."""
 
+    def polled(self, job_id: str) -> None:
+        """Called on a worker at every status of a job, before its lock is taken and whatever the answer
+        (a final answer given before included): work that rides on the polls, such as a shared listing
+        refreshed at most so often and the backend's clean-up over it. Raises as :meth:`observe`."""
+
     @abc.abstractmethod
     def observe(self, job_id: str) -> Seen:
         """The job as the service has it now, through the state table; a job that vanished without an

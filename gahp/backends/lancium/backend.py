@@ -89,6 +89,8 @@ class LanciumBackend(Backend):
         self._tracked: Dict[int, Tracked] = {}
         self._sandbox_locks = [threading.Lock() for _ in range(_SANDBOX_LOCKS)]
         self.retention = Retention(settings.cleanup_after_s, settings.cleanup_per_cycle)
+        self._polled = threading.local()
+        """The job list the last :meth:`polled` of this thread read (its :meth:`observe` reads it)."""
 
     def bind(self, records: JobRecords, tidied: Callable[[str], None]) -> None:
         super().bind(records, tidied)
@@ -170,12 +172,22 @@ class LanciumBackend(Backend):
 
     # -- status --------------------------------------------------------------------------------
 
+    def polled(self, job_id: str) -> None:
+        """A job of this GAHP's is asked about: the shared job list, refreshed at most every
+        ``PODGAHP_LANCIUM_LIST_MAX_AGE_SECONDS``, and the clean-up over a fresh one."""
+        self._own(job_id)
+        snapshot, fetched = self.jobs.get()
+        self._polled.snapshot = snapshot  # what this thread's observe of the job reads next
+        if fetched:
+            self._cleanup(snapshot)
+
     def observe(self, job_id: str) -> Seen:
         """From the shared job list; the job's details only when its Lancium state changed."""
         tracked = self._own(job_id)
-        snapshot, fetched = self.jobs.get()
-        if fetched:
-            self._cleanup(snapshot)
+        snapshot = getattr(self._polled, "snapshot", None)
+        self._polled.snapshot = None
+        if snapshot is None:
+            snapshot, _ = self.jobs.get()
         summary = snapshot.jobs.get(tracked.lancium_id)
         if summary is None and tracked.submitted_at >= snapshot.fetched_at and tracked.reported:
             return self._seen(tracked, tracked.reported)  # submitted after the list was taken

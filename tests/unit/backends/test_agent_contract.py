@@ -189,8 +189,9 @@ def test_a_cancel_is_kept_in_the_record_and_repeats(world: World) -> None:
     agent.cancel(job_id)
     record = agent.records.get(job_id)
     assert record is not None and record.cancel == "done"
+    assert agent.status(job_id).phase is Phase.REMOVED  # at once, for good
     agent.cancel(job_id)  # idempotent
-    assert _final(world.make(), job_id).phase is Phase.REMOVED
+    assert _final(world.make(), job_id).phase is Phase.REMOVED  # a fresh GAHP: from the record
     if world.made is not None:
         wait_until(world.made, "the remote job gone", 30, 0.05, done=lambda n: n == 0)
 
