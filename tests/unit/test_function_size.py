@@ -20,8 +20,8 @@ MAX_COMPLEXITY = 15
 
 #: Functions over a limit, "path:qualified name" → why it stays so for now.
 ALLOWED: Dict[str, str] = {
-    # Backends: each is one verb's sequence of service calls; they split when the backends become
-    # adapters under one agent that runs the rules every backend obeys.
+    # Backends: each is one adapter verb's sequence of service calls (a create's), the rules every
+    # backend obeys already the agent's (gahp/agent.py); not split yet.
     "backends/k8s/submit.py:Submitter.submit": "one pod's creation: its name, the pod already there, the "
                                                "secret, the create and its conflict, in order",
     "backends/lancium/submit.py:Submitter._existing": "a job found by name: each answer of the service's "
