@@ -3,7 +3,7 @@
 Writes an audit log as a busy CE's schedd writes it (a user connection every 0.3 s, each with its
 command, identity and submit lines), then a burst of router submits, in HTCondor 23's form (each with
 its own command and ``condor@family`` identity) or 25's (no identity line at all, the one that
-reads furthest back), and checks every router submit as the GAHP does (``gahp.auditlog``). CPU is
+reads furthest back), and checks every router submit as the GAHP does (``gahp.core.auditlog``). CPU is
 this process's, per check, the median of ``--repeat`` runs.
 
     .venv/bin/python benchmarks/audit_log.py --users 200000 --burst 1000
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench import load  # noqa: E402
-from gahp.auditlog import AuditLog  # noqa: E402
+from gahp.core.auditlog import AuditLog  # noqa: E402
 
 
 def write_log(path: Path, users: int, burst: int, series: str, start: float) -> float:

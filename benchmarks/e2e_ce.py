@@ -85,7 +85,7 @@ VARIANTS: Dict[str, str] = {
     "JOB_ROUTER_POLLING_PERIOD = 2": "JOB_ROUTER_POLLING_PERIOD = 2\n",
     "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1": "GRIDMANAGER_CONTACT_SCHEDD_DELAY = 1\n",
     "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5 (HTCondor's)": "GRIDMANAGER_JOB_PROBE_RATE_BATCH = 5\n",
-    # what checking each submit with the schedd costs (gahp.provenance); never to be turned off on a CE
+    # what checking each submit with the schedd costs (gahp.rules.provenance); never to be turned off on a CE
     "PODGAHP_ROUTED_ONLY = False": "PODGAHP_ROUTED_ONLY = False\n",
 }
 #: The variants `make bench` runs (the others: --variants).

@@ -49,7 +49,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gahp.config import Knobs  # noqa: E402
+from gahp.core.config import Knobs  # noqa: E402
 from gahp.provision.pilots import Pilot  # noqa: E402
 from gahp.provision.pool import slot_of  # noqa: E402
 from gahp.provision.service import Provisioner  # noqa: E402

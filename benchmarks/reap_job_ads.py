@@ -1,4 +1,4 @@
-"""Benchmark: what the job-ad writes of ``podgahp reap`` cost the CE's schedd (gahp/jobads.py). N grid jobs
+"""Benchmark: what the job-ad writes of ``podgahp reap`` cost the CE's schedd (gahp/ce/jobads.py). N grid jobs
 of ``batch k8s`` in a real schedd (a CE-like pool of the Debian trixie root), each with a ``GridJobId``
 naming its pod, and a census of N running pods on three nodes; then, through the bindings as the
 schedd cron job does it (its query of the grid jobs, the plan, the grouped edits):
@@ -37,9 +37,9 @@ PASSES = r'''
 import datetime, json, sys, time
 from typing import FrozenSet
 from gahp.backends.base import Census, CeView, RemoteJob
-from gahp.jobads import READ, JobAdSettings
-from gahp.reaper import reap_views
-from gahp.schedd import edit_jobs, grid_jobs
+from gahp.ce.jobads import READ, JobAdSettings
+from gahp.ce.reap import reap_views
+from gahp.core.schedd import edit_jobs, grid_jobs
 
 cluster, count = int(sys.argv[1]), int(sys.argv[2])
 now = datetime.datetime.now(datetime.timezone.utc)
@@ -78,7 +78,7 @@ print(json.dumps(rows))
 #: The forged attributes of a tenth of the jobs, then the pass that puts them right.
 FORGE = r'''
 import sys
-from gahp.schedd import locate
+from gahp.core.schedd import locate
 cluster, count = int(sys.argv[1]), int(sys.argv[2])
 schedd = locate()
 ids = [f"{cluster}.{p}" for p in range(0, count, 10)]

@@ -34,18 +34,18 @@ import threading
 import time
 from typing import Optional
 
-from gahp import holds
+from gahp.rules import holds
 from gahp.backends.base import Backend, Outputs, Seen
 from gahp.backends.http import truncate
-from gahp.blackhole import Guard, verdict
-from gahp.cancels import CancelRetries
-from gahp.errors import BackendError, Invalid, QuotaExceeded, TransientError
-from gahp.health import Stats, scope_of
-from gahp.job import PilotJob
-from gahp.jobstate import JobState, Phase
-from gahp.records import JobRecords
-from gahp.reports import RANK, Reports
-from gahp.statedir import state_directories
+from gahp.rules.blackhole import Guard, verdict
+from gahp.rules.cancels import CancelRetries
+from gahp.core.errors import BackendError, Invalid, QuotaExceeded, TransientError
+from gahp.rules.figures import Stats, scope_of
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState, Phase
+from gahp.rules.records import JobRecords
+from gahp.rules.answers import RANK, Reports
+from gahp.core.statedir import state_directories
 
 log = logging.getLogger(__name__)
 

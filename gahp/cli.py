@@ -1,5 +1,5 @@
 """Command-line entry points: the GAHP programs ``<backend>_gahp`` (one for each backend the registry
-holds, :mod:`gahp.plugins`) and the ``podgahp`` tool for people.
+holds, :mod:`gahp.core.plugins`) and the ``podgahp`` tool for people.
 
 Each command parses its options, calls one library function and turns errors into click errors.
 """
@@ -12,8 +12,9 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 import click
 
-from gahp import __version__, plugins
-from gahp.config import ConfigSource, find_config, use_config
+from gahp import __version__
+from gahp.core import plugins
+from gahp.core.config import ConfigSource, find_config, use_config
 
 
 def _exit(status: int) -> None:
@@ -51,7 +52,7 @@ def gahp_help(prog: str, backend: str, knob: str) -> str:
 def _gahp_program(backend: str, knob: str) -> None:
     """A GAHP server program: answers ``--help`` and ``--version``, refuses to start without an HTCondor
     configuration (creating nothing), else serves the protocol until EOF."""
-    from gahp.config import gahp_config
+    from gahp.core.config import gahp_config
 
     prog = os.path.basename(sys.argv[0]) or f"{backend}_gahp"
     args = sys.argv[1:]
@@ -68,7 +69,7 @@ def _gahp_program(backend: str, knob: str) -> None:
     if problem:
         sys.stderr.write(f"{prog}: {problem}\n")
         sys.exit(2)
-    from gahp.main import run_gahp
+    from gahp.program.main import run_gahp
 
     _exit(run_gahp(backend))
 
@@ -113,7 +114,7 @@ def _ce_config() -> ConfigSource:
 
 def _failed(error: Exception, source: ConfigSource) -> click.ClickException:
     """A command's error, with the configuration it read (a wrong one is the first thing to rule out)."""
-    from gahp.logs import printable
+    from gahp.core.logs import printable
 
     return click.ClickException(f"{printable(str(error))}\n  (read {source.describe()})")
 
@@ -124,8 +125,8 @@ def _failed(error: Exception, source: ConfigSource) -> click.ClickException:
 def gahp(backend: str) -> None:
     """Run the GAHP server on stdin/stdout by hand (as the gridmanager would), with the HTCondor
     configuration of CONDOR_CONFIG; type COMMANDS, BLAH_PING 1 k8s, RESULTS, QUIT (docs/gahp-by-hand.md)."""
-    from gahp.config import gahp_config
-    from gahp.main import run_gahp
+    from gahp.core.config import gahp_config
+    from gahp.program.main import run_gahp
 
     problem = gahp_config()
     if problem:
@@ -161,7 +162,7 @@ def routes_check(config_file: str | None, jobs_file: str | None, mode: str, ce_c
 
     Exits 1 when a route has a problem, with the report printed either way."""
     from gahp import routes as routes_lib
-    from gahp.errors import GahpError
+    from gahp.core.errors import GahpError
 
     try:
         report = routes_lib.check_file(config_file, jobs_file=jobs_file, mode=mode, ce_config=ce_config,
@@ -176,7 +177,7 @@ def routes_check(config_file: str | None, jobs_file: str | None, mode: str, ce_c
 def _queue_problem(backend: str, queue: Optional[str], knob: Callable[[str], Optional[str]]) -> Optional[str]:
     """Why the backend ``backend`` would hold a pilot of ``queue`` (routes check's warning), or None."""
     from gahp.backends import backend_class
-    from gahp.errors import ConfigError
+    from gahp.core.errors import ConfigError
 
     try:
         return backend_class(backend).queue_problem(queue, knob)
@@ -187,7 +188,7 @@ def _queue_problem(backend: str, queue: Optional[str], knob: Callable[[str], Opt
 def _whole_node(backend: str) -> str:
     """How the backend ``backend`` gives a pilot a whole node, in its words (routes check's note)."""
     from gahp.backends import backend_class
-    from gahp.errors import ConfigError
+    from gahp.core.errors import ConfigError
 
     try:
         return backend_class(backend).whole_node
@@ -212,8 +213,8 @@ def routes_convert(config_file: str, ce: bool, no_proof: bool) -> None:
     import tempfile
 
     from gahp import routes as routes_lib
-    from gahp.errors import GahpError
-    from gahp.files import read_input
+    from gahp.core.errors import GahpError
+    from gahp.core.files import read_input
 
     try:
         with tempfile.TemporaryDirectory(prefix="podgahp-convert-input-") as tmp:
@@ -264,11 +265,11 @@ def reap(dry_run: bool) -> None:
 
     Prints ClassAd attributes for the schedd's ad; exits non-zero, deleting nothing, when the schedd
     or a service cannot be asked."""
-    from gahp import health
-    from gahp.config import Knobs
-    from gahp.errors import GahpError
-    from gahp.logs import printable
-    from gahp.reaper import census_health, classad_lines, publish_prometheus, reap as reap_once
+    from gahp.rules import figures as health
+    from gahp.core.config import Knobs
+    from gahp.core.errors import GahpError
+    from gahp.core.logs import printable
+    from gahp.ce.reap import census_health, classad_lines, publish_prometheus, reap as reap_once
 
     source = _ce_config()
     knobs = Knobs()
@@ -300,9 +301,9 @@ def provision(once: bool) -> None:
     import signal
     import threading
 
-    from gahp import logs
-    from gahp.config import Knobs, ServerSettings
-    from gahp.errors import GahpError
+    from gahp.core import logs
+    from gahp.core.config import Knobs, ServerSettings
+    from gahp.core.errors import GahpError
     from gahp.provision.service import Provisioner, describe
     from gahp.provision.settings import ProvisionSettings
 
@@ -347,11 +348,11 @@ def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> No
 
     What the schedd cron job (podgahp reap) publishes, without its clean-up; one LIST per cluster and
     namespace (per scrape with --listen). Every configured queue has its series, 0 while it has no jobs."""
-    from gahp import health
-    from gahp.config import Knobs
-    from gahp.errors import GahpError
-    from gahp.logs import printable
-    from gahp.reaper import ce_health
+    from gahp.rules import figures as health
+    from gahp.core.config import Knobs
+    from gahp.core.errors import GahpError
+    from gahp.core.logs import printable
+    from gahp.ce.reap import ce_health
 
     source = _ce_config()
     knobs = Knobs()
@@ -430,10 +431,10 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
     pass of podgahp reap saw it."""
     import json
 
-    from gahp.errors import GahpError
-    from gahp.overview import long_form as long_text, matches, table
-    from gahp.logs import printable
-    from gahp.reaper import pilots
+    from gahp.core.errors import GahpError
+    from gahp.ce.q import long_form as long_text, matches, table
+    from gahp.core.logs import printable
+    from gahp.ce.reap import pilots
 
     source = _ce_config()
     try:
@@ -475,10 +476,10 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
     Exits 0 when the pilot went through, 1 when it failed or stalled."""
     import re
 
-    from gahp import trace as tracing
-    from gahp.config import Knobs, user_name
-    from gahp.errors import GahpError
-    from gahp.reaper import ReapSettings
+    from gahp.ce import trace as tracing
+    from gahp.core.config import Knobs, user_name
+    from gahp.core.errors import GahpError
+    from gahp.ce.reap import ReapSettings
 
     if job_id is not None and not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?", job_id):
         raise click.UsageError(f"{job_id!r} is not a job id (CLUSTER or CLUSTER.PROC)")

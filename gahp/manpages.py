@@ -16,7 +16,8 @@ from typing import List, Optional, Sequence
 
 import click
 
-from gahp import __version__, plugins
+from gahp import __version__
+from gahp.core import plugins
 
 #: (program, backend, knob) of the GAHP programs, one for each backend of the registry that has one.
 GAHP_PROGRAMS = tuple((f"{name}_gahp", name, f"{name.upper()}_GAHP") for name in plugins.programs())

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
-from gahp import protocol
+from gahp.program import protocol
 from polling import wait_until
 
 

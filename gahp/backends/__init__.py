@@ -1,7 +1,7 @@
 """Backends: one adapter per kind of remote service, all behind :class:`gahp.backends.base.Backend`.
 
 Which backends exist is read from one registry, the ``podgahp.backends`` entry points
-(:mod:`gahp.plugins`); :func:`backend_class` imports only the backend asked for, so starting one GAHP
+(:mod:`gahp.core.plugins`); :func:`backend_class` imports only the backend asked for, so starting one GAHP
 imports only the client library its backend needs. Nothing here names a backend.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Type
 
-from gahp import plugins
+from gahp.core import plugins
 from gahp.backends.base import Backend
-from gahp.errors import ConfigError
+from gahp.core.errors import ConfigError
 
 
 def backend_class(name: str) -> Type[Backend]:

@@ -26,12 +26,12 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, FrozenSet, List, Optional, Tuple
 
-from gahp.blackhole import GuardSettings
-from gahp.config import Knobs
-from gahp.hops import Hop
-from gahp.job import PilotJob
-from gahp.jobstate import JobState
-from gahp.records import JobRecords
+from gahp.rules.blackhole import GuardSettings
+from gahp.core.config import Knobs
+from gahp.rules.hops import Hop
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState
+from gahp.rules.records import JobRecords
 
 #: The four states ``podgahp health`` counts remote jobs in, per queue (``Queue_<q>_Pods<state>``).
 HEALTH_STATES = ("Pending", "Running", "Succeeded", "Failed")

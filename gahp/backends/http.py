@@ -1,6 +1,6 @@
 """The one door to a remote service's HTTP API, every backend's: what a request is allowed to try again
 and how long it waits, the log line of each attempt, and the translation of what went wrong into the one
-error tree (:mod:`gahp.errors`), with the service's words cut to :data:`MESSAGE_MAX` characters.
+error tree (:mod:`gahp.core.errors`), with the service's words cut to :data:`MESSAGE_MAX` characters.
 
 A backend supplies its client calls, each an *attempt*: a callable that sends one request with the
 backend's own client library and returns what the caller wants, or raises :class:`Failed` saying what
@@ -11,10 +11,10 @@ the service answered (its status, message, reason word, ``Retry-After``) or that
   a timeout);
 * a request that is not idempotent (creating a job) is tried again only when the server cannot have
   acted on it: it was never sent (the connection could not be made), or the answer was 429 or 503;
-* the wait is :class:`gahp.retry.Backoff`'s, doubling from the first, a ``Retry-After`` the service
+* the wait is :class:`gahp.core.retry.Backoff`'s, doubling from the first, a ``Retry-After`` the service
   sent taking its place (capped too);
 * the final failure is one class of the error tree per status, carrying the status, the service's
-  message and its reason word (:class:`gahp.errors.ServiceRefusal`), with the backend's hint for
+  message and its reason word (:class:`gahp.core.errors.ServiceRefusal`), with the backend's hint for
   that status (what an admin should fix) after the message.
 
 Knows nothing of any service's vocabulary, client library or objects.
@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Type, TypeVar
 
-from gahp.errors import (Conflict, Expired, GahpError, Invalid, Missing, QuotaExceeded, Refused, ServiceRefusal,
+from gahp.core.errors import (Conflict, Expired, GahpError, Invalid, Missing, QuotaExceeded, Refused, ServiceRefusal,
                          Unauthorized, Unavailable, refusal)
-from gahp.retry import Backoff, retried
+from gahp.core.retry import Backoff, retried
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Service:
     hints: Mapping[int, str] = field(default_factory=dict)
     throttle_wait_s: float = 0.0
     """How long in all a request waits through ``429`` answers (the service throttles) before they
-    count as failed attempts (:func:`gahp.retry.retried`)."""
+    count as failed attempts (:func:`gahp.core.retry.retried`)."""
 
 
 def retryable(failure: Failure, idempotent: bool) -> bool:
@@ -138,10 +138,10 @@ class Door:
 
     def call(self, what: str, attempt: Callable[[], T], *, idempotent: bool = True, retry: bool = True,
              job_id: Optional[str] = None) -> T:
-        """``attempt()`` until it succeeds or may not be tried again (:func:`gahp.retry.retried`); its
+        """``attempt()`` until it succeeds or may not be tried again (:func:`gahp.core.retry.retried`); its
         result, or the error of the tree (:func:`translate`). ``what`` names the request in errors and
         logs (``create pod ns/x``); ``retry=False``: one attempt only. A
-        :class:`~gahp.errors.GahpError` the attempt raises itself (an answer that cannot be read)
+        :class:`~gahp.core.errors.GahpError` the attempt raises itself (an answer that cannot be read)
         passes through at once."""
         where = f"{what} [{job_id}]" if job_id else what
 

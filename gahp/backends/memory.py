@@ -2,7 +2,7 @@
 smallest correct backend: the template a new one starts from (``docs/new-backend.md``).
 
 It is an adapter as every backend is (:class:`gahp.backends.base.Backend`): its *create* records the
-job (:mod:`gahp.records`: what the gridmanager sent, the proof that this GAHP made the job) before
+job (:mod:`gahp.rules.records`: what the gridmanager sent, the proof that this GAHP made the job) before
 it exists, its *observe* is its own state table applied to its "remote record", and the agent
 (:class:`gahp.agent.Agent`) does the rest (admission, outputs written back inside the job's
 directory, never back, final answers, the black-hole verdict, the figures, cancels kept in the
@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
 from gahp.backends.base import Backend, Created, Place, Seen
-from gahp.blackhole import GuardSettings
-from gahp.config import Knobs, user_name
-from gahp.errors import BackendError, InvalidJob
-from gahp.job import PilotJob
-from gahp.jobstate import JobState, Phase
-from gahp.outputs import write_output
-from gahp.records import JobRecord
+from gahp.rules.blackhole import GuardSettings
+from gahp.core.config import Knobs, user_name
+from gahp.core.errors import BackendError, InvalidJob
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState, Phase
+from gahp.core.outputs import write_output
+from gahp.rules.records import JobRecord
 
 #: The black-hole guard's queue of pilots that name none.
 QUEUE = "memory"

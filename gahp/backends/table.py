@@ -3,9 +3,9 @@
 A backend reduces its remote record to a key of its table (:class:`Classified`: the key, and the
 message, exit code or signal that go with it) and keeps one :class:`Rule` per key, in one mapping
 with a tested row each (``STATE_TABLE`` in the backend's ``state`` module). :func:`answer` turns a
-row and what the record says of the job into the :class:`~gahp.jobstate.JobState` a backend's
+row and what the record says of the job into the :class:`~gahp.core.jobstate.JobState` a backend's
 *observe* gives the agent (:mod:`gahp.agent`), the same way for every backend: a held row holds with its
-hold from the registry (:mod:`gahp.holds`), a completed row carries the exit status. Knows nothing of
+hold from the registry (:mod:`gahp.rules.holds`), a completed row carries the exit status. Knows nothing of
 any service.
 """
 
@@ -15,8 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from gahp.holds import Hold
-from gahp.jobstate import JobState, Phase
+from gahp.rules.holds import Hold
+from gahp.core.jobstate import JobState, Phase
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Rule:
 
     phase: Phase
     hold: Optional[Hold] = None
-    """The hold (:mod:`gahp.holds`) of a held row; a row has one exactly when it is held."""
+    """The hold (:mod:`gahp.rules.holds`) of a held row; a row has one exactly when it is held."""
     reason: str = ""
     """The start of ``HoldReason`` (held) or ``ExitReason`` (completed)."""
 

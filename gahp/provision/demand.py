@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 from gahp.provision.settings import SHAPE_ATTRIBUTES, ProvisionSettings
 from gahp.provision.shape import INVALID, Group, Shape, fits, group_of, pilots_for
 

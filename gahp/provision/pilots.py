@@ -18,7 +18,7 @@ import logging
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 from gahp.provision.plan import Ending, Pilot
 from gahp.provision.settings import ProvisionSettings
 from gahp.provision.shape import Group, Scalar

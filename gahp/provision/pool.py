@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any, Callable, List, Optional
 
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 from gahp.provision.pilots import classad_literal
 from gahp.provision.plan import Slot
 from gahp.provision.settings import ProvisionSettings

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 from gahp.provision import history as histories
 from gahp.provision.demand import Demand, Jobs, group_jobs, read_jobs
 from gahp.provision.history import History, PilotRecord

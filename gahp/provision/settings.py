@@ -9,8 +9,8 @@ import socket
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from gahp.config import Knobs, user_name
-from gahp.errors import ConfigError
+from gahp.core.config import Knobs, user_name
+from gahp.core.errors import ConfigError
 from gahp.provision.plan import Policy
 from gahp.provision.shape import Shape
 

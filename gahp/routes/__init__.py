@@ -20,7 +20,7 @@ ClassAds are parsed and unparsed only through ``classad2``.
 
 from __future__ import annotations
 
-from gahp.errors import RoutesError
+from gahp.core.errors import RoutesError
 from gahp.routes.check import MODES, check_file, resolve_mode
 from gahp.routes.convert import ROUTE_MACROS, Conversion, convert_routes
 from gahp.routes.proof import RouteProof, convert_and_prove, proof_text

@@ -22,9 +22,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import classad2
 
-from gahp import plugins
-from gahp.errors import InvalidJob, RoutesError
-from gahp.job import PilotJob, ce_requirements
+from gahp.core import plugins
+from gahp.core.errors import InvalidJob, RoutesError
+from gahp.core.job import PilotJob, ce_requirements
 from gahp.routes.convert import bad_entry_line, parse_entries
 from gahp.routes.macros import keep_undefined
 from gahp.routes.pilots import RouteCondition, condition, meets, pilot_for
@@ -33,7 +33,7 @@ from gahp.routes.samples import SAMPLES, Sample, samples_text
 from gahp.routes.sources import CE_CONDOR_CONFIG, CE_ROUTER_EMULATION, CE_ROUTER_ENV, PROBE, SafeConfig, add_ce
 from gahp.routes.submit_ad import LIST_SEPARATORS, ad_value, gahp_view, grid_type
 from gahp.routes.tools import Tools
-from gahp.schedd import gahp_type
+from gahp.core.schedd import gahp_type
 
 MODES = ("ce", "emulated", "plain")
 

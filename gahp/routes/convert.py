@@ -41,8 +41,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
-from gahp.errors import InvalidJob, RoutesError
-from gahp.files import read_input
+from gahp.core.errors import InvalidJob, RoutesError
+from gahp.core.files import read_input
 from gahp.routes.ce_meaning import ce_statements
 from gahp.routes.config_text import Statement
 from gahp.routes.macros import TOKEN_PREFIX, KeptMacros, keep_undefined

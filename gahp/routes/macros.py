@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from gahp.errors import RoutesError
+from gahp.core.errors import RoutesError
 
 #: ``$(NAME)`` and ``$(NAME:default)``; HTCondor's other ``$...(`` forms are left to HTCondor.
 REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.]*)(?::([^()]*))?\)")

@@ -23,9 +23,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
-from gahp import plugins
-from gahp.errors import InvalidJob, RoutesError
-from gahp.job import split_env_v2
+from gahp.core import plugins
+from gahp.core.errors import InvalidJob, RoutesError
+from gahp.core.job import split_env_v2
 from gahp.routes.check import job_id, lay_out, parse_listing, route
 from gahp.routes.macros import TOKEN_PREFIX
 from gahp.routes.pilots import RouteCondition, pilot_for

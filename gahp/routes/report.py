@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from gahp.job import PilotJob
+from gahp.core.job import PilotJob
 
 
 @dataclass(frozen=True)

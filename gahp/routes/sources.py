@@ -32,8 +32,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
-from gahp.errors import InvalidJob, RoutesError
-from gahp.files import read_input
+from gahp.core.errors import InvalidJob, RoutesError
+from gahp.core.files import read_input
 from gahp.routes.config_text import Statement, statement_at, statements
 from gahp.routes.tools import Tools
 

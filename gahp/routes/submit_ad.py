@@ -8,7 +8,7 @@ from typing import List, Optional, Tuple
 
 import classad2
 
-from gahp.job import PilotJob, parse_submit_ad
+from gahp.core.job import PilotJob, parse_submit_ad
 
 
 # --------------------------------------------------------------------------------------------

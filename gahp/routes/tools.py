@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import classad2
 
-from gahp.errors import RoutesError
+from gahp.core.errors import RoutesError
 from gahp.routes.submit_ad import ad_value
 
 _VERSION = re.compile(r"\$CondorVersion:\s*(\d+\.\d+\.\d+)")

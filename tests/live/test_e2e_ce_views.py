@@ -24,7 +24,7 @@ from e2e import (ANN_SANDBOX_ID, CE_NAME, E2E_FAST, GPU_TEMPLATE, IMAGE, K8S_KNO
                  running_cluster, wait_for_pods)
 from gahp.backends.lancium.api import LanciumClient
 from gahp.backends.lancium.settings import ClientSettings
-from gahp.identity import sandbox_key
+from gahp.rules.identity import sandbox_key
 from harness import Installation, Pool
 from podgahp_sim.k8s import KubeSim
 from podgahp_sim.kube.client import Client, read_kubeconfig

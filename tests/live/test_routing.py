@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List
 import classad2
 import pytest
 
-from gahp import protocol
+from gahp.program import protocol
 
 from harness import Pool
 

@@ -14,7 +14,8 @@ from typing import Dict, List, Set
 
 import pytest
 
-from gahp import __version__, plugins
+from gahp import __version__
+from gahp.core import plugins
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -89,7 +90,7 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
     owner = _owner(rpms)
     site = SITE
     expected = {
-        "/usr/bin/podgahp": "podgahp", f"{site}/gahp/server.py": "podgahp",
+        "/usr/bin/podgahp": "podgahp", f"{site}/gahp/program/server.py": "podgahp",
         f"{site}/gahp/data/ce-router-defaults.conf": "podgahp",
         "/etc/condor/config.d/60-podgahp-ce-schedd2.conf": "podgahp-ce",
         "/usr/share/podgahp/podgahp.cpf": "podgahp-ce",

@@ -36,7 +36,7 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, List[str]]:
 
 def test_the_product_wheel_holds_no_simulator(wheels: Dict[str, List[str]]) -> None:
     product = wheels["podgahp"]
-    assert "gahp/server.py" in product and "gahp/backends/k8s/backend.py" in product
+    assert "gahp/program/server.py" in product and "gahp/backends/k8s/backend.py" in product
     assert not [f for f in product if "podgahp_sim" in f or f.startswith("sim/")]
     assert "entry_points.txt:k8s = gahp.backends.k8s.backend:KubernetesBackend" in product
     assert not [f for f in product if f.startswith("entry_points.txt:sim")]

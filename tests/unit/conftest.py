@@ -17,7 +17,7 @@ from typing import Iterator, List, Optional, Set
 import pytest
 
 import gahp
-from gahp import statedir
+from gahp.core import statedir
 from polling import wait_until
 
 #: Where podgahp's own code is: a thread running it (a watch, a reaper, a cancel retry...) is podgahp's.

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import pytest
 
-from gahp.auditlog import AuditLog, AuditLogError, Submitter
+from gahp.core.auditlog import AuditLog, AuditLogError, Submitter
 
 T0 = time.mktime(time.strptime("12/02/26 01:08:51", "%m/%d/%y %H:%M:%S"))
 

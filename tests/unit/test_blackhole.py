@@ -10,9 +10,9 @@ from typing import Any, List
 
 import pytest
 
-from gahp.blackhole import Guard, GuardSettings
-from gahp.config import Knobs
-from gahp.errors import BackendError
+from gahp.rules.blackhole import Guard, GuardSettings
+from gahp.core.config import Knobs
+from gahp.core.errors import BackendError
 
 
 class Clock:

@@ -10,9 +10,9 @@ from typing import Dict, Set
 
 import pytest
 
-from gahp import plugins
-from gahp.config import Knobs, ServerSettings
-from gahp.errors import ConfigError
+from gahp.core import plugins
+from gahp.core.config import Knobs, ServerSettings
+from gahp.core.errors import ConfigError
 
 ROOT = Path(__file__).parent.parent.parent
 CONFIG_DIR = ROOT / "condor_config.d"
@@ -178,14 +178,14 @@ def test_htcondor_reads_the_shipped_files(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e400"])
 def test_numbers_must_be_finite(value: str) -> None:
-    from gahp.config import Knobs
+    from gahp.core.config import Knobs
 
     with pytest.raises(ConfigError, match=f"SOME_TIMEOUT = '{value}' is not a finite number"):
         Knobs({"SOME_TIMEOUT": value}).number("SOME_TIMEOUT", 1.0)
 
 
 def test_huge_numbers_are_refused() -> None:
-    from gahp.config import Knobs
+    from gahp.core.config import Knobs
 
     with pytest.raises(ConfigError, match="above the maximum"):
         Knobs({"N": "1e300"}).number("N", 1.0)
@@ -194,7 +194,7 @@ def test_huge_numbers_are_refused() -> None:
 
 
 def test_log_defaults_to_user_log_on_a_ce() -> None:
-    from gahp.config import user_name
+    from gahp.core.config import user_name
 
     on_ce = ServerSettings.from_knobs(Knobs({"LOG": "/var/log/condor-ce", "USER_LOG": "/var/log/condor-ce/user"}),
                                       "k8s")
@@ -216,7 +216,7 @@ def test_log_defaults_to_user_log_on_a_ce() -> None:
 ], ids=["option", "environment", "ce-variable", "ce-installed", "htcondor-default", "none"])
 def test_ce_tools_find_the_configuration_as_condor_ce_tools_do(explicit: str, environ: Dict[str, str],
                                                                 files: Set[str], path: str, why: str) -> None:
-    from gahp.config import find_config
+    from gahp.core.config import find_config
 
     source = find_config(explicit, environ, files.__contains__)
     assert source.path == path and source.why.startswith(why), source
@@ -224,7 +224,7 @@ def test_ce_tools_find_the_configuration_as_condor_ce_tools_do(explicit: str, en
 
 
 def test_a_gahp_without_any_configuration_says_how_to_give_one() -> None:
-    from gahp.config import gahp_config
+    from gahp.core.config import gahp_config
 
     assert gahp_config({"CONDOR_CONFIG": "ONLY_ENV"}, lambda p: False) is None
     assert gahp_config({}, {"/etc/condor/condor_config"}.__contains__) is None

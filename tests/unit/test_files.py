@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gahp.errors import InvalidJob
-from gahp.files import TooLarge, read_input
+from gahp.core.errors import InvalidJob
+from gahp.core.files import TooLarge, read_input
 
 
 def read(path: Path, limit: int = 1024) -> bytes:

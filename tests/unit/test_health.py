@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Tuple
 
-from gahp.health import COUNTERS, STALE_S, Stats, classad_lines, gather, prometheus_text, scope_of
+from gahp.rules.figures import COUNTERS, STALE_S, Stats, classad_lines, gather, prometheus_text, scope_of
 
 NOW = 1_800_000_000.0
 NOBODY = pwd.getpwnam("nobody")
@@ -38,7 +38,7 @@ def test_a_gahp_writes_its_counters_readable_by_the_cron(tmp_path: Path) -> None
 
 
 def user_dir(shared: Path, user: str, owner: int) -> Path:
-    """A user's own state directory (gahp.statedir) as its owner made it."""
+    """A user's own state directory (gahp.core.statedir) as its owner made it."""
     path = shared / f"Podgahp.{user}.abcdef"
     path.mkdir(mode=0o755)
     os.chown(path, owner, -1)
@@ -110,8 +110,8 @@ def test_every_configured_queue_and_series_has_a_sample(tmp_path: Path) -> None:
     import datetime
 
     from gahp.backends.base import Census, RemoteJob
-    from gahp.config import Knobs
-    from gahp.reaper import census_health
+    from gahp.core.config import Knobs
+    from gahp.ce.reap import census_health
     from prometheus_client.parser import text_string_to_metric_families as parse_classic
 
     knobs = Knobs({"PODGAHP_STATE_DIR": str(tmp_path), "LOG": str(tmp_path)})
@@ -134,7 +134,7 @@ def test_metrics_endpoint_answers_each_scrape_in_the_format_asked() -> None:
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
     from prometheus_client.parser import text_string_to_metric_families as parse_classic
 
-    from gahp.health import CeHealth, metric_families, serve_metrics
+    from gahp.rules.figures import CeHealth, metric_families, serve_metrics
 
     scrapes: List[int] = []
 
@@ -162,9 +162,9 @@ def test_names_pre_created_by_another_user_neither_block_a_save_nor_count() -> N
     """mallory (daemon) makes, in the shared state directory, every name alice's (nobody's) GAHP used to
     write, and a directory named as alice's own with a forged figure in it. alice's GAHP still saves
     its figures and black-hole state, and podgahp reap counts alice's figures alone."""
-    from gahp.blackhole import Guard, GuardSettings
-    from gahp.config import Knobs
-    from gahp.statedir import own_directory
+    from gahp.rules.blackhole import Guard, GuardSettings
+    from gahp.core.config import Knobs
+    from gahp.core.statedir import own_directory
 
     from as_user import run_as, shared_directory
 

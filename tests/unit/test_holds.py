@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gahp import holds
-from gahp.jobstate import JobState, Phase
+from gahp.rules import holds
+from gahp.core.jobstate import JobState, Phase
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The documents with hold tables (each backend's: docs/kubernetes.md, docs/lancium.md...).
@@ -34,7 +34,7 @@ def test_a_hold_replaces_the_exit_status_and_keeps_the_rest() -> None:
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in (ROOT / "gahp/backends").rglob("*.py")))
 def test_no_backend_sets_hold_codes_of_its_own(path: str) -> None:
     text = (ROOT / path).read_text()
-    assert not re.search(r"hold_(sub)?code\s*=|Hold\(", text), f"{path}: holds come from gahp.holds"
+    assert not re.search(r"hold_(sub)?code\s*=|Hold\(", text), f"{path}: holds come from gahp.rules.holds"
 
 
 def _documented() -> "set[tuple[int, int]]":

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gahp.errors import InvalidJob
-from gahp.job import ce_requirements, parse_submit_ad, split_args_v1, split_args_v2, split_env_v1, split_env_v2
-from gahp.jobstate import JobState, Phase
+from gahp.core.errors import InvalidJob
+from gahp.core.job import ce_requirements, parse_submit_ad, split_args_v1, split_args_v2, split_env_v1, split_env_v2
+from gahp.core.jobstate import JobState, Phase
 
 DATA = Path(__file__).parent.parent / "data"
 

@@ -12,11 +12,11 @@ import classad2
 import pytest
 
 from gahp.backends.base import Census, CeView, RemoteJob
-from gahp.errors import GahpError
-from gahp.jobads import ATTRIBUTES, MAX_VALUE, Edit, JobAdSettings, plan, write
-from gahp.config import Knobs
-from gahp.reaper import classad_lines, reap_views
-from gahp.schedd import GridJobs
+from gahp.core.errors import GahpError
+from gahp.ce.jobads import ATTRIBUTES, MAX_VALUE, Edit, JobAdSettings, plan, write
+from gahp.core.config import Knobs
+from gahp.ce.reap import classad_lines, reap_views
+from gahp.core.schedd import GridJobs
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime.datetime(2026, 12, 2, 12, 0, 0, tzinfo=datetime.timezone.utc)
@@ -226,11 +226,11 @@ def test_forged_values_change_nothing_that_reap_decides() -> None:
 
 
 def test_no_module_but_jobads_reads_the_attributes() -> None:
-    """Every string of the product's code that names one of them is in gahp/jobads.py (or is text for
+    """Every string of the product's code that names one of them is in gahp/ce/jobads.py (or is text for
     people: a docstring or a help text that mentions one is not a read)."""
     readers = {}
     for path in (ROOT / "gahp").rglob("*.py"):
-        if path == ROOT / "gahp/jobads.py":
+        if path == ROOT / "gahp/ce/jobads.py":
             continue
         tree = ast.parse(path.read_text())
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gahp import logs
-from gahp.config import Knobs, ServerSettings
+from gahp.core import logs
+from gahp.core.config import Knobs, ServerSettings
 
 
 @pytest.mark.parametrize("text, secret", [
@@ -61,8 +61,8 @@ def test_the_configured_log_directory_is_not_made(tmp_path: Path, monkeypatch: p
 def test_non_utf8_and_control_characters_are_escaped_on_one_line(tmp_path: Path) -> None:
     import logging as std_logging
 
-    from gahp import logs
-    from gahp.config import ServerSettings
+    from gahp.core import logs
+    from gahp.core.config import ServerSettings
 
     settings = ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(tmp_path / "log")}), "memory")
     logs.setup(settings)

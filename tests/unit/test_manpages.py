@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from gahp import manpages, plugins
+from gahp import manpages
+from gahp.core import plugins
 from gahp.cli import gahp_help, main
 
 

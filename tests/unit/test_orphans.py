@@ -11,8 +11,8 @@ from typing import List, Optional
 import pytest
 
 from gahp.backends.base import RemoteJob
-from gahp.orphans import made_by, plan
-from gahp.schedd import GridJobs
+from gahp.ce.orphans import made_by, plan
+from gahp.core.schedd import GridJobs
 
 NOW = datetime.datetime(2026, 11, 24, 12, 0, 0, tzinfo=datetime.timezone.utc)
 SCHEDD = "ce.example.org"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gahp.outputs import write_output
+from gahp.core.outputs import write_output
 
 
 @pytest.fixture

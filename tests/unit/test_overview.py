@@ -6,7 +6,7 @@ import datetime
 from typing import Any, Dict
 
 from gahp.backends.base import RemoteJob
-from gahp.overview import age_text, join, long_form, matches, table
+from gahp.ce.q import age_text, join, long_form, matches, table
 
 
 def name(n: int) -> str:

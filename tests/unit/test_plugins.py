@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from gahp import cli, plugins
+from gahp import cli
+from gahp.core import plugins
 from gahp.backends import backend_class
 from gahp.backends.base import Backend
-from gahp.errors import ConfigError
+from gahp.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

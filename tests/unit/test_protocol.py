@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from gahp import protocol
+from gahp.program import protocol
 
 
 @pytest.mark.parametrize("value, wire", [

@@ -1,4 +1,4 @@
-"""gahp.provenance: a submit is accepted only for a job that a route of this CE made."""
+"""gahp.rules.provenance: a submit is accepted only for a job that a route of this CE made."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Dict, Iterable, List, Optional
 import classad2
 import pytest
 
-from gahp.config import Knobs
-from gahp.errors import TransientError
-from gahp.job import PilotJob
-from gahp.provenance import LINK_WAIT_S, NotRouted, ProvenanceSettings, RouteCheck
-from gahp.schedd import ScheddUnavailable
+from gahp.core.config import Knobs
+from gahp.core.errors import TransientError
+from gahp.core.job import PilotJob
+from gahp.rules.provenance import LINK_WAIT_S, NotRouted, ProvenanceSettings, RouteCheck
+from gahp.core.schedd import ScheddUnavailable
 from polling import wait_until
 
 SANDBOX = "ce.example.org_9619_ce.example.org_7.0_1795297304"

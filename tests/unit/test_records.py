@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gahp.records import JobRecord, JobRecords, file_name
+from gahp.rules.records import JobRecord, JobRecords, file_name
 
 NOBODY = pwd.getpwnam("nobody")
 

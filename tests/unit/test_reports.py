@@ -1,4 +1,4 @@
-"""gahp.reports: the answers every backend's status obeys (a row per rule), and its bound."""
+"""gahp.rules.answers: the answers every backend's status obeys (a row per rule), and its bound."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import List, Optional
 
 import pytest
 
-from gahp.jobstate import JobState, Phase
-from gahp.reports import Reports
+from gahp.core.jobstate import JobState, Phase
+from gahp.rules.answers import Reports
 
 I, R, C, H, X = Phase.IDLE, Phase.RUNNING, Phase.COMPLETED, Phase.HELD, Phase.REMOVED
 

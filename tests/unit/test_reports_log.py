@@ -10,15 +10,15 @@ import pytest
 
 from gahp.agent import Agent
 from gahp.backends.memory import MemoryBackend
-from gahp.commands import Commands
-from gahp.config import Knobs
-from gahp.jobstate import JobState, Phase
-from gahp.reports import Reports
+from gahp.program.commands import Commands
+from gahp.core.config import Knobs
+from gahp.core.jobstate import JobState, Phase
+from gahp.rules.answers import Reports
 
 
 def test_one_line_per_change_of_state_none_per_poll(caplog: pytest.LogCaptureFixture) -> None:
     reports = Reports()
-    with caplog.at_level(logging.INFO, logger="gahp.reports"):
+    with caplog.at_level(logging.INFO, logger="gahp.rules.answers"):
         for state in [JobState(Phase.IDLE)] * 50 + [JobState(Phase.RUNNING, worker_node="n1")] * 50 + \
                 [JobState(Phase.COMPLETED, exit_code=0, worker_node="n1")] * 50:
             reports.answer("k8s/pilots/p-1", state)

@@ -1,4 +1,4 @@
-"""The one reconnect loop of a long-lived stream (gahp.retry.reconnected): a session that ends is followed
+"""The one reconnect loop of a long-lived stream (gahp.core.retry.reconnected): a session that ends is followed
 by the next at once; one that fails waits the back-off for that many failures in a row, after its
 reader heard of the failure; a success starts the count again; nothing ends the loop but ``stop``."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, List, Optional
 
-from gahp.errors import TransientError
-from gahp.retry import Backoff, reconnected
+from gahp.core.errors import TransientError
+from gahp.core.retry import Backoff, reconnected
 
 
 class Waits(threading.Event):

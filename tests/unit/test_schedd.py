@@ -1,4 +1,4 @@
-"""gahp.schedd: which GAHP the gridmanager starts for a GridResource, the job ids a GridJobId names,
+"""gahp.core.schedd: which GAHP the gridmanager starts for a GridResource, the job ids a GridJobId names,
 and when an answer of the schedd is trusted as whole (podgahp reap deletes nothing otherwise)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Dict, List, Optional
 import classad2
 import pytest
 
-from gahp import schedd
-from gahp.schedd import (Expression, IncompleteAnswer, QueryProcess, ScheddUnavailable, check_whole, gahp_job_ids,
+from gahp.core import schedd
+from gahp.core.schedd import (Expression, IncompleteAnswer, QueryProcess, ScheddUnavailable, check_whole, gahp_job_ids,
                          gahp_type)
 
 
@@ -77,7 +77,7 @@ def test_an_answer_is_trusted_only_when_shown_whole(answer: List[Dict[str, objec
             check_whole("the local schedd", "ce.example.org", answer, counted, queue_total, advertised)
 
 
-#: A stand-in for ``python -m gahp.schedd``: answers each request line with the ads of a file named in
+#: A stand-in for ``python -m gahp.core.schedd``: answers each request line with the ads of a file named in
 #: the constraint ("sleep" waits first, "die" exits), and records its pid.
 FAKE = """
 import json, os, sys, time

@@ -9,7 +9,7 @@ from typing import Callable, List
 
 import pytest
 
-from gahp import protocol
+from gahp.program import protocol
 from gahp_driver import GahpProcess
 from polling import wait_until
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gahp import statedir
-from gahp.statedir import own_directory, state_directories, user_directories
+from gahp.core import statedir
+from gahp.core.statedir import own_directory, state_directories, user_directories
 
 NOBODY = pwd.getpwnam("nobody")
 

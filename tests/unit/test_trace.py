@@ -14,10 +14,10 @@ from gahp.backends.base import Census, CeView, RemoteJob
 from gahp.backends.k8s.census import KubernetesCeView
 from gahp.backends.k8s.podtrace import pod_hops, pod_of
 from gahp.backends.k8s.settings import KubernetesSettings
-from gahp.config import Knobs, user_name
-from gahp.hops import DONE, FAILED, WAITING, Hop
-from gahp.statedir import own_directory
-from gahp.trace import (OUTPUT, SCHEDD_HOPS, Ce, Trace, follow, json_text, look, output_hop, schedd_hops,
+from gahp.core.config import Knobs, user_name
+from gahp.rules.hops import DONE, FAILED, WAITING, Hop
+from gahp.core.statedir import own_directory
+from gahp.ce.trace import (OUTPUT, SCHEDD_HOPS, Ce, Trace, follow, json_text, look, output_hop, schedd_hops,
                         text_lines, verdict)
 
 SOURCE = {"ClusterId": 12, "ProcId": 0, "Owner": "pilot", "JobStatus": 1}

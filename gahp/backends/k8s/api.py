@@ -48,8 +48,8 @@ except ImportError:  # pragma: no cover - an installation without msgspec
 from gahp import __version__
 from gahp.backends.http import Door, Failed, Failure, JsonObj, Service, translate as door_translate, truncate
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
-from gahp.errors import BackendError, ConfigError, TransientError
-from gahp.retry import Backoff
+from gahp.core.errors import BackendError, ConfigError, TransientError
+from gahp.core.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def failure_of(e: BaseException) -> Optional[Failure]:
 
 
 def translate(e: BaseException, what: str) -> Exception:
-    """The :mod:`gahp.errors` exception for a client exception raised while doing ``what`` (a stream read
+    """The :mod:`gahp.core.errors` exception for a client exception raised while doing ``what`` (a stream read
     after :meth:`KubeApi.call` returned, which the door does not see)."""
     failure = failure_of(e)
     if failure is not None:

@@ -20,7 +20,7 @@ import os
 import threading
 from typing import Callable, List, Optional, Tuple
 
-from gahp import holds
+from gahp.rules import holds
 from gahp.backends.base import Backend, Created, Place, Seen
 from gahp.backends.http import JsonObj, truncate
 from gahp.backends.k8s.api import KubeApi
@@ -37,12 +37,12 @@ from gahp.backends.k8s.spec import ANN_REPORTED
 from gahp.backends.k8s.state import classify, job_state
 from gahp.backends.k8s.submit import Submitter, is_live
 from gahp.backends.k8s.view import PodRecord, decode_pod
-from gahp.config import Knobs, user_name
-from gahp.errors import ConfigError, Conflict, GahpError, InvalidJob, NotFound
-from gahp.files import read_input
-from gahp.jobstate import JobState, Phase
-from gahp.job import PilotJob
-from gahp.records import JobRecords
+from gahp.core.config import Knobs, user_name
+from gahp.core.errors import ConfigError, Conflict, GahpError, InvalidJob, NotFound
+from gahp.core.files import read_input
+from gahp.core.jobstate import JobState, Phase
+from gahp.core.job import PilotJob
+from gahp.rules.records import JobRecords
 
 log = logging.getLogger(__name__)
 

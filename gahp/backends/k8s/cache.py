@@ -4,7 +4,7 @@ Owns the watch thread: a label-selected LIST, then WATCH requests resumed from t
 ``resourceVersion`` seen (bookmarks included); ``410 Expired`` (as an HTTP status or an in-stream
 ``ERROR`` event) makes it LIST again. Status polls read the copy, so the number of API requests
 does not grow with the number of pilots polled. On API failures the copy keeps its last data and
-the thread reconnects by the kit's one reconnect loop and back-off (:func:`gahp.retry.reconnected`);
+the thread reconnects by the kit's one reconnect loop and back-off (:func:`gahp.core.retry.reconnected`);
 a stream read that fails is translated into the error tree as any request is (:func:`.api.translate`).
 Knows nothing about jobs: it stores pods by name, each as the flat record of the fields podgahp reads (:class:`~gahp.backends.k8s.view.PodRecord`), so memory stays small.
 """
@@ -21,8 +21,8 @@ from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.sharing import Canon
 from gahp.backends.k8s.view import PodRecord, continue_token, decode_event, decode_pod, decode_pod_list
-from gahp.errors import Expired, GahpError, InvalidJob, NotFound, TransientError
-from gahp.retry import Backoff, reconnected
+from gahp.core.errors import Expired, GahpError, InvalidJob, NotFound, TransientError
+from gahp.core.retry import Backoff, reconnected
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from gahp.backends.k8s.spec import ANN_SANDBOX_ID, CONTAINER, LABEL_QUEUE, selec
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.state import classify, parse_time
 from gahp.backends.k8s.view import PodRecord, container_state
-from gahp.errors import Conflict, GahpError, NotFound
-from gahp.hops import WAITING, Hop
+from gahp.core.errors import Conflict, GahpError, NotFound
+from gahp.rules.hops import WAITING, Hop
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from gahp.backends.k8s.identity import LABEL_SANDBOX, owner_selector, parse_job_
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
 from gahp.backends.k8s.spec import ANNOTATIONS_READ, LABEL_QUEUE, LABELS_READ
 from gahp.backends.k8s.view import Pod, PodRecord
-from gahp.errors import BackendError, ConfigError, TransientError
+from gahp.core.errors import BackendError, ConfigError, TransientError
 
 log = logging.getLogger(__name__)
 

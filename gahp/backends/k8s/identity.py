@@ -20,8 +20,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from gahp.backends.k8s.settings import label_value
 from gahp.backends.k8s.view import Pod, record_of
-from gahp.errors import InvalidJob
-from gahp.identity import KEY_LENGTH as KEY_LENGTH, sandbox_key as sandbox_key  # the GAHP-wide rule
+from gahp.core.errors import InvalidJob
+from gahp.rules.identity import KEY_LENGTH as KEY_LENGTH, sandbox_key as sandbox_key  # the GAHP-wide rule
 
 DOMAIN = "podgahp.htcondor.org"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

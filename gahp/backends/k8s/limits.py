@@ -25,7 +25,7 @@ import json
 from typing import Any, Mapping
 
 from gahp.backends.http import JsonObj
-from gahp.errors import InvalidJob
+from gahp.core.errors import InvalidJob
 
 
 MAX_REQUEST_BODY_BYTES = 3 * 1024 * 1024

@@ -4,9 +4,9 @@ Kubernetes keeps one log per container with standard output and standard error m
 ``Out`` gets the whole pilot container log; ``Err`` gets a few ``podgahp:`` lines describing how the
 pod ended (node, exit code or signal, reason) — and when ``Err`` is the same file as ``Out`` those
 lines follow the log. With no ``Out``, the log goes to ``Err``. Where they go is what the GAHP
-recorded at submit (:mod:`gahp.records`), never the pod's annotations (anyone allowed to patch pods
+recorded at submit (:mod:`gahp.rules.records`), never the pod's annotations (anyone allowed to patch pods
 can change those); files are written inside the job's directory only, atomically, with the GAHP's
-(the job owner's) identity (:mod:`gahp.outputs`).
+(the job owner's) identity (:mod:`gahp.core.outputs`).
 Knows the API only through the :class:`~gahp.backends.k8s.api.KubeApi` it is given.
 """
 
@@ -20,10 +20,10 @@ from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi, translate
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.view import Pod, PodRecord, record_of
-from gahp.errors import BackendError, NotFound
-from gahp.jobstate import JobState
-from gahp.outputs import write_output
-from gahp.records import JobRecord
+from gahp.core.errors import BackendError, NotFound
+from gahp.core.jobstate import JobState
+from gahp.core.outputs import write_output
+from gahp.rules.records import JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def summary(pod: Pod, state: JsonObj, out: Optional[str]) -> bytes:
 
 
 def _stream(response: Any, what: str) -> Iterator[bytes]:
-    """The response body in chunks; a failed read becomes a :mod:`gahp.errors` error, not an OSError."""
+    """The response body in chunks; a failed read becomes a :mod:`gahp.core.errors` error, not an OSError."""
     try:
         for chunk in response.stream(64 * 1024, decode_content=True):
             yield chunk

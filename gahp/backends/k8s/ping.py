@@ -17,8 +17,8 @@ from gahp.backends.k8s.identity import owner_selector, sandbox_key
 from gahp.backends.k8s.spec import build_pod, load_template, pod_name
 from gahp.backends.k8s.rights import RIGHTS
 from gahp.backends.k8s.settings import QueueSettings
-from gahp.errors import ConfigError, GahpError, NotFound
-from gahp.job import PilotJob
+from gahp.core.errors import ConfigError, GahpError, NotFound
+from gahp.core.job import PilotJob
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings
 from gahp.backends.k8s.state import STATE_TABLE, classify
 from gahp.backends.k8s.view import PodRecord, container_state, record_of
-from gahp.errors import GahpError, InvalidJob, NotFound, Unauthorized
-from gahp.jobstate import Phase
-from gahp.hops import DONE, FAILED, WAITING, Hop
+from gahp.core.errors import GahpError, InvalidJob, NotFound, Unauthorized
+from gahp.core.jobstate import Phase
+from gahp.rules.hops import DONE, FAILED, WAITING, Hop
 
 
 #: How many of a pod's Events a stall shows (the latest).

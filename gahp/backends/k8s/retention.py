@@ -15,7 +15,7 @@ from gahp.backends.k8s.identity import LABEL_SANDBOX, job_id_of
 from gahp.backends.k8s.spec import ANN_REPORTED, generation_of
 from gahp.backends.k8s.state import parse_time
 from gahp.backends.k8s.view import Pod, PodRecord, container_state, record_of
-from gahp.errors import GahpError, NotFound
+from gahp.core.errors import GahpError, NotFound
 
 if TYPE_CHECKING:
     from gahp.backends.k8s.cache import PodCache

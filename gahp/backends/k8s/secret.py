@@ -12,7 +12,7 @@ from gahp.backends.http import JsonObj
 from gahp.backends.k8s.api import KubeApi
 from gahp.backends.k8s.spec import ANN_PROXY_KEY, INPUT_VOLUME, PROXY_KEY, StagedFile, secret_body
 from gahp.backends.k8s.view import Pod, record_of
-from gahp.errors import BackendError, Conflict, GahpError, NotFound
+from gahp.core.errors import BackendError, Conflict, GahpError, NotFound
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Settings of the Kubernetes backend: the knobs it reads, grouped into frozen value objects.
 
-Owns knob names, defaults and validation. Every knob is read through :class:`gahp.config.Knobs`;
+Owns knob names, defaults and validation. Every knob is read through :class:`gahp.core.config.Knobs`;
 a queue's knob ``PODGAHP_K8S_<QUEUE>_<WHAT>`` falls back to the global ``PODGAHP_K8S_<WHAT>``.
 Nothing here talks to a cluster or touches files other than naming them: a missing kubeconfig or
 pod template is reported later by ping and submit, so that a broken file never stops the GAHP.
@@ -14,9 +14,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from gahp.blackhole import GuardSettings
-from gahp.config import Knobs
-from gahp.errors import ConfigError
+from gahp.rules.blackhole import GuardSettings
+from gahp.core.config import Knobs
+from gahp.core.errors import ConfigError
 
 PREFIX = "PODGAHP_K8S_"
 
@@ -183,7 +183,7 @@ class KubernetesSettings:
     """``PODGAHP_K8S_ALLOW_INSECURE_HTTP``: send credentials to an ``http://`` API server; default
     false (a credential over plain HTTP is refused, as client-go refuses it)."""
     blackhole: GuardSettings = field(default_factory=lambda: GuardSettings.from_knobs(Knobs({})))
-    """``PODGAHP_BLACKHOLE_*``, ``PODGAHP_STATE_DIR``: when a queue is closed as a black hole (gahp.blackhole)."""
+    """``PODGAHP_BLACKHOLE_*``, ``PODGAHP_STATE_DIR``: when a queue is closed as a black hole (gahp.rules.blackhole)."""
 
     def queue(self, name: Optional[str]) -> QueueSettings:
         """The queue named by the submit ad's ``Queue`` (case-insensitive), or the default queue."""

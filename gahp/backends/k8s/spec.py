@@ -26,9 +26,9 @@ from gahp.backends.k8s.limits import check_pod
 from gahp.backends.k8s.schema import schema_errors
 from gahp.backends.k8s.settings import QueueSettings, label_value
 from gahp.backends.k8s.view import Pod, record_of
-from gahp.errors import ConfigError, InvalidJob
-from gahp.files import TooLarge, read_input
-from gahp.job import PilotJob
+from gahp.core.errors import ConfigError, InvalidJob
+from gahp.core.files import TooLarge, read_input
+from gahp.core.job import PilotJob
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Pod phase and reason → neutral :class:`~gahp.jobstate.JobState`: the backend's one state table.
+"""Pod phase and reason → neutral :class:`~gahp.core.jobstate.JobState`: the backend's one state table.
 
 :func:`classify` reduces a pod (its record, or the raw JSON) to a key of :data:`STATE_TABLE` plus the
 details a hold reason or exit reason needs (:class:`~gahp.backends.table.Classified`); :func:`job_state`
@@ -17,12 +17,12 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from kubernetes.utils import parse_quantity  # type: ignore[import-untyped,unused-ignore]
 
-from gahp import holds
+from gahp.rules import holds
 from gahp.backends.http import JsonObj
 from gahp.backends.k8s.spec import CONTAINER
 from gahp.backends.k8s.view import Pod, PodRecord, container_state, record_of
 from gahp.backends.table import Classified, Rule, answer
-from gahp.jobstate import JobState, Phase
+from gahp.core.jobstate import JobState, Phase
 
 
 #: Key (pod phase, then reason) → what the gridmanager is told. Keys are produced by :func:`classify`.

@@ -6,7 +6,7 @@ making a second pod, and two GAHPs submitting one sandbox meet at the same name.
 have pods already?" is answered by the watch copy (:mod:`gahp.backends.k8s.cache`), not a LIST; a pod
 the copy has not seen yet makes the create answer 409, and the pod is then read and judged like any
 other. What a submit does with the newest pod of its sandbox is one table with a tested row each
-(:data:`RESUBMIT_RULES`). The job is recorded (:meth:`gahp.records.JobRecords.note`) before its pod is
+(:data:`RESUBMIT_RULES`). The job is recorded (:meth:`gahp.rules.records.JobRecords.note`) before its pod is
 created; the pod's input Secret is made right after it (:mod:`gahp.backends.k8s.secret`). The agent
 admits the submit first (a queue closed as a black hole refuses at once), and counts what the API
 server refused.
@@ -29,9 +29,9 @@ from gahp.backends.k8s.spec import (ANN_REPORTED, LABEL_QUEUE, OVERRIDES, build_
                                     stage_inputs)
 from gahp.backends.k8s.view import Pod, PodRecord, decode_pod, record_of
 from gahp.backends.k8s.wholenode import WholeNodeSizer
-from gahp.errors import BackendError, Conflict, TransientError
-from gahp.job import PilotJob
-from gahp.records import JobRecord, JobRecords
+from gahp.core.errors import BackendError, Conflict, TransientError
+from gahp.core.job import PilotJob
+from gahp.rules.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class Submitter:
         return refusal(pod, self.settings.ce_name, self.user)
 
     def _record(self, job: PilotJob, jid: str, name: str) -> JobRecord:
-        """Record where the pilot's outputs go (:mod:`gahp.records`) before its pod may run: they are
+        """Record where the pilot's outputs go (:mod:`gahp.rules.records`) before its pod may run: they are
         written only there, whatever the pod's annotations say."""
         record = JobRecord(key=jid, sandbox_id=job.sandbox_id, iwd=job.iwd, stdout=job.stdout, stderr=job.stderr,
                            made_at=time.time(), name=name)

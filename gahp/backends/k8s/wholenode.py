@@ -26,8 +26,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from gahp.backends.http import JsonObj
 from gahp.backends.k8s.settings import QueueSettings
-from gahp.errors import AuthError, InvalidJob
-from gahp.job import PilotJob
+from gahp.core.errors import AuthError, InvalidJob
+from gahp.core.job import PilotJob
 
 
 #: Share of a node's allocatable memory a whole-node pilot asks for, in percent.

@@ -26,8 +26,8 @@ import urllib3
 from gahp.backends.http import Door, Failed, Failure, Service, truncate
 from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
 from gahp.backends.lancium.settings import ClientSettings
-from gahp.errors import Conflict, Missing, Unauthorized, Unavailable, refusal
-from gahp.retry import Backoff
+from gahp.core.errors import Conflict, Missing, Unauthorized, Unavailable, refusal
+from gahp.core.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +381,7 @@ class LanciumClient:
     def output(self, job_id: int, path: str) -> Optional[bytes]:
         """An output file's bytes; None while the service is still preparing it (202).
 
-        204 (exists, empty) gives ``b""``; 404 raises :class:`~gahp.errors.Missing`.
+        204 (exists, empty) gives ``b""``; 404 raises :class:`~gahp.core.errors.Missing`.
         """
         response = self.request("GET", f"/jobs/{job_id}/output/{path}", ok=(200, 202, 204),
                                 what=f"output {path}")

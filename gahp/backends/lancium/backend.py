@@ -1,11 +1,11 @@
 """The ``batch lancium`` backend: pilots as Lancium Compute jobs (``lancium-api.md``).
 
 Owns the knobs ``PODGAHP_LANCIUM_*``, the job id ``lancium/<numeric id>``, idempotent submit per
-sandbox id, the one table from Lancium job states to :class:`~gahp.jobstate.Phase`, hold codes,
+sandbox id, the one table from Lancium job states to :class:`~gahp.core.jobstate.Phase`, hold codes,
 writing ``stdout.txt`` / ``stderr.txt`` back to ``Out`` / ``Err`` before completion is reported,
 cancel, and the clean-up of finished jobs. Which jobs are this GAHP's is
 :mod:`gahp.backends.lancium.identity`'s: it acts only on jobs it recorded making for its user on this
-CE (:mod:`gahp.records`), and anything else is an error result naming why, with no request sent. The
+CE (:mod:`gahp.rules.records`), and anything else is an error result naming why, with no request sent. The
 HTTP client is :mod:`gahp.backends.lancium.api`; what a pilot becomes on Lancium is
 :mod:`gahp.backends.lancium.spec`.
 
@@ -36,11 +36,11 @@ from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.state import GONE, classify, job_state
 from gahp.backends.lancium.submit import Submitter, delete_quietly
 from gahp.backends.table import Classified
-from gahp.config import Knobs, user_name
-from gahp.errors import Conflict, GahpError, InvalidJob, Missing, ServiceRefusal, TransientError
-from gahp.job import PilotJob
-from gahp.jobstate import JobState, Phase
-from gahp.records import JobRecord, JobRecords
+from gahp.core.config import Knobs, user_name
+from gahp.core.errors import Conflict, GahpError, InvalidJob, Missing, ServiceRefusal, TransientError
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState, Phase
+from gahp.rules.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
 

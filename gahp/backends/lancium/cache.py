@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
 from gahp.backends.lancium.api import JobSummaryJSON, LanciumClient
-from gahp.errors import GahpError, TransientError
+from gahp.core.errors import GahpError, TransientError
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ ownership or state needs its details, so ``podgahp reap``, ``q`` and ``health`` 
 
 Nothing on Lancium proves who made a job (:mod:`gahp.backends.lancium.identity`). A job is this CE's
 when the CE's schedd names it in a grid job (``held``), or when its name has podgahp's form and its
-``notes`` name this CE, a user and a sandbox whose key (:func:`gahp.identity.sandbox_key`) is the one
+``notes`` name this CE, a user and a sandbox whose key (:func:`gahp.rules.identity.sandbox_key`) is the one
 in the name: the notes, which a GAHP writes at submit, are read here only to be checked against the
 name, and a job whose notes do not match is not listed (so never deleted). The orphan rules of
-:mod:`gahp.orphans` then decide, on the sandbox the notes name. Ages are taken on this machine's clock
+:mod:`gahp.ce.orphans` then decide, on the sandbox the notes name. Ages are taken on this machine's clock
 against the job's ``created_at`` (Lancium's answers carry no time of their own to the client).
 
 At most :data:`MAX_DETAILS` jobs are read in detail per census; the others wait for the next one (an
@@ -25,10 +25,10 @@ from gahp.backends.base import Census, CeView, RemoteJob
 from gahp.backends.lancium.api import JobJSON, LanciumClient
 from gahp.backends.lancium.identity import job_id_of, sandbox_key, key_of_name, parse_job_id
 from gahp.backends.http import truncate
-from gahp.errors import Conflict, Missing
+from gahp.core.errors import Conflict, Missing
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.state import LIVE_STATES
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import os
 import stat
 from typing import Optional
 
-from gahp.errors import AuthError
+from gahp.core.errors import AuthError
 
 
 def read_api_key(path: str, knob: str = "PODGAHP_LANCIUM_API_KEY_FILE") -> str:

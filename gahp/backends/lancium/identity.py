@@ -7,9 +7,9 @@ proves who made a job. Here:
 * a job id is accepted only in the exact form podgahp hands out, ``lancium/<id>`` (a positive number
   without leading zeros), so nothing a job id holds can widen a request;
 * a job's name is ``podgahp-<key>-<nonce>``: ``key`` hashes this CE, the HTCondor user and the sandbox
-  (:func:`gahp.identity.sandbox_key`), so two users never claim one name through a GAHP; ``nonce`` is
+  (:func:`gahp.rules.identity.sandbox_key`), so two users never claim one name through a GAHP; ``nonce`` is
   fresh for each submit of the sandbox;
-* what proves that this GAHP made a job for its user is its own record (:mod:`gahp.records`), written
+* what proves that this GAHP made a job for its user is its own record (:mod:`gahp.rules.records`), written
   when the job was created: status, cancel, proxy refresh, adoption by a later submit and the clean-up
   act only on recorded jobs, whatever the job's name says;
 * before the create answer arrives the job has no id; the submit records the name it is about to use
@@ -23,8 +23,8 @@ import re
 import secrets
 from typing import Optional
 
-from gahp.errors import InvalidJob
-from gahp.identity import KEY_LENGTH, sandbox_key as sandbox_key  # the GAHP-wide rule
+from gahp.core.errors import InvalidJob
+from gahp.rules.identity import KEY_LENGTH, sandbox_key as sandbox_key  # the GAHP-wide rule
 
 JOB_ID_PREFIX = "lancium/"
 _JOB_ID = re.compile(r"^lancium/([1-9][0-9]{0,17})$")

@@ -1,6 +1,6 @@
 """A finished Lancium job's ``stdout.txt`` and ``stderr.txt`` written back to its ``Out`` and ``Err``,
-where the GAHP recorded them at submit (:mod:`gahp.records`), never where the job says, inside the
-job's directory only (:func:`gahp.outputs.write_output`)."""
+where the GAHP recorded them at submit (:mod:`gahp.rules.records`), never where the job says, inside the
+job's directory only (:func:`gahp.core.outputs.write_output`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 from typing import Dict
 
 from gahp.backends.lancium.api import LanciumClient
-from gahp.errors import GahpError, Missing
-from gahp.outputs import write_output
-from gahp.records import JobRecord
+from gahp.core.errors import GahpError, Missing
+from gahp.core.outputs import write_output
+from gahp.rules.records import JobRecord
 
 log = logging.getLogger(__name__)
 

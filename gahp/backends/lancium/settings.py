@@ -8,9 +8,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from gahp.blackhole import GuardSettings
-from gahp.config import Knobs
-from gahp.errors import ConfigError
+from gahp.rules.blackhole import GuardSettings
+from gahp.core.config import Knobs
+from gahp.core.errors import ConfigError
 
 #: QOS values the API accepts (lancium-openapi.json ``job_fields.qos``).
 QOS_LEVELS = ("high", "medium", "low", "best-effort")
@@ -86,7 +86,7 @@ class LanciumSettings:
     """``PODGAHP_LANCIUM_CANCEL_RETRY_MAX_SECONDS``: how long a cancel Lancium did not answer is retried
     in the background by one GAHP (the next GAHP of the user takes it up again)."""
     blackhole: GuardSettings = field(default_factory=lambda: GuardSettings.from_knobs(Knobs({})))
-    """``PODGAHP_BLACKHOLE_*``: when Lancium is closed as a black hole (gahp.blackhole); one queue, ``lancium``."""
+    """``PODGAHP_BLACKHOLE_*``: when Lancium is closed as a black hole (gahp.rules.blackhole); one queue, ``lancium``."""
 
     @classmethod
     def from_knobs(cls, knobs: Knobs) -> LanciumSettings:

@@ -4,7 +4,7 @@ Owns the CPU:memory rounding, the choice of image / QOS / run time from route se
 the small launcher script that starts the pilot's executable in the Lancium job, and the ``notes`` a
 Lancium job carries for people reading the account (never read back: anyone with a key to the account
 can write them; the job's name is :mod:`gahp.backends.lancium.identity`'s). Pure functions of a
-:class:`~gahp.job.PilotJob`: no HTTP here.
+:class:`~gahp.core.job.PilotJob`: no HTTP here.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from gahp.backends.lancium.settings import MAX_RUN_TIME_S, MIN_RUN_TIME_S, QOS_LEVELS, SpecDefaults
-from gahp.errors import InvalidJob
-from gahp.files import read_input
-from gahp.job import PilotJob
+from gahp.core.errors import InvalidJob
+from gahp.core.files import read_input
+from gahp.core.job import PilotJob
 
 #: Version of the JSON kept in a Lancium job's ``notes`` (for people: podgahp never reads it).
 NOTES_VERSION = 2

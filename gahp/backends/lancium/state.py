@@ -1,4 +1,4 @@
-"""Lancium job state → neutral :class:`~gahp.jobstate.JobState`: the backend's one state table, and the
+"""Lancium job state → neutral :class:`~gahp.core.jobstate.JobState`: the backend's one state table, and the
 state sets submit and the clean-up act on.
 
 :func:`classify` reduces a Lancium state and the job's details (when read) to a key of
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from gahp import holds
+from gahp.rules import holds
 from gahp.backends.http import truncate
 from gahp.backends.lancium.api import JobJSON
 from gahp.backends.table import Classified, Rule, answer
-from gahp.jobstate import JobState, Phase
+from gahp.core.jobstate import JobState, Phase
 
 #: Pseudo-state of a job that is absent from ``GET /jobs`` and answers 404.
 GONE = "gone"

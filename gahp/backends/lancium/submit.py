@@ -9,7 +9,7 @@ set again, its missing inputs added) rather than made anew. Jobs that merely car
 are left alone. A transient failure anywhere starts another attempt (``PODGAHP_LANCIUM_RETRIES`` more,
 with back-off); any other failure deletes the job and fails the submit. The backend serialises submits
 of one sandbox around :meth:`Submitter.submit`, after admitting it (a queue closed as a black hole
-refuses at once). The job is recorded (:meth:`gahp.records.JobRecords.note`) before anything
+refuses at once). The job is recorded (:meth:`gahp.rules.records.JobRecords.note`) before anything
 makes it runnable.
 """
 
@@ -26,10 +26,10 @@ from gahp.backends.lancium.cache import JobList
 from gahp.backends.lancium.settings import LanciumSettings
 from gahp.backends.lancium.spec import InputFile, input_files, job_fields, notes_text
 from gahp.backends.lancium.state import ENDED_STATES, LIVE_STATES
-from gahp.errors import BackendError, Conflict, GahpError, Missing, TransientError, Unavailable
-from gahp.job import PilotJob
-from gahp.retry import Backoff, retried
-from gahp.records import JobRecord, JobRecords
+from gahp.core.errors import BackendError, Conflict, GahpError, Missing, TransientError, Unavailable
+from gahp.core.job import PilotJob
+from gahp.core.retry import Backoff, retried
+from gahp.rules.records import JobRecord, JobRecords
 
 log = logging.getLogger(__name__)
 

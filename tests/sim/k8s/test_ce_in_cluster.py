@@ -17,10 +17,10 @@ import yaml
 from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.rights import RIGHTS
-from gahp.config import Knobs
-from gahp.errors import BackendError
-from gahp.job import PilotJob
-from gahp.jobstate import Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import BackendError
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import Phase
 from engines import RealEngine
 from podgahp_sim.k8s import KubeSim, SimConfig
 from test_k8s_support import kubectl_version

@@ -23,15 +23,16 @@ from typing import Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from gahp import holds, plugins
+from gahp.rules import holds
+from gahp.core import plugins
 from gahp.agent import Agent
 from gahp.backends import backend_class
 from gahp.backends.base import Backend
 from gahp.backends.table import Rule
-from gahp.config import Knobs
-from gahp.errors import BackendError
-from gahp.job import PilotJob
-from gahp.jobstate import JobState, Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import BackendError
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState, Phase
 from polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -224,8 +225,8 @@ def test_a_job_that_cannot_be_recorded_is_not_made(world: World) -> None:
 # -- the shape --------------------------------------------------------------------------------
 
 #: The modules that hold the agent's rules, and the names of its objects: no backend imports or touches them.
-AGENT_MODULES = ("gahp.agent", "gahp.reports", "gahp.cancels", "gahp.health")
-AGENT_NAMES = {"gahp.blackhole": {"Guard", "verdict"}}
+AGENT_MODULES = ("gahp.agent", "gahp.rules.answers", "gahp.rules.cancels", "gahp.rules.figures")
+AGENT_NAMES = {"gahp.rules.blackhole": {"Guard", "verdict"}}
 AGENT_OBJECTS = {"pipeline", "reports", "guard", "stats", "_cancels"}
 
 
@@ -258,7 +259,7 @@ def test_no_backend_calls_a_rule_of_the_agents_itself(path: str) -> None:
 
 def test_the_finder_of_rule_calls_finds_them(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("from gahp.reports import RANK\nfrom gahp.blackhole import Guard, GuardSettings\n"
+    bad.write_text("from gahp.rules.answers import RANK\nfrom gahp.rules.blackhole import Guard, GuardSettings\n"
                    "def f(self):\n    self.pipeline.report()\n    self.records.put(1)\n    self.records.get(1)\n")
     assert sorted(line.split(":")[0] for line in _kit_uses(bad)) == ["line 1", "line 2", "line 4", "line 5"]
 

@@ -9,9 +9,9 @@ from typing import List, Optional, Type
 import pytest
 
 from gahp.backends.http import MESSAGE_MAX, Door, Failed, Failure, Service, retryable
-from gahp.errors import (AuthError, BackendError, Conflict, Expired, GahpError, Invalid, InvalidJob, Missing, NotFound,
+from gahp.core.errors import (AuthError, BackendError, Conflict, Expired, GahpError, Invalid, InvalidJob, Missing, NotFound,
                          QuotaExceeded, Refused, ServiceRefusal, TransientError, Unauthorized, Unavailable)
-from gahp.retry import Backoff
+from gahp.core.retry import Backoff
 
 SERVICE = Service("the Test API", 3, Backoff(1.0, 8.0, jitter=0), {401: "check the key", 402: "add billing"})
 

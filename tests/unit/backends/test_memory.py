@@ -11,13 +11,13 @@ from typing import Iterator, List
 
 import pytest
 
-from gahp import holds
+from gahp.rules import holds
 from gahp.agent import Agent
 from gahp.backends.memory import MemoryBackend
-from gahp.config import Knobs
-from gahp.errors import BackendError, InvalidJob
-from gahp.job import PilotJob
-from gahp.jobstate import Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import BackendError, InvalidJob
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import Phase
 from polling import wait_until
 
 

@@ -8,9 +8,9 @@ from typing import Optional
 
 import pytest
 
-from gahp import holds
+from gahp.rules import holds
 from gahp.backends.table import Classified, Rule, answer
-from gahp.jobstate import JobState, Phase
+from gahp.core.jobstate import JobState, Phase
 
 TABLE = {
     "waiting": Rule(Phase.IDLE),

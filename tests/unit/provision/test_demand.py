@@ -7,8 +7,8 @@ from typing import Dict
 import classad2
 import pytest
 
-from gahp.config import Knobs
-from gahp.errors import ConfigError
+from gahp.core.config import Knobs
+from gahp.core.errors import ConfigError
 from gahp.provision.demand import constraint, group_jobs
 from gahp.provision.pilots import environment_string, pilots_constraint, start_expression, submit_description
 from gahp.provision.settings import ProvisionSettings

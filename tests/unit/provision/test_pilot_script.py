@@ -11,7 +11,7 @@ from typing import Dict
 
 import pytest
 
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from gahp.provision.pilots import pilot_environment
 from gahp.provision.settings import ProvisionSettings
 from gahp.provision.shape import Group, Shape

@@ -8,7 +8,7 @@ from typing import Dict, Optional
 import classad2
 import pytest
 
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from gahp.provision.plan import Slot
 from gahp.provision.pool import slot_constraint, slot_of
 from gahp.provision.settings import ProvisionSettings

@@ -14,7 +14,7 @@ from typing import Dict, List
 
 import pytest
 
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from gahp.provision.settings import ProvisionSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
-from gahp.config import Knobs, user_name
+from gahp.core.config import Knobs, user_name
 from gahp.provision.demand import DemandUnknown, group_jobs
 from gahp.provision.pilots import CeUnavailable, submit_description
 from gahp.provision.history import History

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from gahp.provision.settings import DEFAULTS, ProvisionSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_the_defaults_file_holds_the_codes_defaults(tmp_path: Path) -> None:
     config = tmp_path / "condor_config"
     config.write_text(f"include : {ROOT}/condor_config.d/40-podgahp-provision-defaults.conf\n")
-    probe = ("import dataclasses, json\nfrom gahp.config import Knobs\n"
+    probe = ("import dataclasses, json\nfrom gahp.core.config import Knobs\n"
              "from gahp.provision.settings import ProvisionSettings\n"
              "s = ProvisionSettings.from_knobs(Knobs())\n"
              "print(json.dumps({**dataclasses.asdict(s.policy), 'idle_minutes': s.pilot_idle_minutes}))")

@@ -16,7 +16,7 @@ import classad2
 import htcondor2
 import pytest
 
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from gahp.provision.demand import group_jobs, tally
 from gahp.provision.pilots import (MAX_ENDINGS, ending, endings_constraint, pilot_environment, start_expression,
                                    submit_description)
@@ -202,7 +202,7 @@ def test_the_pilots_own_configuration_does_not_expand_them_either(value: str, tm
     ("POOL", 'pool"'),
 ])
 def test_admin_values_that_a_pilot_would_expand_are_refused(knob: str, value: str) -> None:
-    from gahp.errors import ConfigError
+    from gahp.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=knob):
         settings(**{knob: value})

@@ -6,7 +6,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from gahp.errors import RoutesError
+from gahp.core.errors import RoutesError
 from gahp.routes.macros import MAX_MACROS, keep_undefined
 
 #: Raw values as HTCondor would give them for a file that defines SITE and LIMIT (LIMIT refers

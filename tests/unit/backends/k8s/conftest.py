@@ -11,7 +11,7 @@ import pytest
 
 from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from factories import made_then_ended
 from k8s_helpers import NAMESPACE, BackendFactory, knobs_for
 from podgahp_sim.k8s import KubeSim, SimConfig

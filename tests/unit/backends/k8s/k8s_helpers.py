@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from gahp.agent import Agent
-from gahp.job import PilotJob
-from gahp.jobstate import JobState, Phase
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState, Phase
 from podgahp_sim.k8s import KubeSim
 from polling import wait_until
 

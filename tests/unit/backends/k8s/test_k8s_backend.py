@@ -15,11 +15,11 @@ from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import sandbox_key
 from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_CE, LABEL_QUEUE, LABEL_SANDBOX
-from gahp.holds import CONTAINER_CONFIG, EVICTED, IMAGE_PULL, INVALID_IMAGE, OUT_OF_MEMORY, OUTPUT, UNSCHEDULABLE
-from gahp.config import Knobs
-from gahp.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
-from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
-from gahp.jobstate import Phase
+from gahp.rules.holds import CONTAINER_CONFIG, EVICTED, IMAGE_PULL, INVALID_IMAGE, OUT_OF_MEMORY, OUTPUT, UNSCHEDULABLE
+from gahp.core.config import Knobs
+from gahp.core.errors import AuthError, BackendError, ConfigError, InvalidJob, TransientError
+from gahp.rules.holds import HOLD_FATAL, HOLD_RETRYABLE
+from gahp.core.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, PodQuota
 
 from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, make_job, pod_of, wait_state
@@ -293,7 +293,7 @@ def test_invalid_spec_refusal_carries_the_api_message(make_backend: BackendFacto
     template.write_text(f"spec:\n  containers:\n  - name: pilot\n    image: {IMAGE}\n"
                         "    resources: {limits: {example.com/fpga: '1'}, requests: {example.com/fpga: '2'}}\n")
     backend = make_backend(PODGAHP_K8S_POD_TEMPLATE=str(template))
-    # 422 means the same for every backend: the pilot cannot run as described (gahp.errors.Invalid)
+    # 422 means the same for every backend: the pilot cannot run as described (gahp.core.errors.Invalid)
     with pytest.raises(InvalidJob, match="is invalid.*fpga"):
         backend.submit(make_job(tmp_path))
 

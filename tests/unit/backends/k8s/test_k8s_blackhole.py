@@ -10,8 +10,8 @@ from typing import Optional
 import pytest
 
 from gahp.agent import Agent
-from gahp.errors import BackendError
-from gahp.jobstate import Phase
+from gahp.core.errors import BackendError
+from gahp.core.jobstate import Phase
 from k8s_helpers import BackendFactory, make_job, wait_state
 from podgahp_sim.k8s import KubeSim
 from polling import wait_until

@@ -1,6 +1,6 @@
 """Kubernetes as podgahp reap, q and health see it: every pod of this CE, all users, in every cluster
 and namespace the queues name (two clusters here), with its reason in the state table's words; a pass
-deletes the orphans (the rules are gahp.orphans') with the pod's uid as a precondition, at the cost of
+deletes the orphans (the rules are gahp.ce.orphans') with the pod's uid as a precondition, at the cost of
 one LIST per namespace and cluster and one DELETE per orphan; a CE name never shares a label."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.census import KubernetesCeView
 from gahp.backends.k8s.settings import KubernetesSettings, ce_label
-from gahp.config import Knobs
-from gahp.errors import GahpError
-from gahp.jobstate import Phase
-from gahp.reaper import ReapResult, classad_lines, reap, reap_views
-from gahp.schedd import GridJobs
+from gahp.core.config import Knobs
+from gahp.core.errors import GahpError
+from gahp.core.jobstate import Phase
+from gahp.ce.reap import ReapResult, classad_lines, reap, reap_views
+from gahp.core.schedd import GridJobs
 from podgahp_sim.k8s import KubeSim, SimConfig
 
 from k8s_helpers import NAMESPACE, BackendFactory, knobs_for, make_job, wait_state
@@ -254,7 +254,7 @@ def test_every_cluster_the_queues_name_is_listed_and_reaped(two_clusters: List[K
     assert (result.jobs, result.orphans, result.deleted, result.errors) == (4, 2, 2, [])
     assert _pods_left(east, [kept_east, lost_east]) == {kept_east}
     assert _pods_left(west, [kept_west, lost_west]) == {kept_west}
-    from gahp.reaper import census_health
+    from gahp.ce.reap import census_health
 
     health = census_health(Knobs(knobs_for(east_config, **extra)), result.censuses, result.ce_names)
     assert health.pods == {"east": {"Running": 2}, "west": {"Running": 2}}

@@ -11,9 +11,9 @@ import pytest
 from gahp.agent import Agent
 from gahp.backends.k8s.api import ThrottledRefresh, k8s_client
 from gahp.backends.k8s.backend import KubernetesBackend
-from gahp.config import Knobs
-from gahp.errors import ConfigError
-from gahp.jobstate import Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import ConfigError
+from gahp.core.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, SimConfig
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, make_job, wait_state

@@ -16,8 +16,8 @@ from gahp.backends.k8s.identity import sandbox_key
 from gahp.backends.k8s.spec import (ANN_ERR, ANN_OUT, ANN_SANDBOX_ID, build_pod, load_template, parse_job_id,
                                    pod_name, stage_inputs)
 from gahp.backends.k8s.settings import KubernetesSettings
-from gahp.config import Knobs
-from gahp.errors import (AuthError, BackendError, ConfigError, Conflict, Expired, Invalid, InvalidJob, NotFound,
+from gahp.core.config import Knobs
+from gahp.core.errors import (AuthError, BackendError, ConfigError, Conflict, Expired, Invalid, InvalidJob, NotFound,
                          QuotaExceeded, TransientError)
 
 from k8s_helpers import make_job

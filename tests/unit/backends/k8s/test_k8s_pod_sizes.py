@@ -12,7 +12,7 @@ from typing import Any, Dict
 import pytest
 
 from gahp.backends.k8s.limits import MAX_STORED_BYTES, check_pod, stored_bytes
-from gahp.errors import InvalidJob
+from gahp.core.errors import InvalidJob
 from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import BackendFactory, make_job

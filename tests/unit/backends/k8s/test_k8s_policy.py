@@ -10,8 +10,8 @@ import pytest
 
 from gahp.backends.k8s.spec import build_pod, check_limits, stage_inputs
 from gahp.backends.k8s.settings import KubernetesSettings
-from gahp.config import Knobs
-from gahp.errors import InvalidJob
+from gahp.core.config import Knobs
+from gahp.core.errors import InvalidJob
 
 from k8s_helpers import make_job
 

@@ -12,8 +12,8 @@ import yaml
 
 from gahp.agent import Agent
 from gahp.backends.k8s.rights import RIGHTS
-from gahp.errors import BackendError
-from gahp.jobstate import Phase
+from gahp.core.errors import BackendError
+from gahp.core.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
 from engines import shipped_role

@@ -11,8 +11,8 @@ import pytest
 from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.submit import RESUBMIT_RULES, resubmit_case
-from gahp.errors import TransientError
-from gahp.jobstate import Phase
+from gahp.core.errors import TransientError
+from gahp.core.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import BackendFactory, make_job, pod_of, wait_state

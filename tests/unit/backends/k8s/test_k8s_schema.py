@@ -10,7 +10,7 @@ import yaml
 
 from gahp.backends.k8s.spec import load_template
 from gahp.backends.k8s.schema import schema_errors
-from gahp.errors import ConfigError
+from gahp.core.errors import ConfigError
 from paths import DOCS
 
 pytestmark = pytest.mark.both_engines

@@ -11,8 +11,8 @@ import pytest
 
 from gahp.backends.k8s import settings as k8s_settings
 from gahp.backends.k8s.settings import KubernetesSettings
-from gahp.config import Knobs
-from gahp.errors import ConfigError
+from gahp.core.config import Knobs
+from gahp.core.errors import ConfigError
 from paths import REPO
 
 CONFIG = REPO / "condor_config.d"

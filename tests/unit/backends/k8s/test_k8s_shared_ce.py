@@ -14,9 +14,9 @@ from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import LABEL_OWNER, parse_job_id
 from gahp.backends.k8s.settings import KubernetesSettings
-from gahp.config import Knobs
-from gahp.errors import InvalidJob
-from gahp.jobstate import Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import InvalidJob
+from gahp.core.jobstate import Phase
 from podgahp_sim.k8s import KubeSim
 
 from k8s_helpers import IMAGE, NAMESPACE, knobs_for, make_job, pod_of, wait_state

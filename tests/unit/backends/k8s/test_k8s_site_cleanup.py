@@ -18,10 +18,10 @@ import pytest
 
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.spec import ANN_REPORTED
-from gahp.config import Knobs
-from gahp.jobstate import Phase
-from gahp.reaper import reap_views
-from gahp.schedd import GridJobs
+from gahp.core.config import Knobs
+from gahp.core.jobstate import Phase
+from gahp.ce.reap import reap_views
+from gahp.core.schedd import GridJobs
 from podgahp_sim.k8s import KubeSim
 
 from engines import shipped_role

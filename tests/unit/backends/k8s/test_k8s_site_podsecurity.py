@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from gahp.agent import Agent
-from gahp.errors import QuotaExceeded
-from gahp.jobstate import Phase
+from gahp.core.errors import QuotaExceeded
+from gahp.core.jobstate import Phase
 from paths import DOCS
 from podgahp_sim.k8s import KubeSim
 from podgahp_sim.k8s.podsecurity import ENFORCE, violations

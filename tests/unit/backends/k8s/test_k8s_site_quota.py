@@ -15,8 +15,8 @@ import pytest
 
 from gahp.agent import Agent
 from gahp.backends.k8s.identity import LABEL_SANDBOX
-from gahp.errors import QuotaExceeded
-from gahp.jobstate import Phase
+from gahp.core.errors import QuotaExceeded
+from gahp.core.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, PodLimitRange, PodQuota
 
 from k8s_helpers import make_job, wait_state

@@ -22,9 +22,9 @@ import pytest
 from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import LABEL_SANDBOX
-from gahp.config import Knobs
-from gahp.errors import GahpError
-from gahp.jobstate import Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import GahpError
+from gahp.core.jobstate import Phase
 from engines import RealEngine, control_plane_binaries, namespace_for
 from k8s_helpers import knobs_for, make_job, wait_state
 from podgahp_sim.kube.cluster import KubeCluster

@@ -22,7 +22,7 @@ import pytest
 from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import LABEL_SANDBOX
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from engines import ACCOUNT, RealEngine
 from k8s_helpers import knobs_for, make_job
 from podgahp_sim.kube.client import ApiError

@@ -14,9 +14,9 @@ from gahp.backends.k8s.view import PodRecord
 from gahp.backends.k8s.state import (STATE_TABLE, _provisioned, classify, job_state, parse_time,
                                      quantity)
 from gahp.backends.k8s.spec import CONTAINER
-from gahp.holds import HOLD_FATAL, HOLD_RETRYABLE
-from gahp import holds
-from gahp.jobstate import Phase
+from gahp.rules.holds import HOLD_FATAL, HOLD_RETRYABLE
+from gahp.rules import holds
+from gahp.core.jobstate import Phase
 
 pytestmark = pytest.mark.both_engines
 

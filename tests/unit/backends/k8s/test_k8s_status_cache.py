@@ -18,9 +18,9 @@ from gahp.agent import Agent
 from gahp.backends.k8s.backend import KubernetesBackend
 from gahp.backends.k8s.identity import ANN_USER, owner_labels, pod_name, sandbox_key
 from gahp.backends.k8s.spec import ANN_REPORTED, LABEL_GENERATION, LABEL_QUEUE, LABEL_SANDBOX
-from gahp.config import Knobs
-from gahp.errors import TransientError
-from gahp.jobstate import Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import TransientError
+from gahp.core.jobstate import Phase
 from podgahp_sim.k8s import KubeSim, RequestRecord, SimConfig, SimNode
 
 from k8s_helpers import IMAGE, NAMESPACE, BackendFactory, knobs_for, make_job, wait_state
@@ -285,7 +285,7 @@ class PagedApi:
     def call(self, what: str, method: str, namespace: str, **kwargs: object) -> object:
         import threading
 
-        from gahp.errors import Expired
+        from gahp.core.errors import Expired
 
         self.threads.append(threading.current_thread().name)
         if len(self.threads) == self.expire:

@@ -13,9 +13,9 @@ from kubernetes.utils import parse_quantity
 from gahp.agent import Agent
 from gahp.backends.k8s.settings import KubernetesSettings
 from gahp.backends.k8s.wholenode import NODES_CACHE_SECONDS, WholeNodeSizer, allows, largest, quantity
-from gahp.config import Knobs
+from gahp.core.config import Knobs
 from gahp.backends.k8s.backend import KubernetesBackend
-from gahp.errors import AuthError, ConfigError, InvalidJob
+from gahp.core.errors import AuthError, ConfigError, InvalidJob
 from engines import ACCOUNT, RealEngine, shipped_role
 from paths import DOCS
 from polling import wait_until

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 from gahp.agent import Agent
-from gahp.config import Knobs
-from gahp.job import PilotJob
-from gahp.jobstate import JobState, Phase
+from gahp.core.config import Knobs
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState, Phase
 from podgahp_sim.lancium import LanciumSim, LanciumSimSettings
 from polling import wait_until
 

@@ -17,7 +17,7 @@ from gahp.backends.lancium.api import LanciumClient
 from gahp.backends.lancium.settings import ClientSettings
 from gahp.backends.lancium.credentials import jwt_expiry, read_api_key
 from gahp.backends.http import MESSAGE_MAX as BODY_LIMIT
-from gahp.errors import (AuthError, BackendError, Conflict, GahpError, Invalid, InvalidJob, Missing, NotFound, Refused,
+from gahp.core.errors import (AuthError, BackendError, Conflict, GahpError, Invalid, InvalidJob, Missing, NotFound, Refused,
                          TransientError, Unauthorized, Unavailable)
 from podgahp_sim.lancium import LanciumSim
 
@@ -104,7 +104,7 @@ def test_missing_key_file(tmp_path: Path) -> None:
 def test_missing_key_file_fails_ping_and_submit_clearly(sim: LanciumSim, tmp_path: Path) -> None:
     from gahp.agent import Agent
     from gahp.backends.lancium.backend import LanciumBackend
-    from gahp.config import Knobs
+    from gahp.core.config import Knobs
 
     backend = Agent(LanciumBackend.from_knobs(Knobs({
         "PODGAHP_LANCIUM_BASE_URL": sim.url,
@@ -206,7 +206,7 @@ def test_tokens_never_logged(client: LanciumClient, sim: LanciumSim, caplog: pyt
 
 
 def jittered(delays: List[float], expected: List[float]) -> bool:
-    """The delays are the expected back-off plus at most the 10 % jitter of gahp.retry."""
+    """The delays are the expected back-off plus at most the 10 % jitter of gahp.core.retry."""
     return len(delays) == len(expected) and all(e <= d <= e * 1.1 for d, e in zip(delays, expected))
 
 

@@ -17,10 +17,10 @@ from gahp.backends.lancium.identity import job_id_of, key_of_name, parse_job_id,
 from gahp.backends.lancium.state import GONE, STATE_TABLE
 from gahp.backends.table import Rule
 from gahp.backends.lancium.spec import LAUNCHER
-from gahp.holds import OUTPUT as HOLD_OUTPUT, REMOTE_ERROR as HOLD_REMOTE_ERROR, RUN_TIME as HOLD_RUN_TIME
-from gahp.records import JobRecord
-from gahp.errors import BackendError, InvalidJob, TransientError
-from gahp.jobstate import JobState, Phase
+from gahp.rules.holds import OUTPUT as HOLD_OUTPUT, REMOTE_ERROR as HOLD_REMOTE_ERROR, RUN_TIME as HOLD_RUN_TIME
+from gahp.rules.records import JobRecord
+from gahp.core.errors import BackendError, InvalidJob, TransientError
+from gahp.core.jobstate import JobState, Phase
 from lancium_helpers import BackendFactory, deleted, make_pilot, wait_phase
 from podgahp_sim.lancium import STATUSES, LanciumSim
 from polling import wait_until

@@ -14,10 +14,10 @@ from gahp.agent import Agent
 from gahp.backends.lancium.backend import LanciumBackend
 from gahp.backends.lancium.census import MAX_DETAILS, LanciumCeView, sandbox_of
 from gahp.backends.lancium.identity import sandbox_key, parse_job_id, new_name
-from gahp.config import Knobs
-from gahp.jobstate import Phase
-from gahp.reaper import census_health, reap_views
-from gahp.schedd import GridJobs
+from gahp.core.config import Knobs
+from gahp.core.jobstate import Phase
+from gahp.ce.reap import census_health, reap_views
+from gahp.core.schedd import GridJobs
 from lancium_helpers import BackendFactory, knobs_for, make_pilot, wait_phase
 from podgahp_sim.lancium import LanciumSim
 

@@ -19,9 +19,9 @@ from gahp.agent import Agent
 from gahp.backends.lancium.backend import LanciumBackend
 from gahp.backends.lancium.identity import job_id_of, new_name, parse_job_id, pending_key, sandbox_key
 from gahp.backends.lancium.settings import LanciumSettings
-from gahp.errors import InvalidJob
-from gahp.records import JobRecord
-from gahp.jobstate import Phase
+from gahp.core.errors import InvalidJob
+from gahp.rules.records import JobRecord
+from gahp.core.jobstate import Phase
 from lancium_helpers import BackendFactory, deleted, knobs_for, make_pilot, wait_phase
 from podgahp_sim.lancium import LanciumSim
 

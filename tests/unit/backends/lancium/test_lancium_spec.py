@@ -20,9 +20,9 @@ from gahp.backends.lancium.spec import (
     notes_text,
     run_time,
 )
-from gahp.config import Knobs
-from gahp.errors import ConfigError, InvalidJob
-from gahp.job import PilotJob
+from gahp.core.config import Knobs
+from gahp.core.errors import ConfigError, InvalidJob
+from gahp.core.job import PilotJob
 from paths import REPO
 
 ROOT = REPO

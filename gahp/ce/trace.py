@@ -20,13 +20,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from gahp import logs, plugins
+from gahp.core import logs
+from gahp.core import plugins
 from gahp.backends import backend_class
 from gahp.backends.base import CeView
-from gahp.config import ServerSettings
-from gahp.errors import GahpError
-from gahp.hops import DONE, FAILED, WAITING, Hop
-from gahp.schedd import gahp_type
+from gahp.core.config import ServerSettings
+from gahp.core.errors import GahpError
+from gahp.rules.hops import DONE, FAILED, WAITING, Hop
+from gahp.core.schedd import gahp_type
 
 #: The hops the schedd tells, in order; the remote job's come next (its backend's), then :data:`OUTPUT`.
 SCHEDD_HOPS = ("submitted", "routed", "grid job", "GAHP request")
@@ -191,7 +192,7 @@ class Ce:
         self._logs: Dict[Tuple[str, str], str] = {}
 
     def gahp_log(self, backend: str, owner: str) -> str:
-        """Where the GAHP of ``owner`` logs (its own directory in the shared one, :func:`gahp.logs.find`)."""
+        """Where the GAHP of ``owner`` logs (its own directory in the shared one, :func:`gahp.core.logs.find`)."""
         configured = self.knobs.optional("PODGAHP_LOG") or ServerSettings.default_log(self.knobs, backend, owner)
         found = self._logs.get((backend, owner)) or logs.find(configured, owner)
         if found:
@@ -201,7 +202,7 @@ class Ce:
                 "once its GAHP has run")
 
     def schedd(self) -> Any:
-        from gahp.schedd import SCHEDD_KNOBS, describe, locate
+        from gahp.core.schedd import SCHEDD_KNOBS, describe, locate
 
         try:
             return locate(self.name, self.pool)
@@ -210,7 +211,7 @@ class Ce:
 
     def ad(self, constraint: str) -> Optional[Dict[str, Any]]:
         """The first job matching ``constraint``, in the queue or else in the history."""
-        from gahp.schedd import SCHEDD_KNOBS
+        from gahp.core.schedd import SCHEDD_KNOBS
 
         schedd = self.schedd()
         try:

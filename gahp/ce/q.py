@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from gahp.backends.base import RemoteJob
-from gahp.logs import printable
-from gahp.schedd import gahp_job_ids, gahp_type
+from gahp.core.logs import printable
+from gahp.core.schedd import gahp_job_ids, gahp_type
 
 #: The ads' attributes ``podgahp q`` reads.
 JOB_ATTRIBUTES = ["ClusterId", "ProcId", "Owner", "RouteName", "GridJobId", "GridResource", "JobStatus",

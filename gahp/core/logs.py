@@ -8,7 +8,7 @@ masked before anything is written.
 The GAHPs of every job owner log into one directory (on a CE ``$(USER_LOG)``, mode 1777), where any
 user can create any name: a log file named in advance (``PodgahpLog.<backend>.<user>``) could be
 created first by another user, who would then read and write the owner's log. So a log whose directory
-another user can write goes into the owner's own directory there (:mod:`gahp.statedir`:
+another user can write goes into the owner's own directory there (:mod:`gahp.core.statedir`:
 ``Podgahp.<user>.<random>``, a name nobody can take first, where only the owner creates anything), and
 every log file is opened without following a symbolic link, only if it is a regular file of the
 process's user, and created readable by that user alone. :func:`find` gives readers (``podgahp trace``,
@@ -28,8 +28,8 @@ import sys
 import threading
 from typing import Iterator, List, Optional
 
-from gahp import statedir
-from gahp.config import ServerSettings, user_name
+from gahp.core import statedir
+from gahp.core.config import ServerSettings, user_name
 
 _context = threading.local()
 

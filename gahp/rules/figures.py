@@ -2,7 +2,7 @@
 
 Each GAHP (one per job owner and backend) keeps counters in memory and writes them, at most every
 ``STATS_PERIOD_S`` seconds while it works, to ``PodgahpStats.<ce>-<user>-<backend>.json`` in its
-user's own directory in ``PODGAHP_STATE_DIR`` (:mod:`gahp.statedir`, next to its black-hole state). ``podgahp reap`` (the CE's schedd cron job, as
+user's own directory in ``PODGAHP_STATE_DIR`` (:mod:`gahp.core.statedir`, next to its black-hole state). ``podgahp reap`` (the CE's schedd cron job, as
 the condor user) adds the files of all users up, with what its own LIST of the cluster shows (pods per
 queue and phase) and the black-hole state of each queue, and prints them as ClassAd attributes that the
 schedd merges into its ad (``condor_ce_status -schedd -l``); ``PODGAHP_PROMETHEUS_FILE`` also gets them
@@ -10,7 +10,7 @@ in Prometheus text exposition format (for node_exporter's textfile collector). O
 directory is read for that user (another user can neither write there nor pre-create its name), and a
 file whose owner is not that user is not counted: a user's files make that user's figures, no one
 else's. A closure is counted at most until ``PODGAHP_BLACKHOLE_BACKOFF_MAX_SECONDS`` from now (no
-GAHP closes a queue longer), and every text from a file is made printable (:func:`gahp.logs.printable`). Each figure is described in
+GAHP closes a queue longer), and every text from a file is made printable (:func:`gahp.core.logs.printable`). Each figure is described in
 :data:`FIGURES` and ``docs/kubernetes.md``.
 """
 
@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from gahp.logs import printable
-from gahp.statedir import user_directories
+from gahp.core.logs import printable
+from gahp.core.statedir import user_directories
 
 log = logging.getLogger(__name__)
 

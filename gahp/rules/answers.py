@@ -10,7 +10,7 @@
 * **Once per change.** An answer a backend derived from one record of the job (a pod as the watch
   copy holds it) is kept with that record: while the record is the same object, :meth:`Reports.again`
   hands out the same answer, so a poll of an unchanged job costs a lookup, and the answer's status ad
-  (built once per :class:`~gahp.jobstate.JobState` object) is built once per change, not per poll.
+  (built once per :class:`~gahp.core.jobstate.JobState` object) is built once per change, not per poll.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 import zlib
 from typing import Dict, Mapping, Optional, Tuple, Union
 
-from gahp.jobstate import JobState, Phase
+from gahp.core.jobstate import JobState, Phase
 
 #: Order of phases: an answer never moves to a lower rank; rank 2 is the end.
 RANK: Mapping[Phase, int] = {Phase.IDLE: 0, Phase.RUNNING: 1, Phase.COMPLETED: 2, Phase.HELD: 2,

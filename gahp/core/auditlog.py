@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 
 #: HTCondor's default time header (``DEBUG_TIME_FORMAT``), without its trailing blank.
 DEFAULT_TIME_FORMAT = "%m/%d/%y %H:%M:%S"

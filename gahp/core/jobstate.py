@@ -1,6 +1,6 @@
 """The neutral job state every backend reports and its BLAHP form (the status code and the status ad
 the gridmanager reads). Knows nothing about the wire format or any backend; rules about how states may
-follow each other are in :mod:`gahp.reports`, the hold codes in :mod:`gahp.holds`.
+follow each other are in :mod:`gahp.rules.answers`, the hold codes in :mod:`gahp.rules.holds`.
 """
 
 from __future__ import annotations

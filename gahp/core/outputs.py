@@ -1,7 +1,7 @@
 """Writing a pilot's ``Out`` and ``Err`` back, the same way for every backend, and only inside its job.
 
 Where a file goes comes from what the gridmanager sent at submit, as the GAHP recorded it
-(:mod:`gahp.records`), never from the remote side. And a write stays inside the job's directory
+(:mod:`gahp.rules.records`), never from the remote side. And a write stays inside the job's directory
 (``Iwd``): a path that leads out of it is refused, and no directory on the way may be a symbolic link
 (each is opened with ``O_NOFOLLOW`` from the one before), so a link planted in the job's directory
 cannot send the bytes elsewhere. The file itself is replaced atomically (a temporary file in the same

@@ -1,8 +1,8 @@
 """The ``BLAH_*`` commands: each request's arguments turned into backend calls and result fields.
 
-Owns what a request means: parsing the submit ad into a :class:`~gahp.job.PilotJob`, calling the
+Owns what a request means: parsing the submit ad into a :class:`~gahp.core.job.PilotJob`, calling the
 GAHP's verbs (:class:`Verbs`: the agent, :class:`gahp.agent.Agent`, around the backend), and rendering success as result fields (``0 NULL <jobid>``, ``0 NULL <code> <ad>``).
-Failures are raised as :mod:`gahp.errors` and rendered by the server. Knows nothing about the wire
+Failures are raised as :mod:`gahp.core.errors` and rendered by the server. Knows nothing about the wire
 format's escaping or about any particular backend.
 """
 
@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Callable, Dict, List, Optional, Protocol
 
-from gahp import logs, protocol
-from gahp.errors import GahpError
-from gahp.job import PilotJob, parse_submit_ad
-from gahp.jobstate import JobState
+from gahp.core import logs
+from gahp.program import protocol
+from gahp.core.errors import GahpError
+from gahp.core.job import PilotJob, parse_submit_ad
+from gahp.core.jobstate import JobState
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class Commands:
     def __init__(self, backend: Verbs, admit: Optional[Callable[[PilotJob], None]] = None) -> None:
         self.backend = backend
         self.admit = admit
-        """Raises when a job may not be submitted at all (:class:`gahp.provenance.RouteCheck`)."""
+        """Raises when a job may not be submitted at all (:class:`gahp.rules.provenance.RouteCheck`)."""
 
     def handlers(self) -> Dict[str, Callable[[List[str]], List[str]]]:
         return {

@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-from gahp.errors import GahpError, InvalidJob, NotFound
-from gahp.retry import Backoff
+from gahp.core.errors import GahpError, InvalidJob, NotFound
+from gahp.core.retry import Backoff
 
 log = logging.getLogger(__name__)
 

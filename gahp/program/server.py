@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import BinaryIO, Callable, Dict, List, Mapping, Optional, Tuple
 
-from gahp import logs, protocol
-from gahp.errors import GahpError
+from gahp.core import logs
+from gahp.program import protocol
+from gahp.core.errors import GahpError
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ class Server:
                 fields = command.failure(f"podgahp internal error in {command.name}: "
                                          f"{type(e).__name__}: {e}")
             self._add_result(request_id, fields)  # logged once queued: the line means "answered"
-            # A successful poll or submit is a DEBUG line: what changed is logged once, by gahp.reports,
+            # A successful poll or submit is a DEBUG line: what changed is logged once, by gahp.rules.answers,
             # and what a submit made by the command itself ("sandbox ... is <job id>").
             level = logging.DEBUG if command.name in ("BLAH_JOB_STATUS", "BLAH_JOB_SUBMIT") and fields[0] == "0" \
                 else logging.INFO

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, TypeVar
 
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def reconnected(session: Callable[[], None], *, what: str, backoff: Backoff, sto
     returns (the server ended the stream, or it must start over at once) is followed by the next at
     once; one that raises waits :class:`Backoff`'s delay for that many failures in a row (``stop``
     ends the wait), after ``failed`` heard of it (to tell the stream's readers). Never raises: an error
-    of the tree (:mod:`gahp.errors`) is a warning, anything else is logged with its traceback (the
+    of the tree (:mod:`gahp.core.errors`) is a warning, anything else is logged with its traceback (the
     stream outlives a bug), and waits at least a second."""
     failures = 0
     while not stop.is_set():

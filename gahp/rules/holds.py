@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
-from gahp.jobstate import JobState, Phase
+from gahp.core.jobstate import JobState, Phase
 
 HOLD_RETRYABLE = 1001
 """HoldReasonCode: the infrastructure failed the pilot; releasing the job may well succeed."""

@@ -25,7 +25,7 @@ no remote job yet (a new route of a source job that carries the last pilot's val
 set to ``undefined``. A job whose remote job the census does not have keeps its last values.
 
 The writes are grouped: one transaction per (attribute, value) over every job that needs it
-(:func:`gahp.schedd.edit_jobs`), so a pass costs a transaction per new pod (each pod's name is its own
+(:func:`gahp.core.schedd.edit_jobs`), so a pass costs a transaction per new pod (each pod's name is its own
 value) and one per distinct node, phase and reason that changed, whatever the number of unchanged
 pilots. At most ``PODGAHP_REAP_MAX_JOB_AD_EDITS`` jobs are written per pass, in job-id order; the rest
 wait for the next.
@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from gahp.backends.base import RemoteJob
-from gahp.config import Knobs
-from gahp.errors import GahpError
-from gahp.logs import printable
-from gahp.schedd import gahp_job_ids, gahp_type
+from gahp.core.config import Knobs
+from gahp.core.errors import GahpError
+from gahp.core.logs import printable
+from gahp.core.schedd import gahp_job_ids, gahp_type
 
 #: The attributes written, in the order of the print format's columns.
 ATTRIBUTES = ("PodgahpPod", "PodgahpNode", "PodgahpPhase", "PodgahpReason", "PodgahpCluster")

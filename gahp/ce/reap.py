@@ -6,13 +6,13 @@ names (each cluster and namespace of the Kubernetes queues; the Lancium account)
 
 * ``podgahp reap``, run by the CE's own condor as a schedd cron job (``50-podgahp-reap-defaults.conf``)
   with the CE's configuration, asks the schedd which grid jobs exist and deletes the remote jobs no
-  grid job holds, by the rules of :mod:`gahp.orphans` (if the schedd cannot be asked, or its answer
+  grid job holds, by the rules of :mod:`gahp.ce.orphans` (if the schedd cannot be asked, or its answer
   cannot be shown to be whole, nothing is deleted), and writes where each routed pilot is into its job
-  ad, from the same query and census (:mod:`gahp.jobads`: ``condor_ce_q -pr podgahp.cpf`` shows it).
+  ad, from the same query and census (:mod:`gahp.ce.jobads`: ``condor_ce_q -pr podgahp.cpf`` shows it).
   Its output is ClassAd attributes, which the schedd merges into its own ad (``condor_ce_status
   -schedd -l`` shows them), with the health figures;
-* ``podgahp q`` joins the routed grid jobs with their remote jobs (:mod:`gahp.overview`);
-* ``podgahp health`` adds the GAHPs' counters and black-hole states up (:mod:`gahp.health`) with
+* ``podgahp q`` joins the routed grid jobs with their remote jobs (:mod:`gahp.ce.q`);
+* ``podgahp health`` adds the GAHPs' counters and black-hole states up (:mod:`gahp.rules.figures`) with
   the remote jobs per queue and state.
 """
 
@@ -25,18 +25,18 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from contextlib import contextmanager
 
-from gahp import plugins
+from gahp.core import plugins
 from gahp.backends import backend_class
 from gahp.backends.base import Census, CeView, RemoteJob
-from gahp.blackhole import GuardSettings
-from gahp.config import Knobs
-from gahp.errors import GahpError
-from gahp.health import CeHealth, gather
-from gahp.jobads import READ as JOB_AD_READS, Editor, JobAdSettings, Written, plan as job_ad_plan, write as write_job_ads
-from gahp.logs import printable
-from gahp.orphans import REAP_MAX_DELETES, plan
-from gahp.overview import JOB_ATTRIBUTES, PilotRow, join
-from gahp.schedd import (GRID_UNIVERSE, SCHEDD_KNOBS, GridJobs, ScheddUnavailable, edit_jobs, gahp_job_ids, gahp_type,
+from gahp.rules.blackhole import GuardSettings
+from gahp.core.config import Knobs
+from gahp.core.errors import GahpError
+from gahp.rules.figures import CeHealth, gather
+from gahp.ce.jobads import READ as JOB_AD_READS, Editor, JobAdSettings, Written, plan as job_ad_plan, write as write_job_ads
+from gahp.core.logs import printable
+from gahp.ce.orphans import REAP_MAX_DELETES, plan
+from gahp.ce.q import JOB_ATTRIBUTES, PilotRow, join
+from gahp.core.schedd import (GRID_UNIVERSE, SCHEDD_KNOBS, GridJobs, ScheddUnavailable, edit_jobs, gahp_job_ids, gahp_type,
                           grid_jobs, query)
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class ReapResult:
     ce_names: Dict[str, str] = field(default_factory=dict)
     """Backend -> the CE's name for its remote jobs."""
     job_ads: Written = field(default_factory=Written)
-    """The job-ad attributes written (:mod:`gahp.jobads`)."""
+    """The job-ad attributes written (:mod:`gahp.ce.jobads`)."""
 
 
 @contextmanager
@@ -135,8 +135,8 @@ def reap(knobs: Optional[Knobs] = None, dry_run: bool = False) -> ReapResult:
 def reap_views(views: List[CeView], grid: GridJobs, grace_s: float, dry_run: bool = False,
                job_ads: JobAdSettings = JobAdSettings(enabled=False), edit: Optional[Editor] = None) -> ReapResult:
     """One pass over ``views`` (every backend's census) given the schedd's answer ``grid``: the orphans
-    of :func:`gahp.orphans.plan` deleted, or nothing anywhere when the plan refuses; with ``job_ads``
-    enabled, the attributes of :mod:`gahp.jobads` written through ``edit`` to the jobs of ``grid.ads``
+    of :func:`gahp.ce.orphans.plan` deleted, or nothing anywhere when the plan refuses; with ``job_ads``
+    enabled, the attributes of :mod:`gahp.ce.jobads` written through ``edit`` to the jobs of ``grid.ads``
     (not in a dry run)."""
     result = ReapResult(censuses=_censuses(views, grid.job_ids), ce_names={v.backend: v.ce_name for v in views})
     for census in result.censuses:
@@ -161,7 +161,7 @@ def reap_views(views: List[CeView], grid: GridJobs, grace_s: float, dry_run: boo
 
 def _write_job_ads(views: List[CeView], grid: GridJobs, result: ReapResult, max_jobs: int,
                    edit: Optional[Editor]) -> None:
-    """The attributes of :mod:`gahp.jobads` for the census of this pass, written through ``edit``."""
+    """The attributes of :mod:`gahp.ce.jobads` for the census of this pass, written through ``edit``."""
     edits, deferred = job_ad_plan(grid.ads, [j for c in result.censuses for j in c.jobs],
                                   [v.backend for v in views], max_jobs)
     result.job_ads = write_job_ads(edits, deferred, edit)
@@ -257,7 +257,7 @@ def ce_health(knobs: Knobs) -> Tuple[CeHealth, List[str], str]:
 
 def publish_prometheus(knobs: Knobs, health: CeHealth, result: ReapResult, ce_name: str) -> None:
     """Write ``PODGAHP_PROMETHEUS_FILE`` (when set) for a textfile collector."""
-    from gahp.health import prometheus_text, write_shared
+    from gahp.rules.figures import prometheus_text, write_shared
 
     path = knobs.optional("PODGAHP_PROMETHEUS_FILE")
     if not path:

@@ -1,5 +1,5 @@
 """What the schedd knows, read with the htcondor bindings: the grid jobs that exist (for ``podgahp
-reap`` and ``podgahp q``) and the routing attributes of one job (for :mod:`gahp.provenance`).
+reap`` and ``podgahp q``) and the routing attributes of one job (for :mod:`gahp.rules.provenance`).
 
 ``podgahp reap`` runs on the CE (as a schedd cron job) and asks the schedd holding the routed jobs,
 by default the local one, or ``JOB_ROUTER_SCHEDD2_NAME`` where the JobRouter routes into a second
@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from gahp.errors import GahpError
+from gahp.core.errors import GahpError
 
 #: The constraint of every question about grid jobs: the grid universe.
 GRID_UNIVERSE = "JobUniverse == 9"
@@ -101,13 +101,13 @@ QUERY_TIMEOUT_S = 120.0
 
 
 class QueryProcess:
-    """:func:`query` made by a child process (``python -m gahp.schedd``), one at a time, each within
+    """:func:`query` made by a child process (``python -m gahp.core.schedd``), one at a time, each within
     ``timeout`` seconds. The process starts at the first query and again after it failed; it ends when
     this object is closed, or with the GAHP (its standard input ends). Thread-safe."""
 
     def __init__(self, timeout: float = QUERY_TIMEOUT_S, argv: Optional[Sequence[str]] = None) -> None:
         self.timeout = timeout
-        self.argv = list(argv) if argv else [sys.executable, "-m", "gahp.schedd"]
+        self.argv = list(argv) if argv else [sys.executable, "-m", "gahp.core.schedd"]
         self._lock = threading.Lock()
         self._process: Optional["subprocess.Popen[bytes]"] = None
         self._buffer = b""

@@ -1,4 +1,4 @@
-"""The words of ``podgahp trace``: a hop of a pilot's way and its state. Shared by :mod:`gahp.trace`
+"""The words of ``podgahp trace``: a hop of a pilot's way and its state. Shared by :mod:`gahp.ce.trace`
 (the hops the schedd tells) and the backends (the hops their remote side tells), so neither imports
 the other's layer. Knows nothing of any backend or of HTCondor.
 """

@@ -12,7 +12,7 @@ queue fail at once with a reason naming the queue, the cause and when it opens a
 back-off the queue takes pilots again, and a pilot that succeeds ends the doubling.
 
 The state is kept in a file per (CE, user, backend) in the user's own state directory
-(:mod:`gahp.statedir`, in ``PODGAHP_STATE_DIR``, by default where the GAHP logs, ``$(USER_LOG)`` on a
+(:mod:`gahp.core.statedir`, in ``PODGAHP_STATE_DIR``, by default where the GAHP logs, ``$(USER_LOG)`` on a
 CE), written atomically on each change and read at start, so a GAHP restarted by the gridmanager keeps
 the queue closed. No other user can create a name there; a file that is not the user's own anyway, or
 is a symbolic link, is not read.
@@ -31,10 +31,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from gahp.config import Knobs
-from gahp.errors import BackendError
-from gahp.health import write_shared
-from gahp.jobstate import JobState, Phase
+from gahp.core.config import Knobs
+from gahp.core.errors import BackendError
+from gahp.rules.figures import write_shared
+from gahp.core.jobstate import JobState, Phase
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@
 A status, cancel or proxy refresh brings nothing but a job id, and what the remote side holds (pod
 annotations and labels, Lancium names and notes) can be written by others: anyone allowed to patch
 pods in the namespace, anyone with a key to the Lancium account. So at submit the GAHP writes, in its
-user's own state directory (:mod:`gahp.statedir`), one small file per job with what the gridmanager
+user's own state directory (:mod:`gahp.core.statedir`), one small file per job with what the gridmanager
 sent: the sandbox, ``Iwd``, ``Out`` and ``Err``. ``Out`` and ``Err`` are written back only where a
-record says (:mod:`gahp.outputs`), and a backend may take a record as proof that this GAHP, for this
+record says (:mod:`gahp.core.outputs`), and a backend may take a record as proof that this GAHP, for this
 user and this CE, made the job. A record goes with its job, and any older than ``MAX_AGE_S`` is pruned.
 
 Records of one CE and backend are ``<state dir>/jobs.<CE>-<backend>/<key>.json`` (the CE's name made
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, List, Optional, Sequence
 
-from gahp.errors import BackendError
+from gahp.core.errors import BackendError
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Orphans: remote jobs of this CE whose HTCondor job no longer exists, whatever the backend and whatever
 the path that left them (a cancel that failed for good, a submit that timed out after the service had
 made the job, a schedd restored from a backup, a GAHP that was not running). ``podgahp reap`` asks the
-schedd which jobs exist (:func:`gahp.schedd.grid_jobs`, which refuses an answer it cannot show to be
+schedd which jobs exist (:func:`gahp.core.schedd.grid_jobs`, which refuses an answer it cannot show to be
 whole), takes each backend's census (:class:`gahp.backends.base.CeView`) and deletes what
 :func:`plan`, a pure function, finds.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 from gahp.backends.base import RemoteJob
-from gahp.schedd import GridJobs
+from gahp.core.schedd import GridJobs
 
 #: Most orphans deleted in one pass.
 REAP_MAX_DELETES = 500

@@ -12,17 +12,18 @@ import os
 import sys
 from typing import Callable, NoReturn, Optional, Union
 
-from gahp import __version__, logs
+from gahp import __version__
+from gahp.core import logs
 from gahp.backends import backend_class
 from gahp.agent import Agent
-from gahp.commands import Commands
-from gahp.config import Knobs, ServerSettings
-from gahp.errors import ConfigError, GahpError
-from gahp.job import PilotJob
-from gahp.jobstate import JobState
-from gahp.provenance import ProvenanceSettings, RouteCheck
-from gahp.schedd import QueryProcess
-from gahp.server import Server
+from gahp.program.commands import Commands
+from gahp.core.config import Knobs, ServerSettings
+from gahp.core.errors import ConfigError, GahpError
+from gahp.core.job import PilotJob
+from gahp.core.jobstate import JobState
+from gahp.rules.provenance import ProvenanceSettings, RouteCheck
+from gahp.core.schedd import QueryProcess
+from gahp.program.server import Server
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def run_gahp(backend_name: str, knobs: Optional[Knobs] = None) -> int:
     else:
         backend = build_backend(backend_name, knobs)
     # The route check's queries are made by a process of their own: the bindings hold the GIL while
-    # they wait for the schedd (gahp.schedd), which would stop this whole process meanwhile.
+    # they wait for the schedd (gahp.core.schedd), which would stop this whole process meanwhile.
     queries = QueryProcess()
     try:
         admit: Optional[Callable[[PilotJob], None]] = RouteCheck(ProvenanceSettings.from_knobs(knobs),

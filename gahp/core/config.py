@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, List, Mapping, Optional, TypeVar
 
-from gahp.errors import ConfigError
+from gahp.core.errors import ConfigError
 
 T = TypeVar("T")
 

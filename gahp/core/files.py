@@ -4,7 +4,7 @@ A user can name anything as an input (``TransferInput``, ``In``, ``+remote_*`` a
 file, ``/dev/zero``, a FIFO nobody writes to.  :func:`read_input` opens without blocking, looks at
 the file's type and size before reading a byte, accepts regular files only (symbolic links are
 followed, as HTCondor's file transfer does), and never reads more than ``limit`` + 1 bytes.
-Every refusal is an :class:`~gahp.errors.InvalidJob` naming the file and the reason.
+Every refusal is an :class:`~gahp.core.errors.InvalidJob` naming the file and the reason.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 
-from gahp.errors import InvalidJob
+from gahp.core.errors import InvalidJob
 
 _CHUNK = 1 << 20
 

@@ -13,7 +13,7 @@ the same values: at submit time no ``IMMUTABLE_JOB_ATTRS`` or ``PROTECTED_JOB_AT
 protecting ``RoutedToJobId`` would refuse the router's own update. Nor does the schedd record in the
 job who submitted it: the router connects over the daemons' family session, which carries no token
 or proxy of its own, and impersonates the owner. What the schedd does record is its audit log
-(:mod:`gahp.auditlog`, ``SCHEDD_AUDIT_LOG``, on in HTCondor-CE's shipped configuration): which
+(:mod:`gahp.core.auditlog`, ``SCHEDD_AUDIT_LOG``, on in HTCondor-CE's shipped configuration): which
 identity the connection that submitted each job authenticated as. So a job is accepted when:
 
 * the audit log records its submitter as one of the schedd's own daemons: an identity of
@@ -58,12 +58,13 @@ from typing import Callable, Dict, Generic, List, Optional, Sequence, Tuple, Typ
 
 import classad2
 
-from gahp import auditlog, schedd
-from gahp.auditlog import AuditLog, AuditLogError, Submitter
-from gahp.config import Knobs
-from gahp.errors import InvalidJob, TransientError
-from gahp.job import PilotJob
-from gahp.retry import Backoff
+from gahp.core import auditlog
+from gahp.core import schedd
+from gahp.core.auditlog import AuditLog, AuditLogError, Submitter
+from gahp.core.config import Knobs
+from gahp.core.errors import InvalidJob, TransientError
+from gahp.core.job import PilotJob
+from gahp.core.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Owns parsing the gridmanager's submit ClassAd (through the ``classad2`` bindings) into an immutable
 :class:`PilotJob`, with HTCondor's argument and environment syntaxes and the CE's ``CERequirements``.
-The state a backend reports is :mod:`gahp.jobstate`. Knows nothing about the wire format or any backend.
+The state a backend reports is :mod:`gahp.core.jobstate`. Knows nothing about the wire format or any backend.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import classad2
 
-from gahp.errors import InvalidJob
-from gahp.outputs import inside
+from gahp.core.errors import InvalidJob
+from gahp.core.outputs import inside
 
 Scalar = Union[str, int, float, bool]
 
@@ -274,7 +274,7 @@ def _resolve(iwd: str, path: Optional[str]) -> Optional[str]:
 
 def _output(iwd: str, name: str, path: Optional[str]) -> Optional[str]:
     """``Out``/``Err`` resolved in ``Iwd``; InvalidJob when it lies outside it (outputs are written only
-    inside the job's directory, :mod:`gahp.outputs`)."""
+    inside the job's directory, :mod:`gahp.core.outputs`)."""
     resolved = _resolve(iwd, path)
     if resolved is None:
         return None
