@@ -269,7 +269,8 @@ def reap(dry_run: bool) -> None:
     from gahp.core.config import Knobs
     from gahp.core.errors import GahpError
     from gahp.core.logs import printable
-    from gahp.ce.reap import census_health, classad_lines, publish_prometheus, reap as reap_once
+    from gahp.ce.health import census_health, publish_prometheus
+    from gahp.ce.reap import classad_lines, reap as reap_once
 
     source = _ce_config()
     knobs = Knobs()
@@ -352,7 +353,7 @@ def health_cmd(prometheus: bool, openmetrics: bool, listen: Optional[str]) -> No
     from gahp.core.config import Knobs
     from gahp.core.errors import GahpError
     from gahp.core.logs import printable
-    from gahp.ce.reap import ce_health
+    from gahp.ce.health import ce_health
 
     source = _ce_config()
     knobs = Knobs()
@@ -434,7 +435,7 @@ def q(long_form: bool, as_json: bool, queue: Optional[str], node: Optional[str],
     from gahp.core.errors import GahpError
     from gahp.ce.q import long_form as long_text, matches, table
     from gahp.core.logs import printable
-    from gahp.ce.reap import pilots
+    from gahp.ce.q import pilots
 
     source = _ce_config()
     try:
@@ -479,7 +480,7 @@ def trace_cmd(job_id: Optional[str], queue: Optional[str], timeout_s: float, int
     from gahp.ce import trace as tracing
     from gahp.core.config import Knobs, user_name
     from gahp.core.errors import GahpError
-    from gahp.ce.reap import ReapSettings
+    from gahp.ce.views import ReapSettings
 
     if job_id is not None and not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?", job_id):
         raise click.UsageError(f"{job_id!r} is not a job id (CLUSTER or CLUSTER.PROC)")

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from gahp.backends.base import RemoteJob
+from gahp.ce.views import ReapSettings, ce_views, take_censuses
 from gahp.core.logs import printable
-from gahp.core.schedd import gahp_job_ids, gahp_type
+from gahp.core import plugins
+from gahp.core.config import Knobs
+from gahp.core.schedd import GRID_UNIVERSE, SCHEDD_KNOBS, ScheddUnavailable, gahp_job_ids, gahp_type, query
 
 #: The ads' attributes ``podgahp q`` reads.
 JOB_ATTRIBUTES = ["ClusterId", "ProcId", "Owner", "RouteName", "GridJobId", "GridResource", "JobStatus",
@@ -140,3 +143,26 @@ def long_form(rows: List[PilotRow]) -> str:
         blocks.append("\n".join(f"{key} = {value!r}" if isinstance(value, str) else f"{key} = {value}"
                                 for key, value in r.as_dict().items() if value is not None))
     return "\n\n".join(blocks)
+
+
+def pilots(knobs: Optional[Knobs] = None) -> Tuple[List[PilotRow], List[str]]:
+    """``podgahp q``: the routed grid jobs of the CE's schedd for podgahp's backends, joined with this
+    CE's remote jobs, and what could not be listed. Raises GahpError when the schedd cannot be asked."""
+    knobs = knobs or Knobs()
+    settings = ReapSettings.from_knobs(knobs)
+    names = set(plugins.backend_names())
+    try:
+        ads = [ad for ad in query(GRID_UNIVERSE, JOB_ATTRIBUTES, settings.schedd_name, settings.schedd_pool)
+               if gahp_type(ad.get("GridResource")) in names]
+    except ScheddUnavailable as e:
+        raise ScheddUnavailable(f"{e} {SCHEDD_KNOBS}") from e
+    held = frozenset(w for ad in ads for w in gahp_job_ids(ad.get("GridJobId"))[:1])
+    with ce_views(knobs) as views:
+        censuses = take_censuses(views, held)
+    errors = [e for c in censuses for e in c.errors]
+    covered = {c.backend for c in censuses}
+    for backend in sorted({gahp_type(ad.get("GridResource")) or "" for ad in ads} - covered):
+        errors.append(f"{backend}: its remote jobs are not listed: the backend is not installed or not configured "
+                      f"at this CE")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return join(ads, [j for c in censuses for j in c.jobs], now), errors

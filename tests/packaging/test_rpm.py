@@ -110,6 +110,14 @@ def test_every_shipped_file_is_in_place(rpms: Dict[str, Path]) -> None:
                      f"{site}/gahp/backends/{backend}/backend.py", f"{site}/gahp/backends/{backend}/__init__.py"):
             expected[path] = f"podgahp-{backend}"
     assert {"k8s", "lancium"} <= set(BACKENDS)
+    # Every module of the product's packages (gahp/program, gahp/ce, gahp/rules, gahp/core, ...) is the
+    # base package's, but a backend package's, which is its subpackage's.
+    for module in (ROOT / "gahp").rglob("*.py"):
+        relative = module.relative_to(ROOT)
+        if relative.parts[1] != "backends" or len(relative.parts) == 3:
+            expected[f"{site}/{relative.as_posix()}"] = "podgahp"
+        else:
+            expected[f"{site}/{relative.as_posix()}"] = f"podgahp-{relative.parts[2]}"
     for conf in (ROOT / "condor_config.d").glob("*.conf"):
         where = "/usr/share/condor-ce" if conf.name.endswith("-defaults.conf") else "/etc/condor-ce"
         expected[f"{where}/config.d/{conf.name}"] = "podgahp-ce"

@@ -35,7 +35,7 @@ ALLOWED: Dict[str, str] = {
     "routes/submit_ad.py:predict_submit_ad": "the gridmanager's submit ad, a branch per attribute it copies",
     # Every status poll of every job goes through it under one lock: its lookups and its store are in
     # one function so that a poll pays no further call.
-    "reports.py:Reports.answer": "the final-answer rule on the status path, a branch per earlier answer",
+    "rules/answers.py:Reports.answer": "the final-answer rule on the status path, a branch per earlier answer",
 }
 
 

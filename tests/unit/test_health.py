@@ -111,7 +111,7 @@ def test_every_configured_queue_and_series_has_a_sample(tmp_path: Path) -> None:
 
     from gahp.backends.base import Census, RemoteJob
     from gahp.core.config import Knobs
-    from gahp.ce.reap import census_health
+    from gahp.ce.health import census_health
     from prometheus_client.parser import text_string_to_metric_families as parse_classic
 
     knobs = Knobs({"PODGAHP_STATE_DIR": str(tmp_path), "LOG": str(tmp_path)})

@@ -254,7 +254,7 @@ def test_every_cluster_the_queues_name_is_listed_and_reaped(two_clusters: List[K
     assert (result.jobs, result.orphans, result.deleted, result.errors) == (4, 2, 2, [])
     assert _pods_left(east, [kept_east, lost_east]) == {kept_east}
     assert _pods_left(west, [kept_west, lost_west]) == {kept_west}
-    from gahp.ce.reap import census_health
+    from gahp.ce.health import census_health
 
     health = census_health(Knobs(knobs_for(east_config, **extra)), result.censuses, result.ce_names)
     assert health.pods == {"east": {"Running": 2}, "west": {"Running": 2}}

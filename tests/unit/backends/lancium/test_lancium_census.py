@@ -16,7 +16,8 @@ from gahp.backends.lancium.census import MAX_DETAILS, LanciumCeView, sandbox_of
 from gahp.backends.lancium.identity import sandbox_key, parse_job_id, new_name
 from gahp.core.config import Knobs
 from gahp.core.jobstate import Phase
-from gahp.ce.reap import census_health, reap_views
+from gahp.ce.health import census_health
+from gahp.ce.reap import reap_views
 from gahp.core.schedd import GridJobs
 from lancium_helpers import BackendFactory, knobs_for, make_pilot, wait_phase
 from podgahp_sim.lancium import LanciumSim
