@@ -170,9 +170,9 @@ def test_hold_deletes_the_pod_and_release_makes_a_new_one(make_pool: Callable[..
 
 
 #: A queue whose image cannot be pulled, reached through its own route (matched first).
-BAD_IMAGE_CONFIG = f"""\
+BAD_IMAGE_QUEUE = """\
 PODGAHP_K8S_QUEUES = cpu gpu opportunistic broken
-PODGAHP_K8S_BROKEN_IMAGE = {BAD_IMAGE}
+PODGAHP_K8S_BROKEN_IMAGE = {image}
 JOB_ROUTER_ROUTE_NAMES = BadImage $(JOB_ROUTER_ROUTE_NAMES)
 JOB_ROUTER_ROUTE_BadImage @=jrt
   TargetUniverse = 9
@@ -182,6 +182,7 @@ JOB_ROUTER_ROUTE_BadImage @=jrt
   SET default_CERequirements "RequestCpus,RequestDisk"
 @jrt
 """
+BAD_IMAGE_CONFIG = BAD_IMAGE_QUEUE.format(image=BAD_IMAGE)
 
 
 @pytest.mark.both_engines
@@ -218,7 +219,11 @@ def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[
     # user's gridmanager, so the third waits for the router, the schedd and a new gridmanager and GAHP
     # (about 10 s here, several times that on a busy machine). A shorter one let the queue open again
     # before the third pilot came: it got a pod, and was held for the image instead.
-    config = BAD_IMAGE_CONFIG + "PODGAHP_BLACKHOLE_FAILURES = 2\nPODGAHP_BLACKHOLE_BACKOFF_SECONDS = 75\n"
+    # An image of this test's own: it publishes it, and a cluster shared with the other tests (the
+    # real engine's, one per worker) must still lack BAD_IMAGE for them.
+    image = f"registry.example.org/osg/does-not-exist-{os.getpid()}-{time.monotonic_ns()}:1"
+    config = (BAD_IMAGE_QUEUE.format(image=image)
+              + "PODGAHP_BLACKHOLE_FAILURES = 2\nPODGAHP_BLACKHOLE_BACKOFF_SECONDS = 75\n")
     pool = start_k8s_ce(make_pool, installation, kube_sim, extra_config=config)
     home = iwd(pool)
 
@@ -228,7 +233,7 @@ def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[
     for name in ("first", "second"):
         cluster = pool.submit(pilot_submit(home, name, extra=['+queue = "broken"']), cwd=home)
         ad = pool.wait_for(held(cluster), timeout=90, what=f"the {name} pilot held")[0]
-        assert BAD_IMAGE in ad["HoldReason"], ad
+        assert image in ad["HoldReason"], ad
     assert len(pod_creations(kube_sim)) == 2
 
     third = pool.submit(pilot_submit(home, "third", extra=['+queue = "broken"']), cwd=home)
@@ -237,7 +242,7 @@ def test_black_hole_queue_stops_receiving_pods_and_recovers(make_pool: Callable[
     assert "ImagePull" in ad["HoldReason"], ad
     assert len(pod_creations(kube_sim)) == 2  # the closed queue got no pod
 
-    kube_sim.publish_image(BAD_IMAGE)  # the image is fixed
+    kube_sim.publish_image(image)  # the image is fixed
     # The GAHP's state file says until when the queue is closed; wait for that time to pass.
     state = next(pool.path(pool.log_dir).glob("Podgahp.pilot.*/PodgahpBlackholes.*-pilot-k8s.json"))
     until = json.loads(state.read_text())["queues"]["broken"]["closed_until"]
