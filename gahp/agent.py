@@ -1,23 +1,23 @@
 """The agent: one class between the commands and every backend, which runs the rules every backend obeys,
 in one order written once (an adapter's verbs, :class:`gahp.backends.base.Backend`, know none of them).
 
-* **Submit**: admission (a queue closed as a black hole refuses at once, :mod:`gahp.blackhole`, and
+* **Submit**: admission (a queue closed as a black hole refuses at once, :mod:`gahp.rules.blackhole`, and
   counts), then the backend's *create* (which records the job before it can run, in the records the
-  agent lends it: :meth:`gahp.records.JobRecords.note`); a create the service refuses as over quota or
+  agent lends it: :meth:`gahp.rules.records.JobRecords.note`); a create the service refuses as over quota or
   invalid counts as a failed pilot of its queue; a job made is counted; a new job under an old id
   starts afresh (its answers are forgotten).
-* **Status**, with the job's lock held (:meth:`gahp.reports.Reports.lock`): a final answer given before
+* **Status**, with the job's lock held (:meth:`gahp.rules.answers.Reports.lock`): a final answer given before
   wins (checked inside the lock, so that two workers never both work one out); else the backend
   *observes* the job, its ``Out``/``Err`` are written before it is reported completed (an ``OSError``
-  holds it instead: :data:`gahp.holds.OUTPUT`; a writer that says they are not ready keeps it
-  running), the answer never goes back (:class:`gahp.reports.Reports`), and the first final answer
-  counts once for the guard of its queue and for the health figures (:mod:`gahp.health`). The quick
+  holds it instead: :data:`gahp.rules.holds.OUTPUT`; a writer that says they are not ready keeps it
+  running), the answer never goes back (:class:`gahp.rules.answers.Reports`), and the first final answer
+  counts once for the guard of its queue and for the health figures (:mod:`gahp.rules.figures`). The quick
   status does the same from the backend's memory, without I/O or waiting for the lock.
 * **Cancel**: the job's record says a cancel is pending; the backend *removes* the job; the record
   then says done (kept, so that a repeated cancel is still answered) and the job is answered removed
   from then on: in this GAHP at once, in a fresh one when it ends (a cancelled job's end is the
   cancel's, and counts for no guard or figure). A removal that fails is an error result and is tried again in the background
-  (:class:`gahp.cancels.CancelRetries`) and, should this GAHP exit first, by the next GAHP of the user
+  (:class:`gahp.rules.cancels.CancelRetries`) and, should this GAHP exit first, by the next GAHP of the user
   (it takes up every pending cancel at start).
 * **Clean-up**: a job the backend's own clean-up deleted is forgotten: its record, its answers, counted.
 * **Ping**: the backend's problems, and every queue closed as a black hole.
@@ -153,7 +153,7 @@ class Agent:
     def status_now(self, job_id: str) -> Optional[JobState]:
         """The answer if it can be given at once, from memory, without I/O or waiting; None when
         :meth:`status` must be asked on a worker. An unchanged record of the backend's gets the answer
-        derived from it before (:meth:`gahp.reports.Reports.again`)."""
+        derived from it before (:meth:`gahp.rules.answers.Reports.again`)."""
         source = self.backend.cached(job_id)
         known = self.reports.again(job_id, source)
         if known is not None:

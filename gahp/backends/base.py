@@ -6,8 +6,8 @@ its outputs to write), *remove* one, *ping*, and what the CE-wide tools list. Th
 obeys are not its own: :class:`gahp.agent.Agent` wraps every call, the same way for every backend
 (admission, the per-job lock, final answers, outputs, the black-hole verdict, the figures, the job
 records and their cancels). A backend knows nothing about the BLAHP wire format nor about those rules:
-it takes a :class:`~gahp.job.PilotJob`, returns job ids and :class:`~gahp.jobstate.JobState` values
-in :class:`Seen` and :class:`Created`, and raises :mod:`gahp.errors` classes. Every verb may be called
+it takes a :class:`~gahp.core.job.PilotJob`, returns job ids and :class:`~gahp.core.jobstate.JobState` values
+in :class:`Seen` and :class:`Created`, and raises :mod:`gahp.core.errors` classes. Every verb may be called
 from several worker threads at once, and from a process that has never seen the job before (the
 gridmanager restarts GAHPs freely), so a job id alone must be enough to act.
 
@@ -16,7 +16,7 @@ Declared capabilities beyond the five verbs: a backend whose :meth:`Backend.ce_v
 :meth:`CeView.delete`), ``podgahp q`` and ``podgahp health`` (the census) and ``podgahp trace``
 (:meth:`CeView.trace`, optional). A backend without one (the in-memory test backend) is skipped by
 them. What the tools do with a census, the orphan rules, the table, the figures, is theirs, the
-same for every backend (:mod:`gahp.orphans`, :mod:`gahp.overview`, :mod:`gahp.health`).
+same for every backend (:mod:`gahp.ce.orphans`, :mod:`gahp.ce.q`, :mod:`gahp.ce.health`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class CeView(abc.ABC):
     @abc.abstractmethod
     def delete(self, job: RemoteJob) -> None:
         """Delete an orphan of the last census: that very object only (a job made since under the same
-        name is kept). Already gone is success; raises :class:`~gahp.errors.GahpError` otherwise."""
+        name is kept). Already gone is success; raises :class:`~gahp.core.errors.GahpError` otherwise."""
 
     def trace(self, grid_job_id: str, queue: Optional[str], user: str, ping: bool) -> Tuple[List[Hop], List[str]]:
         """Optional, for ``podgahp trace``: the remote hops of the job a routed job's ``GridJobId``
@@ -211,7 +211,7 @@ class Backend(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def from_knobs(cls, knobs: Knobs) -> Backend:
-        """Build the backend from HTCondor configuration; raises :class:`~gahp.errors.ConfigError`."""
+        """Build the backend from HTCondor configuration; raises :class:`~gahp.core.errors.ConfigError`."""
 
     @classmethod
     def queue_problem(cls, queue: Optional[str], knob: Callable[[str], Optional[str]]) -> Optional[str]:
@@ -222,7 +222,7 @@ class Backend(abc.ABC):
 
     def bind(self, records: JobRecords, tidied: Callable[[str], None]) -> None:
         """Called once by the agent: the job records to read and to write a job's into before it is made
-        (:meth:`~gahp.records.JobRecords.note`), and what to call with the job id of each of the GAHP's
+        (:meth:`~gahp.rules.records.JobRecords.note`), and what to call with the job id of each of the GAHP's
         own finished jobs the backend's clean-up deleted (its record, answers and figures are the agent's)."""
         self.records = records
         self.tidied = tidied
@@ -230,7 +230,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def queue_of(self, job: PilotJob) -> str:
         """The queue a pilot would be made in (the black-hole guard's name for it); raises
-        :class:`~gahp.errors.InvalidJob` or ConfigError for a queue this backend does not serve."""
+        :class:`~gahp.core.errors.InvalidJob` or ConfigError for a queue this backend does not serve."""
 
     def queues(self) -> Tuple[str, ...]:
         """Every queue this backend serves (when every one is closed as a black hole, ping fails)."""
@@ -239,16 +239,16 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def ping(self) -> List[str]:
         """What is wrong with the service or this identity's rights there, each a sentence telling an
-        admin what to fix (empty: all is well); raises a :class:`~gahp.errors.GahpError` when even that
+        admin what to fix (empty: all is well); raises a :class:`~gahp.core.errors.GahpError` when even that
         cannot be found out."""
 
     @abc.abstractmethod
     def create(self, job: PilotJob) -> Created:
         """Start the pilot: idempotent per ``job.sandbox_id`` (while a live remote job exists for the
         sandbox, return it, ``made=False``). The job is recorded (``self.records.note``) before anything
-        can make it run. Raises :class:`~gahp.errors.InvalidJob` or
-        :class:`~gahp.errors.BackendError` for permanent refusals (QuotaExceeded and Invalid count
-        against the queue), :class:`~gahp.errors.TransientError` when the service could not be reached."""
+        can make it run. Raises :class:`~gahp.core.errors.InvalidJob` or
+        :class:`~gahp.core.errors.BackendError` for permanent refusals (QuotaExceeded and Invalid count
+        against the queue), :class:`~gahp.core.errors.TransientError` when the service could not be reached."""
 
     def polled(self, job_id: str) -> None:
         """Called on a worker at every status of a job, before its lock is taken and whatever the answer
@@ -259,7 +259,7 @@ class Backend(abc.ABC):
     def observe(self, job_id: str) -> Seen:
         """The job as the service has it now, through the state table; a job that vanished without an
         outcome is ``Phase.REMOVED``. May do I/O; called with the job's lock held. Raises
-        :class:`~gahp.errors.TransientError` only when the state cannot be known right now."""
+        :class:`~gahp.core.errors.TransientError` only when the state cannot be known right now."""
 
     def cached(self, job_id: str) -> Optional[object]:
         """The backend's record of the job from memory, without I/O (:attr:`Seen.source`); None when it
