@@ -20,12 +20,6 @@ MAX_COMPLEXITY = 15
 
 #: Functions over a limit, "path:qualified name" → why it stays so for now.
 ALLOWED: Dict[str, str] = {
-    # Backends: each is one adapter verb's sequence of service calls (a create's), the rules every
-    # backend obeys already the agent's (gahp/agent.py); not split yet.
-    "backends/k8s/submit.py:Submitter.submit": "one pod's creation: its name, the pod already there, the "
-                                               "secret, the create and its conflict, in order",
-    "backends/lancium/submit.py:Submitter._existing": "a job found by name: each answer of the service's "
-                                                      "search a branch",
     # The route conversion and its proof: one pass each over an old entry's attributes or a route's
     # differences, a branch per attribute HTCondor-CE's router treats apart; not split yet.
     "routes/convert.py:convert_routes": "one pass over the old entries, a branch per case of the file",

@@ -25,8 +25,8 @@ from gahp.backends.k8s.cache import PodCache
 from gahp.backends.k8s.identity import job_id_of, pod_name, refusal, sandbox_key
 from gahp.backends.k8s.secret import ensure_secret
 from gahp.backends.k8s.settings import KubernetesSettings, QueueSettings, label_value
-from gahp.backends.k8s.spec import (ANN_REPORTED, LABEL_QUEUE, OVERRIDES, build_pod, generation_of, load_template,
-                                    stage_inputs)
+from gahp.backends.k8s.spec import (ANN_REPORTED, LABEL_QUEUE, OVERRIDES, StagedFile, build_pod, generation_of,
+                                    load_template, stage_inputs)
 from gahp.backends.k8s.view import Pod, PodRecord, decode_pod, record_of
 from gahp.backends.k8s.wholenode import WholeNodeSizer
 from gahp.core.errors import BackendError, Conflict, TransientError
@@ -98,15 +98,7 @@ class Submitter:
         queue = self.settings.queue(job.queue)
         api, cache = self.cluster(queue)
         namespace = cache.namespace
-        for setting in job.settings:
-            if setting.startswith("k8s_") and setting not in OVERRIDES:
-                log.warning("sandbox %s: route setting %s is not one a route may override; ignored "
-                            "(allowed: %s)", job.sandbox_id, setting, ", ".join(sorted(OVERRIDES)))
-        template = load_template(queue.pod_template)
-        if job.whole_node:
-            job = self.whole_node.sized(job, queue, template)
-            log.info("sandbox %s: whole-node pilot given %d cores and %d MiB (queue %s)", job.sandbox_id, job.cpus,
-                     job.memory_mb or 0, queue.name)
+        job, template = self._shaped(job, queue)
         staged = stage_inputs(job, queue, self.settings.secret_max_bytes)
         key = sandbox_key(self.settings.ce_name, self.user, job.sandbox_id)
         cache.wait_synced(self.settings.sync_timeout_s)
@@ -116,13 +108,7 @@ class Submitter:
             newest = max(existing, key=generation_of, default=None)
             case = resubmit_case(newest) if newest is not None else "none"
             if newest is not None and dict(RESUBMIT_RULES)[case] == "reuse":
-                jid = job_id_of(namespace, newest.name)
-                log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
-                         job.sandbox_id, case)
-                record = self._record(job, jid, newest.name)
-                if case == "live":
-                    ensure_secret(api, newest, staged, jid)
-                return Submitted(jid, record)
+                return self._reused(job, api, namespace, newest, case, staged)
             generation = max([generation_of(p) for p in existing] + [0]) + 1
             if queue.max_pods:
                 self._check_cap(cache, queue)
@@ -149,6 +135,31 @@ class Submitter:
             return Submitted(jid, record, made)
         raise TransientError(f"sandbox {job.sandbox_id}: pods kept appearing under the names podgahp chose; "
                              "another process is submitting the same sandbox")
+
+    def _shaped(self, job: PilotJob, queue: QueueSettings) -> Tuple[PilotJob, JsonObj]:
+        """The pilot as its pod will be made (a whole-node pilot sized to its node) and the queue's
+        template; route settings no route may override are named in the log and ignored."""
+        for setting in job.settings:
+            if setting.startswith("k8s_") and setting not in OVERRIDES:
+                log.warning("sandbox %s: route setting %s is not one a route may override; ignored "
+                            "(allowed: %s)", job.sandbox_id, setting, ", ".join(sorted(OVERRIDES)))
+        template = load_template(queue.pod_template)
+        if job.whole_node:
+            job = self.whole_node.sized(job, queue, template)
+            log.info("sandbox %s: whole-node pilot given %d cores and %d MiB (queue %s)", job.sandbox_id, job.cpus,
+                     job.memory_mb or 0, queue.name)
+        return job, template
+
+    def _reused(self, job: PilotJob, api: KubeApi, namespace: str, pod: PodRecord, case: str,
+                staged: List[StagedFile]) -> Submitted:
+        """The sandbox's pod already there answers the submit (its Secret made again if a live pod lacks it)."""
+        jid = job_id_of(namespace, pod.name)
+        log.info("[%s] sandbox %s already has a pod (%s); returning it, not creating another", jid,
+                 job.sandbox_id, case)
+        record = self._record(job, jid, pod.name)
+        if case == "live":
+            ensure_secret(api, pod, staged, jid)
+        return Submitted(jid, record)
 
     def refusal(self, pod: Pod) -> Optional[str]:
         """Why this GAHP must not act on ``pod`` (None: it is this CE's pod of this user)."""

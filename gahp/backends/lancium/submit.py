@@ -198,16 +198,9 @@ class Submitter:
             if key_of_name(summary["name"]) != key:
                 continue
             status = summary["status"]
-            record = self.records.get(job_id_of(lancium_id))
-            if summary["name"] == pending.name:
-                if record is None and status == "created" and not lost_answer_seen:
-                    log.info("%s: made by a create whose answer was lost; completing it", job_id_of(lancium_id))
-                    record = self._record(job, lancium_id, pending.name)
-                lost_answer_seen = True  # only the oldest: a copy made by someone who saw it comes later
-            if record is None or record.sandbox_id != job.sandbox_id or record.cancel:
-                if record is None:
-                    log.info("%s: carries the name of sandbox %s but was not made by this GAHP: left alone",
-                             job_id_of(lancium_id), job.sandbox_id)
+            record, lost_answer_seen = self._owned(job, lancium_id, summary["name"], status, pending,
+                                                   lost_answer_seen)
+            if record is None:
                 continue
             if status in LIVE_STATES or (status in ENDED_STATES and summary["name"] == pending.name):
                 # An ended job of this submit's own name ran before the answer that said so was
@@ -215,14 +208,34 @@ class Submitter:
                 live.append(Submitted(lancium_id, record))
             elif status == "created":
                 half_made.append(Submitted(lancium_id, record))
-        if live:
-            half_made, keep = half_made, None
-        else:
-            half_made, keep = half_made[:-1], (half_made[-1] if half_made else None)
-        for older in half_made:
+        return (live[-1] if live else None), self._newest_half_made(half_made, bool(live))
+
+    def _owned(self, job: PilotJob, lancium_id: int, name: Optional[str], status: str, pending: JobRecord,
+               lost_answer_seen: bool) -> Tuple[Optional[JobRecord], bool]:
+        """The record by which the job ``lancium_id`` (of the sandbox's name ``name``) is this GAHP's
+        pilot of ``job``'s sandbox (None: not this GAHP's, another sandbox's, or cancelled), and whether
+        the job of the create whose answer was lost has been seen now."""
+        record = self.records.get(job_id_of(lancium_id))
+        if name == pending.name:
+            if record is None and status == "created" and not lost_answer_seen:
+                log.info("%s: made by a create whose answer was lost; completing it", job_id_of(lancium_id))
+                record = self._record(job, lancium_id, pending.name)
+            lost_answer_seen = True  # only the oldest: a copy made by someone who saw it comes later
+        if record is None:
+            log.info("%s: carries the name of sandbox %s but was not made by this GAHP: left alone",
+                     job_id_of(lancium_id), job.sandbox_id)
+            return None, lost_answer_seen
+        if record.sandbox_id != job.sandbox_id or record.cancel:
+            return None, lost_answer_seen
+        return record, lost_answer_seen
+
+    def _newest_half_made(self, half_made: List[Submitted], live: bool) -> Optional[Submitted]:
+        """The half-made job to submit (the newest, none when a live one exists); the others are deleted."""
+        keep = half_made[-1] if half_made and not live else None
+        for older in (half_made if live else half_made[:-1]):
             log.info("%s: deleting an unsubmitted job of the same sandbox", job_id_of(older.lancium_id))
             self._delete_half_made(older.lancium_id)
-        return (live[-1] if live else None), keep
+        return keep
 
     def _submit_created(self, lancium_id: int, job_id: str) -> None:
         try:
