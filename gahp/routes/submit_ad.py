@@ -67,13 +67,29 @@ def grid_type(grid_resource: str) -> Tuple[str, List[str]]:
 def predict_submit_ad(routed: classad2.ClassAd, sandbox_id: str) -> classad2.ClassAd:
     """The ad ``BLAH_JOB_SUBMIT`` would carry for ``routed`` (blahp-protocol.md §4.1, §4.3)."""
     submit = classad2.ClassAd()
+    _copy_literals(routed, submit)
+    _copy_ce_requirements(routed, submit)
+    _copy_batch_requests(routed, submit)
+    _copy_paths(routed, submit)
+    submit["JobDirectory"] = "home_bl_" + sandbox_id
+    _set_grid_type(routed, submit)
+    _apply_remote_attributes(routed, submit)
+    return submit
+
+
+def _copy_literals(routed: classad2.ClassAd, submit: classad2.ClassAd) -> None:
+    """Each of :data:`COPIED_ATTRIBUTES` the routed job has, evaluated there, as a literal (none
+    that is not a scalar)."""
     for name in COPIED_ATTRIBUTES:
         if name in routed:
             text = _literal_text(routed.eval(name))
             if text is not None:
                 submit[name] = classad2.ExprTree(text)
 
-    _copy_ce_requirements(routed, submit)
+
+def _copy_batch_requests(routed: classad2.ClassAd, submit: classad2.ClassAd) -> None:
+    """What the gridmanager takes under another name: ``RemoteIwd`` as ``Iwd``, ``BatchQueue`` as
+    ``Queue``, a positive ``RequestGPUs`` as ``GPUNumber``."""
     remote_iwd = ad_value(routed, "RemoteIwd")
     if isinstance(remote_iwd, str) and remote_iwd:
         submit["Iwd"] = remote_iwd
@@ -84,6 +100,9 @@ def predict_submit_ad(routed: classad2.ClassAd, sandbox_id: str) -> classad2.Cla
     if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and int(gpus) > 0:
         submit["GPUNumber"] = int(gpus)
 
+
+def _copy_paths(routed: classad2.ClassAd, submit: classad2.ClassAd) -> None:
+    """``Cmd`` and ``x509userproxy`` made absolute against the submit ad's ``Iwd``."""
     iwd = ad_value(submit, "Iwd")
     cmd = ad_value(routed, "Cmd")
     if isinstance(cmd, str):
@@ -91,14 +110,14 @@ def predict_submit_ad(routed: classad2.ClassAd, sandbox_id: str) -> classad2.Cla
     proxy = ad_value(routed, "x509userproxy")
     if isinstance(proxy, str):
         submit["x509userproxy"] = proxy if proxy.startswith("/") else f"{iwd if isinstance(iwd, str) else ''}/{proxy}"
-    submit["JobDirectory"] = "home_bl_" + sandbox_id
+
+
+def _set_grid_type(routed: classad2.ClassAd, submit: classad2.ClassAd) -> None:
+    """``gridtype``: the batch type of the routed job's ``GridResource`` (none for ``blah``)."""
     resource = ad_value(routed, "GridResource")
     batch = grid_type(resource)[0] if isinstance(resource, str) else ""
     if batch and batch != "blah":
         submit["gridtype"] = batch
-
-    _apply_remote_attributes(routed, submit)
-    return submit
 
 
 def _copy_ce_requirements(routed: classad2.ClassAd, submit: classad2.ClassAd) -> None:
