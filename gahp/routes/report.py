@@ -92,27 +92,48 @@ class Report:
 
     def text(self) -> str:
         lines = [f"Routes in {self.path} (HTCondor {self.condor_version}; {self.transforms})", ""]
-        order = ("in no defined order (old syntax)" if any(r.old_syntax for r in self.routes)
-                 else "matched in this order")
-        lines.append(f"{len(self.routes)} route(s), {order}:" if self.routes else "No routes.")
-        for r in self.routes:
-            limits = ", ".join(x for x in (f"MaxJobs {r.max_jobs}" if r.max_jobs else "",
-                                           f"MaxIdleJobs {r.max_idle_jobs}" if r.max_idle_jobs else "") if x)
-            lines.append(f"  {r.name}: GridResource \"{r.grid_resource}\"; {limits}"
-                         f"{'; old syntax' if r.old_syntax else ''}{'  (' + r.location + ')' if r.location else ''}")
-            lines.append(f"      requirements: {r.requirements or '(none: every job the JobRouter considers)'}")
+        lines += _routes_lines(self.routes)
         for s in self.samples:
             lines += ["", f"Pilot {s.name} (job {s.job_id}){': ' + s.description if s.description else ''}"]
             lines += _sample_lines(s)
-        if self.warnings:
-            lines += ["", "Warnings:"] + [f"  - {w}" for w in self.warnings]
-        if self.problems:
-            lines += ["", "Problems:"] + [f"  - {p}" for p in self.problems]
-            other = [m for m in self.router_messages if not any(m in p for p in self.problems)]
-            if other:
-                lines += ["", "Other JobRouter messages:"] + [f"  {m}" for m in other]
+        lines += _list_section("Warnings:", [f"  - {w}" for w in self.warnings])
+        lines += _problems_lines(self.problems, self.router_messages)
         lines += ["", "FAILED" if self.problems else "OK"]
         return "\n".join(lines) + "\n"
+
+
+def _list_section(title: str, items: List[str]) -> List[str]:
+    """A section of the report's text after an empty line, or nothing when it has no ``items``."""
+    return ["", title] + items if items else []
+
+
+def _problems_lines(problems: Tuple[str, ...], router_messages: Tuple[str, ...]) -> List[str]:
+    """The problems' section, then the JobRouter's messages that none of them repeats (none when
+    there is no problem)."""
+    if not problems:
+        return []
+    other = [m for m in router_messages if not any(m in p for p in problems)]
+    return (_list_section("Problems:", [f"  - {p}" for p in problems])
+            + _list_section("Other JobRouter messages:", [f"  {m}" for m in other]))
+
+
+def _routes_lines(routes: Tuple[Route, ...]) -> List[str]:
+    """The routes' part of the report's text: how many and in what order, then two lines per route."""
+    if not routes:
+        return ["No routes."]
+    order = "in no defined order (old syntax)" if any(r.old_syntax for r in routes) else "matched in this order"
+    lines = [f"{len(routes)} route(s), {order}:"]
+    for r in routes:
+        lines.append(f"  {r.name}: GridResource \"{r.grid_resource}\"; {_limits(r)}"
+                     f"{'; old syntax' if r.old_syntax else ''}{'  (' + r.location + ')' if r.location else ''}")
+        lines.append(f"      requirements: {r.requirements or '(none: every job the JobRouter considers)'}")
+    return lines
+
+
+def _limits(r: Route) -> str:
+    """The route's MaxJobs and MaxIdleJobs, those it sets."""
+    return ", ".join(x for x in (f"MaxJobs {r.max_jobs}" if r.max_jobs else "",
+                                 f"MaxIdleJobs {r.max_idle_jobs}" if r.max_idle_jobs else "") if x)
 
 
 def _sample_lines(s: SampleResult) -> List[str]:

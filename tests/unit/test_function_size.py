@@ -25,7 +25,6 @@ ALLOWED: Dict[str, str] = {
     "routes/convert.py:convert_routes": "one pass over the old entries, a branch per case of the file",
     "routes/convert.py:convert_entry": "one pass over an old entry's attributes, a branch per attribute",
     "routes/proof.py:prove": "one pass over the routes and pilots compared, a branch per difference",
-    "routes/report.py:Report.text": "the report's text, a branch per section that may be absent",
     # Every status poll of every job goes through it under one lock: its lookups and its store are in
     # one function so that a poll pays no further call.
     "rules/answers.py:Reports.answer": "the final-answer rule on the status path, a branch per earlier answer",
