@@ -420,86 +420,138 @@ def _route_name(value: object, index: int) -> Tuple[str, Optional[str]]:
     return name, (None if name == value else f"was named {value!r}")
 
 
+@dataclass
+class _RouteParts:
+    """What a route's attributes become, gathered one attribute at a time by :func:`convert_entry`."""
+
+    name: str
+    route: classad2.ClassAd
+    notes: List[str]
+    checks: List[str] = field(default_factory=list)
+    settings: List[Tuple[int, str]] = field(default_factory=list)
+    """Route settings, by their place in :data:`ROUTE_MACROS`."""
+    defaults: List[str] = field(default_factory=list)
+    """The ``default_*`` macros of HTCondor-CE."""
+    kept: List[str] = field(default_factory=list)
+    """Any other attribute, kept as a macro of the route."""
+    requirements: Optional[str] = None
+    edits: Dict[str, List[str]] = field(default_factory=lambda: {keyword: [] for _, keyword in _EDITS})
+
+
 def convert_entry(route: classad2.ClassAd, index: int, ce: bool = True) -> ConvertedRoute:
     """The ``JOB_ROUTER_ROUTE_<name>`` block for one merged route ad; with ``ce``, with what it needs
     to mean the same behind HTCondor-CE's transforms (:mod:`gahp.routes.ce_meaning`)."""
     name, renamed = _route_name(ad_value(route, "Name"), index)
-    notes: List[str] = [f"route {name} {renamed}"] if renamed else []
-    checks: List[str] = []
-    settings: List[Tuple[int, str]] = []
-    defaults: List[str] = []
-    kept: List[str] = []
-    requirements: Optional[str] = None
-    edits: Dict[str, List[str]] = {keyword: [] for _, keyword in _EDITS}
+    parts = _RouteParts(name, route, [f"route {name} {renamed}"] if renamed else [])
     for attr in sorted(route.keys(), key=str.lower):
-        lower = attr.lower()
-        expr = route.lookup(attr)
-        if lower == "name":
-            continue
-        if lower == "requirements":
-            requirements = inline(route, expr, untarget=True)
-        elif lower in _MACROS:
-            settings.append((ROUTE_MACROS.index(_MACROS[lower]), f"{_MACROS[lower]} = {expr}"))
-            if lower == "targetuniverse" and route.eval(attr) == 5:
-                notes.append(f"route {name}: TargetUniverse = 5 kept as the macro HTCondor-CE's WholeNode transform "
-                             "reads (HTCondor's own converter writes UNIVERSE 5, which that transform does not see: "
-                             "its whole-node pilots would ask for 1 core)")
-        elif lower in _CE_DEFAULTS:
-            try:
-                defaults.append(_default_macro(_CE_DEFAULTS[lower], route, expr, evaluate=True))
-            except RoutesError as e:
-                checks.append(str(e))
-        elif lower == "default_cerequirements":
-            edits["SET"].append(f"SET default_CERequirements {expr}")
-            notes.append(f"route {name}: default_CERequirements is read from the job by HTCondor-CE: written as "
-                         "SET default_CERequirements (HTCondor's own converter keeps it as a macro, which the CE "
-                         "does not read)")
-        elif _ce_default_edit(lower) is not None:
-            target, evaluate = _ce_default_edit(lower)  # type: ignore[misc]
-            try:
-                defaults.append(_default_macro(target, route, expr, evaluate=evaluate))
-            except RoutesError as e:
-                checks.append(str(e))
-                continue
-            notes.append(f"route {name}: {attr} written as the macro {target}, which HTCondor-CE's transforms read "
-                         f"(HTCondor's own converter writes SET {target}, a job attribute the CE ignores)")
-        else:
-            try:
-                edit = _edit(attr, route, expr, name)
-            except RoutesError as e:
-                checks.append(f"{e}: not converted")
-                continue
-            if edit is not None:
-                edits[edit[0]].append(edit[1])
-            else:
-                kept.append(f"{attr} = {expr}")
-    if kept:
-        notes.append(f"route {name}: kept as macros of the route, which nothing reads unless a statement refers to "
-                     f"them: {', '.join(k.split(' = ')[0] for k in kept)}")
-    lines = [f"JOB_ROUTER_ROUTE_{name} @=jrt"]
-    defaults.sort(key=lambda line: [m.lower() for m in CE_DEFAULT_MACROS].index(line.split(" = ")[0].lower()))
-    lines += [f"  {m}" for _, m in sorted(settings)] + [f"  {d}" for d in defaults] + [f"  {k}" for k in kept]
-    if requirements is not None:
-        lines.append(f"  REQUIREMENTS {requirements}")
-        kept_here = sorted(set(re.findall(TOKEN_PREFIX + r"\d+_", requirements)))
-        if kept_here:
-            checks.append(f"REQUIREMENTS refers to {', '.join(kept_here)}, which this file does not define, and the "
-                          "JobRouter expands no macro in a route's REQUIREMENTS (it drops the route as not valid): "
-                          "write the value in")
+        _take_attribute(parts, attr, route.lookup(attr))
+    if parts.kept:
+        parts.notes.append(f"route {name}: kept as macros of the route, which nothing reads unless a statement refers "
+                           f"to them: {', '.join(k.split(' = ')[0] for k in parts.kept)}")
+    lines = [f"JOB_ROUTER_ROUTE_{name} @=jrt"] + _macro_lines(parts) + _requirements_lines(parts)
     for _, keyword in _EDITS:
-        lines += [f"  {e}" for e in edits[keyword]]
+        lines += [f"  {e}" for e in parts.edits[keyword]]
     if ce:
-        added = ce_statements(route, name)
-        if added.statements:
-            lines.append("  # podgahp: what HTCondor-CE 23.0's own route defaults did for this route")
-            lines += [f"  {statement}" for statement in added.statements]
-            notes += added.notes
+        lines += _ce_lines(parts)
     lines.append("@jrt")
     resource = ad_value(route, "GridResource")
     universe = route.eval("TargetUniverse") if "TargetUniverse" in route else 9
-    return ConvertedRoute(name, "\n".join(lines), repr(route), tuple(notes),
-                          resource if isinstance(resource, str) else "", tuple(checks),
+    return ConvertedRoute(name, "\n".join(lines), repr(route), tuple(parts.notes),
+                          resource if isinstance(resource, str) else "", tuple(parts.checks),
                           universe if isinstance(universe, int) else 9)
+
+
+def _take_attribute(parts: _RouteParts, attr: str, expr: classad2.ExprTree) -> None:
+    """One attribute of the route into ``parts``: a branch per kind of attribute, in the order the
+    kinds are told apart."""
+    lower = attr.lower()
+    ce_edit = _ce_default_edit(lower)
+    if lower == "name":
+        return
+    if lower == "requirements":
+        parts.requirements = inline(parts.route, expr, untarget=True)
+    elif lower in _MACROS:
+        _take_setting(parts, attr, expr)
+    elif lower in _CE_DEFAULTS:
+        _take_ce_default(parts, _CE_DEFAULTS[lower], expr, evaluate=True)
+    elif lower == "default_cerequirements":
+        parts.edits["SET"].append(f"SET default_CERequirements {expr}")
+        parts.notes.append(f"route {parts.name}: default_CERequirements is read from the job by HTCondor-CE: written "
+                           "as SET default_CERequirements (HTCondor's own converter keeps it as a macro, which the CE "
+                           "does not read)")
+    elif ce_edit is not None:
+        if _take_ce_default(parts, ce_edit[0], expr, evaluate=ce_edit[1]):
+            parts.notes.append(f"route {parts.name}: {attr} written as the macro {ce_edit[0]}, which HTCondor-CE's "
+                               f"transforms read (HTCondor's own converter writes SET {ce_edit[0]}, a job attribute "
+                               "the CE ignores)")
+    else:
+        _take_edit_or_macro(parts, attr, expr)
+
+
+def _take_setting(parts: _RouteParts, attr: str, expr: classad2.ExprTree) -> None:
+    """A route setting (:data:`ROUTE_MACROS`): a bare macro of the same name."""
+    macro = _MACROS[attr.lower()]
+    parts.settings.append((ROUTE_MACROS.index(macro), f"{macro} = {expr}"))
+    if macro == "TargetUniverse" and parts.route.eval(attr) == 5:
+        parts.notes.append(f"route {parts.name}: TargetUniverse = 5 kept as the macro HTCondor-CE's WholeNode "
+                           "transform reads (HTCondor's own converter writes UNIVERSE 5, which that transform does "
+                           "not see: its whole-node pilots would ask for 1 core)")
+
+
+def _take_ce_default(parts: _RouteParts, macro: str, expr: classad2.ExprTree, evaluate: bool) -> bool:
+    """One of HTCondor-CE's route defaults as its ``default_*`` macro; False (and a check) when no
+    macro can say it."""
+    try:
+        parts.defaults.append(_default_macro(macro, parts.route, expr, evaluate=evaluate))
+    except RoutesError as e:
+        parts.checks.append(str(e))
+        return False
+    return True
+
+
+def _take_edit_or_macro(parts: _RouteParts, attr: str, expr: classad2.ExprTree) -> None:
+    """An old-syntax edit (``copy_``, ``delete_``, ``set_``, ``eval_set_``) as its statement; any
+    other attribute kept as a macro of the same name."""
+    try:
+        edit = _edit(attr, parts.route, expr, parts.name)
+    except RoutesError as e:
+        parts.checks.append(f"{e}: not converted")
+        return
+    if edit is not None:
+        parts.edits[edit[0]].append(edit[1])
+    else:
+        parts.kept.append(f"{attr} = {expr}")
+
+
+def _macro_lines(parts: _RouteParts) -> List[str]:
+    """The route's macros: its settings in :data:`ROUTE_MACROS`' order, the CE's defaults in
+    :data:`CE_DEFAULT_MACROS`' order, then the attributes kept."""
+    order = [m.lower() for m in CE_DEFAULT_MACROS]
+    defaults = sorted(parts.defaults, key=lambda line: order.index(line.split(" = ")[0].lower()))
+    return [f"  {m}" for _, m in sorted(parts.settings)] + [f"  {d}" for d in defaults] + [f"  {k}" for k in parts.kept]
+
+
+def _requirements_lines(parts: _RouteParts) -> List[str]:
+    """The route's REQUIREMENTS, if it has any; a check when they refer to a macro the file does not
+    define (the JobRouter would drop the route)."""
+    if parts.requirements is None:
+        return []
+    kept_here = sorted(set(re.findall(TOKEN_PREFIX + r"\d+_", parts.requirements)))
+    if kept_here:
+        parts.checks.append(f"REQUIREMENTS refers to {', '.join(kept_here)}, which this file does not define, and the "
+                            "JobRouter expands no macro in a route's REQUIREMENTS (it drops the route as not valid): "
+                            "write the value in")
+    return [f"  REQUIREMENTS {parts.requirements}"]
+
+
+def _ce_lines(parts: _RouteParts) -> List[str]:
+    """What HTCondor-CE 23.0's route defaults did for the route, as statements (and their notes)."""
+    added = ce_statements(parts.route, parts.name)
+    if not added.statements:
+        return []
+    parts.notes.extend(added.notes)
+    return (["  # podgahp: what HTCondor-CE 23.0's own route defaults did for this route"]
+            + [f"  {statement}" for statement in added.statements])
 
 
 def _ce_default_edit(lower: str) -> Optional[Tuple[str, bool]]:
@@ -592,48 +644,74 @@ def convert_routes(old: OldRoutes, ce: bool = True) -> Conversion:
     ``ce``: for an HTCondor-CE (the routes keep their meaning behind its transforms)."""
     defaults = merged_defaults(old.defaults, old.merge_defaults) if old.defaults.strip() else classad2.ClassAd()
     entries, replaced, problems = old_entries(old)
-    routes: List[ConvertedRoute] = []
-    for number, entry in enumerate(entries, start=1):
-        route = convert_entry(merge(defaults, entry.ad), number, ce)
-        if route.name in {r.name for r in routes}:
-            raise RoutesError(f"{old.path}: two entries become routes named {route.name} (route names keep only "
-                              "letters, digits and '_'): rename one")
-        routes.append(route)
-    comments = _entry_comments(old, max(1, len(leading_entries(_wrapped(old.entries))[0])))
-    routes = [_restored(r, old.macros) for r in routes]
-    listed = [n for n in LIST_SEPARATORS.split(old.route_names or "") if n]
-    notes: List[str] = replaced + [n for r in routes for n in r.notes]
-    if old.macros.needed:
-        notes.append("the routes need from the rest of the configuration: " + ", ".join(old.macros.needed)
-                     + " (not defined in this file: kept as $(...) references, which the routes expand where they run)")
-    if old.names_in_file:
-        for route in routes:
-            if route.name.upper() not in {n.upper() for n in listed}:
-                notes.append(f"route {route.name} is not in the file's JOB_ROUTER_ROUTE_NAMES, so the JobRouter did not "
-                             "use it before and does not now; add it to the list to use it")
+    routes = [_restored(r, old.macros) for r in _converted_entries(old.path, defaults, entries, ce)]
+    notes: List[str] = replaced + [n for r in routes for n in r.notes] + _file_notes(old, routes)
     blocks: List[str] = ["##  Routes converted from JOB_ROUTER_ENTRIES by podgahp routes convert"
                          + (" (JOB_ROUTER_DEFAULTS merged into each)" if old.defaults.strip() else "") + "."]
     blocks += [CHECK_MARK + p for p in problems]
     if not old.names_in_file:
-        names = " ".join(r.name for r in routes)
-        blocks += ["##  Matched in this order (the old syntax had no order: their REQUIREMENTS should exclude",
-                   "##  one another). First, so that a catch-all route of an HTCondor-CE batch-system package does",
-                   "##  not take every pilot; the list is extended only when an earlier file set one.",
-                   "if defined JOB_ROUTER_ROUTE_NAMES",
-                   f"  JOB_ROUTER_ROUTE_NAMES = {names} $(JOB_ROUTER_ROUTE_NAMES)",
-                   "else",
-                   f"  JOB_ROUTER_ROUTE_NAMES = {names}",
-                   "endif"]
+        blocks += _route_names_lines(routes)
+    blocks += _route_blocks(old, entries, routes)
+    out = _replace(old, blocks)
+    header = ["##  Converted to JOB_ROUTER_ROUTE_* routes by podgahp routes convert; the other lines are",
+              "##  those of the original file, which used JOB_ROUTER_ENTRIES.", ""]
+    return Conversion("\n".join(header + out).rstrip("\n") + "\n", tuple(routes), tuple(notes), tuple(problems))
+
+
+def _converted_entries(path: str, defaults: classad2.ClassAd, entries: Sequence[OldEntry],
+                       ce: bool) -> List[ConvertedRoute]:
+    """Each entry of the file at ``path`` merged with its ``JOB_ROUTER_DEFAULTS`` and converted
+    (RoutesError: two entries become routes of one name)."""
+    routes: List[ConvertedRoute] = []
+    for number, entry in enumerate(entries, start=1):
+        route = convert_entry(merge(defaults, entry.ad), number, ce)
+        if route.name in {r.name for r in routes}:
+            raise RoutesError(f"{path}: two entries become routes named {route.name} (route names keep only "
+                              "letters, digits and '_'): rename one")
+        routes.append(route)
+    return routes
+
+
+def _file_notes(old: OldRoutes, routes: Sequence[ConvertedRoute]) -> List[str]:
+    """The notes of the whole file: the macros it does not define, and each route its own
+    ``JOB_ROUTER_ROUTE_NAMES`` leaves out."""
+    notes: List[str] = []
+    if old.macros.needed:
+        notes.append("the routes need from the rest of the configuration: " + ", ".join(old.macros.needed)
+                     + " (not defined in this file: kept as $(...) references, which the routes expand where they run)")
+    if old.names_in_file:
+        listed = {n.upper() for n in LIST_SEPARATORS.split(old.route_names or "") if n}
+        notes += [f"route {route.name} is not in the file's JOB_ROUTER_ROUTE_NAMES, so the JobRouter did not "
+                  "use it before and does not now; add it to the list to use it"
+                  for route in routes if route.name.upper() not in listed]
+    return notes
+
+
+def _route_names_lines(routes: Sequence[ConvertedRoute]) -> List[str]:
+    """``JOB_ROUTER_ROUTE_NAMES`` for a file that does not set it: the converted routes first."""
+    names = " ".join(r.name for r in routes)
+    return ["##  Matched in this order (the old syntax had no order: their REQUIREMENTS should exclude",
+            "##  one another). First, so that a catch-all route of an HTCondor-CE batch-system package does",
+            "##  not take every pilot; the list is extended only when an earlier file set one.",
+            "if defined JOB_ROUTER_ROUTE_NAMES",
+            f"  JOB_ROUTER_ROUTE_NAMES = {names} $(JOB_ROUTER_ROUTE_NAMES)",
+            "else",
+            f"  JOB_ROUTER_ROUTE_NAMES = {names}",
+            "endif"]
+
+
+def _route_blocks(old: OldRoutes, entries: Sequence[OldEntry], routes: Sequence[ConvertedRoute]) -> List[str]:
+    """Each route's block after an empty line, the comments written in its entry, its notes and its
+    checks."""
+    comments = _entry_comments(old, max(1, len(leading_entries(_wrapped(old.entries))[0])))
+    blocks: List[str] = []
     for entry, route in zip(entries, routes):
         blocks.append("")
         blocks += comments.get(entry.index, []) if entry.knob == "JOB_ROUTER_ENTRIES" else []
         blocks += [f"##  Note: {n}" for n in route.notes]
         blocks += [CHECK_MARK + c for c in route.checks]
         blocks.append(route.block)
-    out = _replace(old, blocks)
-    header = ["##  Converted to JOB_ROUTER_ROUTE_* routes by podgahp routes convert; the other lines are",
-              "##  those of the original file, which used JOB_ROUTER_ENTRIES.", ""]
-    return Conversion("\n".join(header + out).rstrip("\n") + "\n", tuple(routes), tuple(notes), tuple(problems))
+    return blocks
 
 
 def _restored(route: ConvertedRoute, macros: KeptMacros) -> ConvertedRoute:

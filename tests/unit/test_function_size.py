@@ -22,8 +22,6 @@ MAX_COMPLEXITY = 15
 ALLOWED: Dict[str, str] = {
     # The route conversion and its proof: one pass each over an old entry's attributes or a route's
     # differences, a branch per attribute HTCondor-CE's router treats apart; not split yet.
-    "routes/convert.py:convert_routes": "one pass over the old entries, a branch per case of the file",
-    "routes/convert.py:convert_entry": "one pass over an old entry's attributes, a branch per attribute",
     "routes/proof.py:prove": "one pass over the routes and pilots compared, a branch per difference",
     # Every status poll of every job goes through it under one lock: its lookups and its store are in
     # one function so that a poll pays no further call.
