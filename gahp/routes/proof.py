@@ -30,8 +30,8 @@ from gahp.routes.check import job_id, lay_out, parse_listing, route
 from gahp.routes.macros import TOKEN_PREFIX
 from gahp.routes.pilots import RouteCondition, pilot_for
 from gahp.routes.report import Route
-from gahp.routes.convert import (Conversion, OldRoutes, convert_routes, mark_checks, merge, merged_defaults,
-                                 old_entries, read_old_routes)
+from gahp.routes.convert import (Conversion, ConvertedRoute, OldRoutes, convert_routes, mark_checks, merge,
+                                 merged_defaults, old_entries, read_old_routes)
 from gahp.routes.samples import SAMPLES, Sample, samples_text
 from gahp.routes.sources import CE_ROUTER_EMULATION, CE_ROUTER_ENTRIES_DEFAULTS, CE_ROUTER_GENERATED, SafeConfig
 from gahp.routes.submit_ad import ad_value, gahp_view, grid_type
@@ -233,6 +233,20 @@ def _htcondor_form(old: OldRoutes, tmp: str, mode: str) -> Optional[SafeConfig]:
     return _new_form(os.path.join(tmp, "htcondor"), text, mode)[0]
 
 
+@dataclass(frozen=True)
+class _Routed:
+    """The same pilots routed each way, by their job id, and the limits of the routes they took."""
+
+    old: Dict[str, classad2.ClassAd]
+    """Transformed by the old routes (a pilot the old route refuses: without the route's mark)."""
+    new: Dict[str, classad2.ClassAd]
+    """Routed by the converted routes."""
+    htcondor: Optional[Dict[str, classad2.ClassAd]]
+    """Routed by HTCondor's own conversion (None when it gave none)."""
+    old_limits: Dict[str, Tuple[str, str]]
+    new_limits: Dict[str, Tuple[str, str]]
+
+
 def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[RouteProof]:
     """Route the same pilots through ``old``'s routes and ``conversion``'s; one proof per route."""
     new, _ = _new_form(os.path.join(tmp, "new"), conversion.text, mode, old.macros.proof_definitions())
@@ -241,53 +255,79 @@ def prove(old: OldRoutes, conversion: Conversion, mode: str, tmp: str) -> List[R
     routes = parse_listing(new.translate(proc.stdout + proc.stderr))
     samples = every_shape(routes, tools.value("JOB_ROUTER_SOURCE_JOB_CONSTRAINT"))
     routed = _routed_by_router(new, samples, os.path.join(tmp, "new"))
+    by_route = _samples_by_route(routed, samples)
+    old_limits: Dict[str, Tuple[str, str]] = {}
+    old_ads = _old_form(old, tmp, mode, by_route, old_limits)
+    htcondor = _htcondor_form(old, tmp, mode)
+    seen = _Routed(old_ads, routed,
+                   _routed_by_router(htcondor, samples, os.path.join(tmp, "htcondor")) if htcondor else None,
+                   old_limits, {r.name: (r.max_jobs, r.max_idle_jobs) for r in routes})
+    return [_route_proof(converted, by_route.get(converted.name, []), seen) for converted in conversion.routes]
+
+
+def _samples_by_route(routed: Dict[str, classad2.ClassAd], samples: Sequence[Sample]) -> Dict[str, List[Sample]]:
+    """The pilots each converted route took, by the route's name."""
     by_id = {job_id(s): s for s in samples}
     by_route: Dict[str, List[Sample]] = {}
     for source, ad in routed.items():
         name = ad_value(ad, "RouteName")
         if isinstance(name, str) and source in by_id:
             by_route.setdefault(name, []).append(by_id[source])
-    old_limits: Dict[str, Tuple[str, str]] = {}
-    old_ads = _old_form(old, tmp, mode, by_route, old_limits)
-    new_limits = {r.name: (r.max_jobs, r.max_idle_jobs) for r in routes}
-    htcondor = _htcondor_form(old, tmp, mode)
-    htcondor_routed = _routed_by_router(htcondor, samples, os.path.join(tmp, "htcondor")) if htcondor else None
-    proofs = []
-    for converted in conversion.routes:
-        differences: List[str] = []
-        theirs: Optional[List[str]] = [] if htcondor_routed is not None else None
-        compared = []
-        for sample in by_route.get(converted.name, []):
-            source = job_id(sample)
-            compared.append(sample.name)
-            old_ad = old_ads.get(source)
-            if old_ad is None or ad_value(old_ad, _MARK) != converted.name:
-                differences.append(f"pilot {sample.name}: the old route's Requirements do not take it, the converted "
-                                   "route's REQUIREMENTS do")
-                continue
-            vanilla = converted.universe == 5
-            old_seen, old_error = _observed(old_ad, sample, converted.grid_resource, vanilla)
-            new_seen, new_error = _observed(routed[source], sample, vanilla=vanilla)
-            if old_error or new_error:
-                differences.append(f"pilot {sample.name}: {old_error or 'fine'} under the old route, "
-                                   f"{new_error or 'fine'} under the converted one")
-                continue
-            differences += _compare(sample.name, old_seen, new_seen, "the converted route")
-            if theirs is not None and htcondor_routed is not None:
-                their_ad = htcondor_routed.get(source)
-                if their_ad is None:
-                    theirs.append(f"pilot {sample.name}: no route of HTCondor's conversion takes it")
-                else:
-                    their_seen, _ = _observed(their_ad, sample, vanilla=vanilla)
-                    theirs += _compare(sample.name, old_seen, their_seen, "HTCondor's conversion")
-        differences += [f"route limit {attribute}: {before} under the old route, {after} under the converted route"
-                        for (attribute, _, _), before, after in zip(_LIMITS, old_limits.get(converted.name, ("", "")),
-                                                                    new_limits.get(converted.name, ("", "")))
-                        if converted.name in old_limits and converted.name in new_limits and before != after
-                        and TOKEN_PREFIX not in before]  # a macro the file does not define: its value is unknown
-        proofs.append(RouteProof(converted.name, tuple(compared), tuple(differences),
-                                 tuple(theirs) if theirs is not None else None))
-    return proofs
+    return by_route
+
+
+def _route_proof(converted: ConvertedRoute, samples: Sequence[Sample], seen: _Routed) -> RouteProof:
+    """One route's proof: the differences of each pilot it took, then those of its limits."""
+    differences: List[str] = []
+    theirs: Optional[List[str]] = [] if seen.htcondor is not None else None
+    for sample in samples:
+        ours, their = _pilot_differences(converted, sample, seen)
+        differences += ours
+        if theirs is not None:
+            theirs += their
+    differences += _limit_differences(converted.name, seen)
+    return RouteProof(converted.name, tuple(s.name for s in samples), tuple(differences),
+                      tuple(theirs) if theirs is not None else None)
+
+
+def _pilot_differences(converted: ConvertedRoute, sample: Sample, seen: _Routed) -> Tuple[List[str], List[str]]:
+    """What differs for one pilot between the old route and the converted one, and between the old
+    route and HTCondor's conversion (nothing of that when the old and converted ones cannot be compared)."""
+    source = job_id(sample)
+    old_ad = seen.old.get(source)
+    if old_ad is None or ad_value(old_ad, _MARK) != converted.name:
+        return [f"pilot {sample.name}: the old route's Requirements do not take it, the converted "
+                "route's REQUIREMENTS do"], []
+    vanilla = converted.universe == 5
+    old_seen, old_error = _observed(old_ad, sample, converted.grid_resource, vanilla)
+    new_seen, new_error = _observed(seen.new[source], sample, vanilla=vanilla)
+    if old_error or new_error:
+        return [f"pilot {sample.name}: {old_error or 'fine'} under the old route, "
+                f"{new_error or 'fine'} under the converted one"], []
+    return (_compare(sample.name, old_seen, new_seen, "the converted route"),
+            _htcondor_differences(sample, old_seen, seen.htcondor, vanilla))
+
+
+def _htcondor_differences(sample: Sample, old_seen: Dict[str, object],
+                          htcondor: Optional[Dict[str, classad2.ClassAd]], vanilla: bool) -> List[str]:
+    """What differs for one pilot between the old route and HTCondor's conversion."""
+    if htcondor is None:
+        return []
+    their_ad = htcondor.get(job_id(sample))
+    if their_ad is None:
+        return [f"pilot {sample.name}: no route of HTCondor's conversion takes it"]
+    their_seen, _ = _observed(their_ad, sample, vanilla=vanilla)
+    return _compare(sample.name, old_seen, their_seen, "HTCondor's conversion")
+
+
+def _limit_differences(name: str, seen: _Routed) -> List[str]:
+    """The route's limits that differ between the old route and the converted one (not one that is a
+    macro the file does not define: its value is unknown)."""
+    if name not in seen.old_limits or name not in seen.new_limits:
+        return []
+    return [f"route limit {attribute}: {before} under the old route, {after} under the converted route"
+            for (attribute, _, _), before, after in zip(_LIMITS, seen.old_limits[name], seen.new_limits[name])
+            if before != after and TOKEN_PREFIX not in before]
 
 
 def proof_text(proofs: Sequence[RouteProof], mode: str) -> str:

@@ -20,9 +20,6 @@ MAX_COMPLEXITY = 15
 
 #: Functions over a limit, "path:qualified name" → why it stays so for now.
 ALLOWED: Dict[str, str] = {
-    # The route conversion and its proof: one pass each over an old entry's attributes or a route's
-    # differences, a branch per attribute HTCondor-CE's router treats apart; not split yet.
-    "routes/proof.py:prove": "one pass over the routes and pilots compared, a branch per difference",
     # Every status poll of every job goes through it under one lock: its lookups and its store are in
     # one function so that a poll pays no further call.
     "rules/answers.py:Reports.answer": "the final-answer rule on the status path, a branch per earlier answer",
