@@ -40,7 +40,9 @@ def condition(pod: client.V1Pod, ctype: str) -> client.V1PodCondition:
 @pytest.mark.parametrize("exit_code,final,reason", [(0, "Succeeded", "Completed"), (3, "Failed", "Error")],
                          ids=["success", "non-zero"])
 def test_run_to_completion(sim: KubeSim, core: client.CoreV1Api, exit_code: int, final: str, reason: str) -> None:
-    core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_EXIT_CODE": str(exit_code)}))
+    # The container runs until the test has looked at it running (a run of the default 2 s could end
+    # between the wait and the read on a busy machine), then exits with the code.
+    core.create_namespaced_pod(NS, pod_body(env={"PODGAHP_SIM_RUN_SECONDS": "3600"}))
     running = wait_phase(sim, core, "p1", "Running")
     assert running.spec.node_name in ("sim-node-1", "sim-node-2")
     assert condition(running, "PodScheduled").status == "True"
@@ -48,6 +50,7 @@ def test_run_to_completion(sim: KubeSim, core: client.CoreV1Api, exit_code: int,
     status = running.status.container_statuses[0]
     assert status.ready and status.started and status.state.running.started_at is not None
     assert running.status.pod_ip and running.status.host_ip and running.status.start_time
+    sim.exit_pod(NS, "p1", exit_code)
     done = wait_phase(sim, core, "p1", final)
     status = done.status.container_statuses[0]
     terminated = status.state.terminated
