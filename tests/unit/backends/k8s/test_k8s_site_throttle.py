@@ -19,7 +19,7 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Set
 
 import pytest
 
@@ -83,7 +83,7 @@ class SeatHolders:
         self.engine = engine
         self.stop = threading.Event()
         self.lock = threading.Lock()
-        self.open: List[socket.socket] = []
+        self.open: Set[socket.socket] = set()
         self.threads = [threading.Thread(target=self._hold, daemon=True) for _ in range(count)]
 
     def _request(self, host: str) -> bytes:
@@ -104,8 +104,10 @@ class SeatHolders:
                     with self.lock:
                         if self.stop.is_set():
                             return
-                        self.open.append(conn)
+                        self.open.add(conn)
                     conn.recv(4096)  # an answer, or the block's end shutting the connection
+                    with self.lock:
+                        self.open.discard(conn)
             except OSError:  # ssl.SSLError is one
                 pass
             self.stop.wait(0.1)  # a holder answered at once (429) tries again, not in a busy loop
