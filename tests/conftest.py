@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -11,6 +13,28 @@ import pytest
 from engines import ENGINES, RealEngine, namespace_for, start_real_cluster
 from gahp_driver import GahpProcess, gahp_env, script
 from podgahp_sim.kube.cluster import KubeCluster
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """Undoes what a test changed of the logging module's state in this process: the level of the
+    ``gahp`` loggers (a test that quietens them), and what ``gahp.core.logs.setup`` sets (a handler on
+    the root logger, the record fields it does not gather, warnings captured). Without it a later test
+    of the same process, pytest-xdist's choice, reads no line of podgahp's log (caplog) or writes to an
+    earlier test's file. The root logger's level and pytest's own handlers are pytest's to restore."""
+    root, gahp_logger = logging.getLogger(), logging.getLogger("gahp")
+    handlers, level = set(root.handlers), gahp_logger.level
+    gathered = (logging._srcfile, logging.logThreads, logging.logMultiprocessing)
+    showwarning = warnings.showwarning
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+            handler.close()
+    gahp_logger.setLevel(level)
+    logging._srcfile, logging.logThreads, logging.logMultiprocessing = gathered
+    logging.captureWarnings(False)
+    warnings.showwarning = showwarning
 
 
 @pytest.fixture

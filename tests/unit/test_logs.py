@@ -188,3 +188,18 @@ def test_without_backups_the_log_is_never_rotated(tmp_path: Path) -> None:
         logging.getLogger("gahp.test").warning("line %d", n)
     _flush()
     assert len(path.read_text().splitlines()) == 10 and not (tmp_path / "gahp.log.1").exists()
+
+
+def test_a_test_that_sets_up_the_gahps_log_and_quietens_it(tmp_path: Path) -> None:
+    """With the next test: what one test does to the logging module's state in a process (the GAHP's
+    set-up, a quietened ``gahp`` logger) is undone for the next (tests/conftest.py, logging_as_it_was)."""
+    logs.setup(ServerSettings.from_knobs(Knobs({"PODGAHP_LOG": str(tmp_path / "gahp.log")}), "k8s"))
+    logging.getLogger("gahp").setLevel(logging.CRITICAL)
+    logging.getLogger("gahp.test").critical("into the first test's file")
+    assert "into the first test's file" in (tmp_path / "gahp.log").read_text()
+
+
+def test_the_next_test_reads_podgahps_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    logging.getLogger("gahp.core.retry").warning("create pod x: the service throttles")
+    assert [r.getMessage() for r in caplog.records] == ["create pod x: the service throttles"]
