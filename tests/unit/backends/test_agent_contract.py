@@ -123,7 +123,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
     """Every backend over its service; every agent made is closed after the test."""
     state = tmp_path / "state"
     state.mkdir(mode=0o1777)
-    build = {"memory": _memory, "lancium": _lancium, "k8s": _k8s}[request.param]
+    build = globals()["_" + request.param]  # a world is the generator named for its backend
     agents: List[Agent] = []
     for world in build(tmp_path, str(state)):
         make = world.make
