@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 import yaml
 
@@ -68,6 +68,17 @@ def read_kubeconfig(path: str) -> Kubeconfig:
                       str(context.get("namespace") or "default"))
 
 
+def opener(context: Optional[ssl.SSLContext] = None) -> urllib.request.OpenerDirector:
+    """urllib's opener for the control plane, with no proxy: the servers are on 127.0.0.1, and
+    ``urlopen`` would read the proxies from the environment at every request, which races a change of
+    the environment in another thread (``os.environ`` iterated while pytest sets
+    ``PYTEST_CURRENT_TEST``: a KeyError that ended a node's heartbeat thread)."""
+    handlers: List[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
+
+
 class Client:
     """Requests to the API server of a kubeconfig."""
 
@@ -83,6 +94,7 @@ class Client:
                     with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
                         f.write(blob)
                 self.context.load_cert_chain(cert, key)
+        self._opener = opener(self.context)
 
     def _request(self, method: str, path: str, body: Optional[JsonObj] = None, query: Optional[Mapping[str, str]] = None,
                  content_type: str = "application/json", timeout: float = 30.0) -> Any:
@@ -96,7 +108,7 @@ class Client:
             headers["Content-Type"] = content_type
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            return urllib.request.urlopen(request, timeout=timeout, context=self.context)
+            return self._opener.open(request, timeout=timeout)
         except urllib.error.HTTPError as e:
             text = e.read().decode(errors="replace")
             try:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..instances import clean_dead, new_instance, take
+from .client import opener
 from .pki import ADMIN, CONTROLLER_MANAGER, KUBELET_CLIENT, SCHEDULER, Pki, node_identity
 
 log = logging.getLogger(__name__)
@@ -308,7 +309,7 @@ class ControlPlane:
         """One call of etcd's v3 JSON gateway (``/v3/kv/<call>``)."""
         request = urllib.request.Request(f"{self.etcd_url}/v3/kv/{call}", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with opener().open(request, timeout=30) as response:
             return dict(json.loads(response.read()))
 
     def _check_alive(self) -> None:
@@ -343,7 +344,7 @@ class ControlPlane:
         """GET ``path`` on the API server as the admin: (status, body)."""
         request = urllib.request.Request(self.url + path, headers={"Accept": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout, context=self._context()) as response:
+            with opener(self._context()).open(request, timeout=timeout) as response:
                 return int(response.status), bytes(response.read())
         except urllib.error.HTTPError as e:
             return int(e.code), bytes(e.read())
