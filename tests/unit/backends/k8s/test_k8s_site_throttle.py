@@ -84,10 +84,11 @@ class SeatHolders:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.open: Set[socket.socket] = set()
-        self.threads = [threading.Thread(target=self._hold, daemon=True) for _ in range(count)]
+        self.count = count
+        self.threads: List[threading.Thread] = []
 
     def more(self) -> None:
-        """One holder more, started at once (inside the block)."""
+        """One holder more, started at once (the block's start makes ``count`` of them)."""
         thread = threading.Thread(target=self._hold, daemon=True)
         self.threads.append(thread)
         thread.start()
@@ -119,8 +120,8 @@ class SeatHolders:
             self.stop.wait(0.1)  # a holder answered at once (429) tries again, not in a busy loop
 
     def __enter__(self) -> "SeatHolders":
-        for thread in self.threads:
-            thread.start()
+        for _ in range(self.count):
+            self.more()
         return self
 
     def __exit__(self, *exc: object) -> None:
